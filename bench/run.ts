@@ -1,0 +1,280 @@
+/**
+ * npm run bench: generates the data set in PostgreSQL, starts Parley and the
+ * hand-written baseline, drives both with autocannon at several concurrencies,
+ * and prints requests/s, latencies, errors, server RSS and Parley/baseline ratios.
+ * Then the same on the embedded database, smaller. Figures, not assertions.
+ *
+ *   npm run bench                       full run (about 10 minutes)
+ *   npm run bench -- --reuse            keep an already generated database
+ *   npm run bench -- --scale 0.01 --duration 3
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { encodeCursor } from '../src/jsonapi/query/cursor.js';
+import { generate, type BenchData } from './generate.js';
+
+const { values: args } = parseArgs({
+  options: {
+    scale: { type: 'string', default: '1' },
+    duration: { type: 'string', default: '5' },
+    reuse: { type: 'boolean', default: false },
+    concurrency: { type: 'string', default: '1,8,32' },
+    'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench' },
+  },
+});
+const scale = Number(args.scale);
+const duration = Number(args.duration);
+const concurrencies = args.concurrency!.split(',').map(Number);
+const databaseUrl = args['database-url']!;
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+const cacheFile = path.join(root, 'bench', '.data.json');
+
+interface Row {
+  scenario: string;
+  connections: number;
+  server: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  rssMb: number;
+}
+const rows: Row[] = [];
+
+function rssMb(pid: number): number {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+    return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+  } catch {
+    return 0;
+  }
+}
+
+async function waitForHealth(url: string, timeoutMs = 60_000): Promise<number> {
+  const start = Date.now();
+  while (Date.now() - start < timeoutMs) {
+    try {
+      const response = await fetch(`${url}/healthz`).catch(() => fetch(`${url}/api/conversations`));
+      if (response.status < 500) return Date.now() - start;
+    } catch {
+      // not up yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} did not come up`);
+}
+
+function startProcess(command: string[], env: Record<string, string>): ChildProcess {
+  const child = spawn(command[0], command.slice(1), { cwd: root, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  child.stdout!.on('data', () => {});
+  return child;
+}
+
+type Request = { method?: string; path: string; body?: string };
+
+async function load(url: string, pid: number, connections: number, requests: () => Request): Promise<Omit<Row, 'scenario' | 'server' | 'connections'>> {
+  let peak = rssMb(pid);
+  const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 200);
+  const result = await autocannon({
+    url,
+    connections,
+    duration,
+    headers: { authorization: `Bearer ${current.token}`, 'content-type': 'application/vnd.api+json' },
+    requests: [
+      {
+        setupRequest: (request: autocannon.Request) => {
+          const next = requests();
+          return { ...request, method: next.method ?? 'GET', path: next.path, body: next.body } as autocannon.Request;
+        },
+      },
+    ],
+  });
+  clearInterval(sampler);
+  const errors = result.errors + result.timeouts + result.non2xx;
+  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors, rssMb: Math.round(peak) };
+}
+
+const current = { token: '' };
+
+async function measure(scenario: string, server: string, url: string, pid: number, requests: () => Request) {
+  for (const connections of concurrencies) {
+    // A short warm-up so that caches and JIT are comparable across servers.
+    await autocannon({ url, connections, duration: 1, headers: { authorization: `Bearer ${current.token}` }, requests: [{ setupRequest: (r: autocannon.Request) => ({ ...r, method: 'GET', ...requests() }) as autocannon.Request }] });
+    const figures = await load(url, pid, connections, requests);
+    rows.push({ scenario, connections, server, ...figures });
+    console.log(`  ${scenario.padEnd(34)} c=${String(connections).padEnd(3)} ${server.padEnd(8)} ${figures.rps.toFixed(0).padStart(6)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  errors ${figures.errors}  rss ${figures.rssMb} MB`);
+  }
+}
+
+const pick = <T>(list: T[]) => list[Math.floor(Math.random() * list.length)];
+const itemBody = (conversationId: string) =>
+  JSON.stringify({ data: { type: 'ConversationItem', attributes: { conversation_id: conversationId, role: 'user', content: 'Benchmark message' } } });
+
+async function prepareData(): Promise<BenchData> {
+  if (args.reuse && fs.existsSync(cacheFile)) {
+    console.log('Reusing the generated database');
+    return JSON.parse(fs.readFileSync(cacheFile, 'utf8'));
+  }
+  const admin = new pg.Client({ connectionString: databaseUrl.replace(/\/[^/]+$/, '/postgres') });
+  await admin.connect();
+  const name = new URL(databaseUrl).pathname.slice(1);
+  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  console.log(`Generating the data set (scale ${scale}) in ${name}`);
+  const start = Date.now();
+  const data = await generate(databaseUrl, scale);
+  console.log(`  generated in ${((Date.now() - start) / 1000).toFixed(0)} s`);
+  fs.writeFileSync(cacheFile, JSON.stringify(data));
+  return data;
+}
+
+async function postgresScenarios(data: BenchData) {
+  const db = new pg.Client({ connectionString: databaseUrl });
+  await db.connect();
+  const org = data.organisationId;
+  const conversations = (await db.query(`SELECT id FROM conversations WHERE organisation_id = $1 AND status <> 'closed' ORDER BY random() LIMIT 2000`, [org])).rows.map((r) => r.id);
+  const items = (await db.query(`SELECT id FROM conversation_items WHERE organisation_id = $1 ORDER BY random() LIMIT 2000`, [org])).rows.map((r) => r.id);
+  const calls = (await db.query(`SELECT id FROM calls WHERE organisation_id = $1 ORDER BY random() LIMIT 500`, [org])).rows.map((r) => r.id);
+  const sipUsers = (await db.query(`SELECT id FROM sip_users WHERE organisation_id = $1`, [org])).rows.map((r) => r.id);
+  const total = (await db.query(`SELECT count(*)::int AS n FROM conversations WHERE organisation_id = $1`, [org])).rows[0].n;
+  const depth = Math.min(10_000 * 25, total - 30);
+  const deep = (await db.query(`SELECT id FROM conversations WHERE organisation_id = $1 ORDER BY id OFFSET $2 LIMIT 1`, [org, depth - 1])).rows[0].id;
+  const hot = conversations[0];
+  await db.query(`UPDATE conversations SET status = 'active' WHERE id = $1`, [hot]);
+  await db.end();
+  console.log(`Big organisation: ${total} conversations; keyset page at row ${depth} (page ${Math.round(depth / 25)})`);
+
+  const env = { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000', DATABASE_POOL_SIZE: '10' };
+  const parley = startProcess([process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], { ...env, PORT: '18080', HOST: '127.0.0.1' });
+  const baseline = startProcess([process.execPath, '--import', 'tsx', 'bench/baseline/server.ts'], { ...env, PORT: '18081' });
+  const servers = { parley: { url: 'http://127.0.0.1:18080', pid: parley.pid! }, baseline: { url: 'http://127.0.0.1:18081', pid: baseline.pid! } };
+  try {
+    await waitForHealth(servers.parley.url);
+    await waitForHealth(servers.baseline.url);
+    current.token = data.secretKey;
+    const deepCursor = encodeCursor({ values: [], id: deep });
+    const scenarios: { name: string; parley: () => Request; baseline?: () => Request }[] = [
+      { name: 'list conversations, first page', parley: () => ({ path: '/api/conversations' }), baseline: () => ({ path: '/api/conversations' }) },
+      { name: 'list conversations, keyset page 10k', parley: () => ({ path: `/api/conversations?page[after]=${deepCursor}` }), baseline: () => ({ path: `/api/conversations?after=${deep}` }) },
+      {
+        name: 'list conversations, filter+sort+include',
+        parley: () => ({ path: '/api/conversations?filter[status]=active&sort=-mode&include=ai_agent' }),
+        baseline: () => ({ path: '/api/conversations?filter=status' }),
+      },
+      { name: 'list operator status events', parley: () => ({ path: '/api/operator_status_events' }), baseline: () => ({ path: '/api/operator_status_events' }) },
+      {
+        name: 'list call transcripts of a call',
+        parley: () => ({ path: `/api/call_transcripts?filter[call_id]=${pick(calls)}` }),
+        baseline: () => ({ path: `/api/call_transcripts?call_id=${pick(calls)}` }),
+      },
+      { name: 'get conversation item', parley: () => ({ path: `/api/conversation_items/${pick(items)}` }), baseline: () => ({ path: `/api/conversation_items/${pick(items)}` }) },
+      {
+        name: 'create item, many conversations',
+        parley: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(pick(conversations)) }),
+        baseline: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(pick(conversations)) }),
+      },
+      {
+        name: 'create item, one hot conversation',
+        parley: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(hot) }),
+        baseline: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(hot) }),
+      },
+      {
+        name: 'create operator status',
+        parley: () => ({
+          method: 'POST',
+          path: '/api/operator_statuses',
+          body: JSON.stringify({ data: { type: 'OperatorStatus', attributes: { sip_user_id: pick(sipUsers), status: pick(['available', 'busy', 'away']) } } }),
+        }),
+      },
+      {
+        name: 'patch conversation',
+        parley: () => {
+          const id = pick(conversations);
+          return { method: 'PATCH', path: `/api/conversations/${id}`, body: JSON.stringify({ data: { type: 'Conversation', id, attributes: { mode: pick(['text', 'voice']) } } }) };
+        },
+      },
+    ];
+    console.log(`\nPostgreSQL: ${duration} s per run, concurrency ${concurrencies.join(', ')}`);
+    for (const scenario of scenarios) {
+      await measure(scenario.name, 'parley', servers.parley.url, servers.parley.pid, scenario.parley);
+      if (scenario.baseline) await measure(scenario.name, 'baseline', servers.baseline.url, servers.baseline.pid, scenario.baseline);
+    }
+    current.token = data.publishableKey;
+    const loginBody = JSON.stringify({ data: { type: 'User', attributes: { email: data.email, password: data.password } } });
+    await measure('login', 'parley', servers.parley.url, servers.parley.pid, () => ({ method: 'POST', path: '/api/users/login', body: loginBody }));
+  } finally {
+    parley.kill('SIGTERM');
+    baseline.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+async function embeddedScenarios() {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-'));
+  const started = Date.now();
+  const parley = spawn(process.execPath, ['dist/cli/main.js', 'serve'], {
+    cwd: root,
+    env: { ...process.env, DATABASE_URL: '', DATA_DIR: dataDir, PORT: '18082', HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let output = '';
+  parley.stdout!.on('data', (chunk) => (output += chunk));
+  try {
+    await waitForHealth('http://127.0.0.1:18082');
+    const bootMs = Date.now() - started;
+    while (!/Secret key/.test(output)) await new Promise((r) => setTimeout(r, 50));
+    current.token = /Secret key \(server-to-server, shown once\): (\S+)/.exec(output)![1];
+    console.log(`\nEmbedded database (PGlite): boot on an empty data directory ${bootMs} ms`);
+    rows.push({ scenario: 'embedded: boot to /healthz (ms)', connections: 0, server: 'parley', rps: bootMs, p50: 0, p99: 0, errors: 0, rssMb: Math.round(rssMb(parley.pid!)) });
+    await measure('embedded: list conversations', 'parley', 'http://127.0.0.1:18082', parley.pid!, () => ({ path: '/api/conversations' }));
+    await measure('embedded: get call transcripts', 'parley', 'http://127.0.0.1:18082', parley.pid!, () => ({ path: '/api/call_transcripts' }));
+  } finally {
+    parley.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 500));
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+function report() {
+  console.log('\n| scenario | conn | Parley req/s | p50 ms | p99 ms | errors | RSS MB | baseline req/s | ratio |');
+  console.log('|---|---|---|---|---|---|---|---|---|');
+  const checks: string[] = [];
+  for (const row of rows.filter((r) => r.server === 'parley')) {
+    const base = rows.find((r) => r.server === 'baseline' && r.scenario === row.scenario && r.connections === row.connections);
+    const ratio = base ? (row.rps / base.rps).toFixed(2) : '';
+    console.log(`| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${base ? base.rps.toFixed(0) : ''} | ${ratio} |`);
+    if (base && row.connections === 32) {
+      const target = row.scenario.startsWith('create') ? 0.7 : 0.8;
+      checks.push(`${row.rps / base.rps >= target ? 'PASS' : 'FAIL'} ${row.scenario}: ratio ${ratio} (target ${target})`);
+    }
+    if (row.connections === 32 && !row.scenario.startsWith('embedded')) {
+      checks.push(`${row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`);
+    }
+  }
+  const first = rows.find((r) => r.server === 'parley' && r.scenario === 'list conversations, first page' && r.connections === 1);
+  const deep = rows.find((r) => r.server === 'parley' && r.scenario === 'list conversations, keyset page 10k' && r.connections === 1);
+  if (first && deep) checks.push(`${deep.p50 <= 1.3 * Math.max(first.p50, 1) ? 'PASS' : 'FAIL'} keyset page 10k p50 ${deep.p50} ms vs page 1 p50 ${first.p50} ms (within 1.3x)`);
+  const rss = Math.max(...rows.filter((r) => r.server === 'parley' && !r.scenario.startsWith('embedded')).map((r) => r.rssMb));
+  checks.push(`${rss <= 300 ? 'PASS' : 'FAIL'} Parley RSS under load ${rss} MB (target <= 300)`);
+  const boot = rows.find((r) => r.scenario.startsWith('embedded: boot'));
+  if (boot) checks.push(`${boot.rps <= 10_000 ? 'PASS' : 'FAIL'} embedded boot ${boot.rps} ms (target <= 10000)`);
+  const embedded = rows.filter((r) => r.scenario === 'embedded: list conversations');
+  if (embedded.length) {
+    const best = Math.max(...embedded.map((r) => r.rps));
+    checks.push(`${best >= 400 ? 'PASS' : 'FAIL'} embedded list conversations ${best.toFixed(0)} req/s (target >= 400)`);
+  }
+  console.log(`\nTargets:\n${checks.join('\n')}`);
+}
+
+const started = Date.now();
+const data = await prepareData();
+await postgresScenarios(data);
+await embeddedScenarios();
+report();
+console.log(`\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`);

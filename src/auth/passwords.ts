@@ -1,0 +1,38 @@
+/** Memory-hard password hashing with Node's scrypt; the stored string names its own parameters. */
+import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+
+const KEY_LENGTH = 32;
+/** log2 of scrypt's N; 15 (32 MiB per hash) unless PASSWORD_HASH_COST_LOG2 lowers it, e.g. for tests (min 10). */
+const costLog2 = () => Math.max(10, Number(process.env.PASSWORD_HASH_COST_LOG2 ?? 15) || 15);
+
+function derive(password: string, salt: Buffer, options: ScryptOptions): Promise<Buffer> {
+  return new Promise((resolve, reject) =>
+    scrypt(password.normalize('NFC'), salt, KEY_LENGTH, { ...options, maxmem: 256 * options.N! * options.r! + 1024 * 1024 }, (error, key) =>
+      error ? reject(error) : resolve(key),
+    ),
+  );
+}
+
+export async function hashPassword(password: string): Promise<string> {
+  const options = { N: 2 ** costLog2(), r: 8, p: 1 };
+  const salt = randomBytes(16);
+  const key = await derive(password, salt, options);
+  return ['scrypt', options.N, options.r, options.p, salt.toString('base64url'), key.toString('base64url')].join('$');
+}
+
+export async function verifyPassword(stored: string, password: string): Promise<boolean> {
+  const [scheme, n, r, p, salt, key] = stored.split('$');
+  if (scheme !== 'scrypt' || !salt || !key) return false;
+  const expected = Buffer.from(key, 'base64url');
+  const actual = await derive(password, Buffer.from(salt, 'base64url'), { N: Number(n), r: Number(r), p: Number(p) });
+  return actual.length === expected.length && timingSafeEqual(actual, expected);
+}
+
+let dummy: Promise<string> | undefined;
+
+/** Spends the time of a real verification, for unknown e-mails, so timing does not reveal them. */
+export async function verifyAgainstDummy(password: string): Promise<false> {
+  dummy ??= hashPassword(randomBytes(16).toString('hex'));
+  await verifyPassword(await dummy, password);
+  return false;
+}

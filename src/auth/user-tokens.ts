@@ -1,0 +1,25 @@
+import { uuidv7 } from 'uuidv7';
+import type { Database } from '../db/connection.js';
+import type { AppServices } from '../jsonapi/resource.js';
+import { signToken } from './tokens.js';
+
+/** A user access token for one organisation, backed by a user_sessions row (for revocation). */
+export async function issueUserToken(db: Database, services: AppServices, input: { organisationId: string; userId: string }) {
+  const sessionId = uuidv7();
+  const expiresAt = new Date(Date.now() + services.config.userTokenTtlSeconds * 1000);
+  expiresAt.setUTCMilliseconds(0);
+  await db
+    .insertInto('user_sessions')
+    .values({ id: sessionId, organisation_id: input.organisationId, user_id: input.userId, expires_at: expiresAt, created_at: new Date() })
+    .execute();
+  const token = await signToken({ typ: 'user', sub: input.userId, org: input.organisationId, jti: sessionId }, services.signingKey, expiresAt);
+  return { token, expiresAt, sessionId };
+}
+
+/** Revokes every live token of a user (in one organisation, or all); returns how many. */
+export async function revokeUserTokens(db: Database, input: { userId: string; organisationId?: string }): Promise<number> {
+  let query = db.updateTable('user_sessions').set({ revoked_at: new Date() }).where('user_id', '=', input.userId).where('revoked_at', 'is', null);
+  if (input.organisationId) query = query.where('organisation_id', '=', input.organisationId);
+  const result = await query.executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env node
+/** The `parley` command: serve, migrate, and the administration commands of the contract. */
+import { Command, Option } from 'commander';
+import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
+import { createApiKey, revokeApiKey } from '../auth/api-keys.js';
+import { loadSigningKey } from '../auth/signing-key.js';
+import { revokeUserTokens } from '../auth/user-tokens.js';
+import { loginHint, startApp } from '../app.js';
+import { loadConfig } from '../config/index.js';
+import { openDatabase, type Database } from '../db/connection.js';
+import { migrate } from '../db/migrate.js';
+import { ROLES, type AppServices, type Role } from '../jsonapi/resource.js';
+import { createAgent } from './agents.js';
+import { seedDemo } from './demo.js';
+
+type Output = Record<string, unknown>;
+
+/** Opens the configured database (migrated), runs `work`, prints its result, closes. */
+async function withDatabase(json: boolean, work: (db: Database, services: AppServices) => Promise<{ result: Output; text: string }>) {
+  const config = loadConfig();
+  const database = await openDatabase(config);
+  try {
+    await migrate(database.db);
+    const services: AppServices = { config, signingKey: await loadSigningKey(database.db, config) };
+    const { result, text } = await work(database.db, services);
+    console.log(json ? JSON.stringify(result) : text);
+  } finally {
+    await database.close();
+  }
+}
+
+function fail(error: unknown, json: boolean): never {
+  const message = error instanceof Error ? error.message : String(error);
+  if (json) console.log(JSON.stringify({ error: message }));
+  else console.error(`parley: ${message}`);
+  process.exit(1);
+}
+
+const program = new Command('parley').description('Parley: conversations, AI agents, operators and SIP telephony').showHelpAfterError();
+const json = () => new Option('--json', 'print one JSON object on stdout');
+
+function action<T extends { json?: boolean }>(run: (options: T) => Promise<void>) {
+  return async (options: T) => {
+    try {
+      await run(options);
+    } catch (error) {
+      fail(error, options.json ?? false);
+    }
+  };
+}
+
+program
+  .command('serve')
+  .description('run the HTTP server (migrates first; seeds the demo organisation on a new embedded database)')
+  .action(async () => {
+    const running = await startApp(loadConfig());
+    running.app.log.info({ url: running.url, database: running.database.kind }, 'Parley is listening');
+    console.log(`Parley listening on ${running.url} (${running.database.kind} database)`);
+    if (running.demo) console.log(loginHint(running.url, running.demo));
+    let stopping = false;
+    const stop = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      running.app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+      await running.close();
+      process.exit(0);
+    };
+    process.on('SIGTERM', () => void stop('SIGTERM'));
+    process.on('SIGINT', () => void stop('SIGINT'));
+  });
+
+program
+  .command('migrate')
+  .description('apply pending database migrations')
+  .addOption(json())
+  .action(
+    action(async (o: { json?: boolean }) => {
+      const config = loadConfig();
+      const database = await openDatabase(config);
+      try {
+        const applied = await migrate(database.db);
+        console.log(o.json ? JSON.stringify({ applied }) : applied.length ? `applied ${applied.join(', ')}` : 'up to date');
+      } finally {
+        await database.close();
+      }
+    }),
+  );
+
+const org = program.command('org').description('organisations');
+org
+  .command('create')
+  .requiredOption('--name <name>')
+  .addOption(json())
+  .action(
+    action(async (o: { name: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        const created = await createOrganisation(db, { name: o.name });
+        return { result: created, text: `organisation ${created.id} (${created.name})` };
+      }),
+    ),
+  );
+
+const user = program.command('user').description('users');
+user
+  .command('create')
+  .requiredOption('--org <id>')
+  .requiredOption('--email <email>')
+  .requiredOption('--password <password>')
+  .requiredOption('--full-name <name>')
+  .addOption(new Option('--role <role>').choices(ROLES as string[]).makeOptionMandatory())
+  .addOption(json())
+  .action(
+    action(async (o: { org: string; email: string; password: string; fullName: string; role: Role; json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        const created = await createUserInOrganisation(db, { organisationId: o.org, email: o.email, password: o.password, fullName: o.fullName, role: o.role });
+        return { result: created, text: `user ${created.id} (${created.email}, ${created.role})` };
+      }),
+    ),
+  );
+user
+  .command('revoke-tokens')
+  .description('revoke every access token of a user')
+  .requiredOption('--user <id>')
+  .option('--org <id>')
+  .addOption(json())
+  .action(
+    action(async (o: { user: string; org?: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        const revoked = await revokeUserTokens(db, { userId: o.user, organisationId: o.org });
+        return { result: { id: o.user, revoked }, text: `revoked ${revoked} token(s)` };
+      }),
+    ),
+  );
+
+const key = program.command('key').description('API keys');
+key
+  .command('create')
+  .requiredOption('--org <id>')
+  .requiredOption('--user <id>')
+  .addOption(new Option('--type <type>').choices(['publishable', 'secret']).makeOptionMandatory())
+  .requiredOption('--name <name>')
+  .option('--expires-at <time>', 'RFC 3339 date-time')
+  .addOption(json())
+  .action(
+    action(async (o: { org: string; user: string; type: 'publishable' | 'secret'; name: string; expiresAt?: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db, services) => {
+        const expiresAt = o.expiresAt ? new Date(o.expiresAt) : undefined;
+        const created = await createApiKey(db, services, { organisationId: o.org, userId: o.user, keyType: o.type, name: o.name, expiresAt });
+        return { result: created, text: `key ${created.id} (${created.key_type}); token, shown once:\n${created.token}` };
+      }),
+    ),
+  );
+key
+  .command('revoke')
+  .requiredOption('--id <id>')
+  .addOption(json())
+  .action(
+    action(async (o: { id: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        if (!(await revokeApiKey(db, o.id))) throw new Error(`no active key ${o.id}`);
+        return { result: { id: o.id, revoked: true }, text: `key ${o.id} revoked` };
+      }),
+    ),
+  );
+
+program
+  .command('agent')
+  .description('AI agents')
+  .command('create')
+  .requiredOption('--org <id>')
+  .requiredOption('--name <name>')
+  .addOption(json())
+  .action(
+    action(async (o: { org: string; name: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        const created = await createAgent(db, { organisationId: o.org, name: o.name });
+        return { result: created, text: `agent ${created.id} (${created.name})` };
+      }),
+    ),
+  );
+
+program
+  .command('demo')
+  .description('seed a demo organisation and print how to sign in')
+  .addOption(json())
+  .action(
+    action(async (o: { json?: boolean }) =>
+      withDatabase(!!o.json, async (db, services) => {
+        const demo = await seedDemo(db, services);
+        return { result: { id: demo.organisation_id, ...demo }, text: loginHint(process.env.PUBLIC_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`, demo) };
+      }),
+    ),
+  );
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,37 @@
+import { sql } from 'kysely';
+import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
+import type { Database } from './connection.js';
+import * as initial from './migrations/0001_initial.js';
+
+/** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
+const migrations: Record<string, { up: string }> = {
+  '0001_initial': initial,
+};
+
+const provider: MigrationProvider = {
+  async getMigrations() {
+    const result: Record<string, Migration> = {};
+    for (const [name, migration] of Object.entries(migrations)) {
+      result[name] = {
+        up: async (db) => {
+          // One statement at a time: the extended protocol (PGlite's) refuses several in one.
+          for (const statement of splitStatements(migration.up)) await sql.raw(statement).execute(db);
+        },
+      };
+    }
+    return result;
+  },
+};
+
+/** Our migrations keep every `;` at a line end outside literals, so a line-end split is exact. */
+function splitStatements(script: string): string[] {
+  return script.split(/;\s*\n/).map((s) => s.trim()).filter(Boolean);
+}
+
+/** Applies pending migrations (under Kysely's advisory lock, so concurrent nodes are safe). */
+export async function migrate(db: Database): Promise<string[]> {
+  const migrator = new Migrator({ db, provider });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) throw error instanceof Error ? error : new Error(String(error));
+  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}

@@ -1,0 +1,22 @@
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { FastifyInstance } from 'fastify';
+import { buildOpenApi } from '../jsonapi/openapi.js';
+import type { ResourceDef } from '../jsonapi/resource.js';
+import type { ServerOptions } from './server.js';
+
+/** GET /api/open_api (OpenAPI 3.1 from the resource definitions) and GET /docs (its interactive reference). */
+export async function registerDocs(app: FastifyInstance, resources: ResourceDef[], options: ServerOptions): Promise<void> {
+  const document = buildOpenApi(resources, { serverUrl: options.config.publicUrl });
+  app.get('/api/open_api', { config: { public: true } }, async (_request, reply) => {
+    reply.header('Content-Type', 'application/vnd.oai.openapi+json');
+    return document;
+  });
+  await app.register(async (scope) => {
+    scope.addHook('onRoute', (route) => {
+      route.config = { ...(route.config as object), public: true };
+    });
+    await scope.register(swagger, { mode: 'static', specification: { document: document as never } });
+    await scope.register(swaggerUi, { routePrefix: '/docs', staticCSP: true });
+  });
+}

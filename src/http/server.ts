@@ -1,0 +1,41 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { DatabaseHandle } from '../db/connection.js';
+import { authPlugin } from '../auth/plugin.js';
+import { registerDocs } from './docs.js';
+import { frameworkError, registerErrorHandling } from './errors.js';
+import { parseQueryString, registerMedia } from './media.js';
+import { registerOps } from './ops.js';
+import { registerResources } from '../jsonapi/routes.js';
+import type { AppServices } from '../jsonapi/resource.js';
+import { resources } from '../resources/index.js';
+import { createLogger } from './logger.js';
+import { registerRateLimit } from './rate-limit.js';
+
+export interface ServerOptions extends AppServices {
+  database: DatabaseHandle;
+  /** Where logs go; by default JSON lines on stdout. */
+  logger?: FastifyBaseLogger;
+}
+
+/** Assembles the HTTP server: media types, auth, resources, docs and operations endpoints. */
+export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
+  const { config } = options;
+  const app = Fastify({
+    loggerInstance: options.logger ?? (createLogger(config) as FastifyBaseLogger),
+    bodyLimit: config.bodyLimitBytes,
+    routerOptions: { querystringParser: parseQueryString, maxParamLength: 200 },
+    frameworkErrors: frameworkError,
+    trustProxy: config.trustProxy,
+    requestIdHeader: false,
+    return503OnClosing: true,
+    forceCloseConnections: false,
+  });
+  registerErrorHandling(app);
+  registerMedia(app);
+  await registerOps(app, options);
+  await app.register(authPlugin, options);
+  await registerRateLimit(app, config, options.redis);
+  registerResources(app, resources, options);
+  await registerDocs(app, resources, options);
+  return app;
+}

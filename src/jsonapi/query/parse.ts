@@ -1,0 +1,351 @@
+/**
+ * Parses include, fields, filter, sort and page (already split into nested
+ * objects by the query-string parser) into a ParsedQuery, collecting every
+ * problem into one 400.
+ */
+import { ApiError, errorObject, type ErrorObject } from '../errors.js';
+import { fieldNames, type AttributeDef, type ResourceDef } from '../resource.js';
+import { parseTimestamp, UUID_PATTERN } from '../validate.js';
+import { decodeCursor } from './cursor.js';
+import type { FilterNode, FilterOperator, IncludeTree, PageParams, ParsedQuery, SortKey } from './types.js';
+
+export type Registry = ReadonlyMap<string, ResourceDef>;
+
+export interface QueryLimits {
+  defaultLimit: number;
+  maxLimit: number;
+  maxOffset: number;
+}
+
+export const DEFAULT_QUERY_LIMITS: QueryLimits = { defaultLimit: 25, maxLimit: 100, maxOffset: 10_000 };
+
+const MAX_FILTER_DEPTH = 4;
+const MAX_FILTER_CONDITIONS = 50;
+const MAX_IN_VALUES = 100;
+
+const OPERATORS: readonly FilterOperator[] = [
+  'eq',
+  'not_eq',
+  'in',
+  'less_than',
+  'greater_than',
+  'less_than_or_equal',
+  'greater_than_or_equal',
+  'is_nil',
+  'contains',
+];
+const ORDERED_OPERATORS = new Set<FilterOperator>(['less_than', 'greater_than', 'less_than_or_equal', 'greater_than_or_equal']);
+
+/** The filterable attribute definitions of a resource, with `id`. */
+const ID_ATTRIBUTE: AttributeDef = { kind: 'uuid' };
+
+class Problems {
+  readonly list: ErrorObject[] = [];
+  add(code: string, parameter: string, detail: string): void {
+    this.list.push(errorObject(400, code, detail, { parameter }));
+  }
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+export function parseQuery(
+  raw: Record<string, unknown>,
+  resource: ResourceDef,
+  registry: Registry,
+  kind: 'list' | 'single',
+  limits: QueryLimits = DEFAULT_QUERY_LIMITS,
+): ParsedQuery {
+  const problems = new Problems();
+  const allowed = kind === 'list' ? ['include', 'fields', 'filter', 'sort', 'page'] : ['include', 'fields'];
+  for (const name of Object.keys(raw)) {
+    if (!allowed.includes(name)) problems.add('unknown_parameter', name, `This endpoint does not take \`${name}\`.`);
+  }
+  const include = parseInclude(raw.include, resource, registry, problems);
+  const fields = parseFields(raw.fields, registry, problems);
+  const filter = kind === 'list' && raw.filter !== undefined ? parseFilter(raw.filter, resource, problems) : undefined;
+  const sort = parseSort(kind === 'list' ? raw.sort : undefined, resource, problems);
+  const page = parsePage(kind === 'list' ? raw.page : undefined, sort.length - 1, limits, problems);
+  if (problems.list.length > 0) throw new ApiError(problems.list);
+  return { include, fields, filter, sort, page };
+}
+
+function parseInclude(value: unknown, resource: ResourceDef, registry: Registry, problems: Problems): IncludeTree {
+  const tree: IncludeTree = {};
+  if (value === undefined || value === '') return tree;
+  if (typeof value !== 'string') {
+    problems.add('invalid_includes', 'include', '`include` must be a comma-separated list of relationship paths.');
+    return tree;
+  }
+  for (const path of value.split(',')) {
+    const segments = path.trim().split('.');
+    if (segments.length > 2) {
+      problems.add('invalid_includes', 'include', `\`${path}\` is deeper than two levels.`);
+      continue;
+    }
+    let current: ResourceDef | undefined = resource;
+    let node = tree;
+    for (const segment of segments) {
+      const relationship: ResourceDef['relationships'][string] | undefined = current && Object.hasOwn(current.relationships, segment) ? current.relationships[segment] : undefined;
+      const includable = relationship && (relationship.includable ?? relationship.cardinality === 'one');
+      if (!relationship || !includable || !registry.has(relationship.type)) {
+        problems.add('invalid_includes', 'include', `\`${path}\` is not an includable relationship path of ${resource.type}.`);
+        break;
+      }
+      node[segment] ??= {};
+      node = node[segment];
+      current = registry.get(relationship.type);
+    }
+  }
+  return tree;
+}
+
+function parseFields(value: unknown, registry: Registry, problems: Problems): Map<string, Set<string>> {
+  const fields = new Map<string, Set<string>>();
+  if (value === undefined) return fields;
+  if (!isObject(value)) {
+    problems.add('invalid_field', 'fields', '`fields` takes the form fields[Type]=a,b.');
+    return fields;
+  }
+  for (const [type, list] of Object.entries(value)) {
+    const parameter = `fields[${type}]`;
+    const resource = registry.get(type);
+    if (!resource) {
+      problems.add('invalid_field', parameter, `\`${type}\` is not a resource type.`);
+      continue;
+    }
+    if (typeof list !== 'string') {
+      problems.add('invalid_field', parameter, 'Give a comma-separated list of field names.');
+      continue;
+    }
+    const known = new Set(fieldNames(resource));
+    const names = list === '' ? [] : list.split(',').map((n) => n.trim());
+    const unknown = names.filter((n) => !known.has(n));
+    if (unknown.length > 0) problems.add('invalid_field', parameter, `${type} has no field ${unknown.map((n) => `\`${n}\``).join(', ')}.`);
+    else fields.set(type, new Set(names));
+  }
+  return fields;
+}
+
+function filterableAttribute(resource: ResourceDef, name: string): AttributeDef | undefined {
+  if (name === 'id') return ID_ATTRIBUTE;
+  const def = Object.hasOwn(resource.attributes, name) ? resource.attributes[name] : undefined;
+  return def?.filterable && !def.expression && !def.writeOnly ? def : undefined;
+}
+
+function parseFilter(value: unknown, resource: ResourceDef, problems: Problems): FilterNode | undefined {
+  let conditions = 0;
+  const walk = (node: unknown, path: string, depth: number): FilterNode | undefined => {
+    if (!isObject(node)) {
+      problems.add('invalid_filter', path, `\`${path}\` must name attributes, e.g. ${path}[status]=active.`);
+      return undefined;
+    }
+    if (depth > MAX_FILTER_DEPTH) {
+      problems.add('invalid_filter', path, `Filters nest at most ${MAX_FILTER_DEPTH} levels.`);
+      return undefined;
+    }
+    const children: FilterNode[] = [];
+    for (const [key, child] of Object.entries(node)) {
+      const parameter = `${path}[${key}]`;
+      if (key === 'and' || key === 'or') {
+        const items = Array.isArray(child) ? child : isObject(child) ? Object.values(child) : undefined;
+        if (!items || items.length === 0) {
+          problems.add('invalid_filter', parameter, `\`${parameter}\` takes indexed filters, e.g. ${parameter}[0][status]=active.`);
+          continue;
+        }
+        const parsed = items.map((item, i) => walk(item, `${parameter}[${i}]`, depth + 1));
+        if (parsed.every((p): p is FilterNode => p !== undefined)) children.push({ kind: key, children: parsed });
+      } else if (key === 'not') {
+        const parsed = walk(child, parameter, depth + 1);
+        if (parsed) children.push({ kind: 'not', child: parsed });
+      } else {
+        conditions += 1;
+        if (conditions > MAX_FILTER_CONDITIONS) {
+          problems.add('invalid_filter', parameter, `At most ${MAX_FILTER_CONDITIONS} filter conditions.`);
+          continue;
+        }
+        children.push(...parseConditions(resource, key, child, parameter, problems));
+      }
+    }
+    return children.length === 1 ? children[0] : { kind: 'and', children };
+  };
+  return walk(value, 'filter', 1);
+}
+
+function parseConditions(resource: ResourceDef, attribute: string, value: unknown, parameter: string, problems: Problems): FilterNode[] {
+  const def = filterableAttribute(resource, attribute);
+  if (!def) {
+    problems.add('invalid_filter', parameter, `${resource.type} cannot be filtered by \`${attribute}\`.`);
+    return [];
+  }
+  const operations: [string, unknown][] = isObject(value) ? Object.entries(value) : [['eq', value]];
+  const nodes: FilterNode[] = [];
+  for (const [operator, operand] of operations) {
+    const where = isObject(value) ? `${parameter}[${operator}]` : parameter;
+    if (!(OPERATORS as readonly string[]).includes(operator)) {
+      problems.add('invalid_filter', where, `Unknown operator \`${operator}\`; use one of ${OPERATORS.join(', ')}.`);
+      continue;
+    }
+    const converted = convertOperand(def, operator as FilterOperator, operand);
+    if (typeof converted === 'string') problems.add('invalid_filter', where, converted);
+    else nodes.push({ kind: 'condition', attribute, operator: operator as FilterOperator, value: converted.value });
+  }
+  return nodes;
+}
+
+/** The operand converted to the attribute's type, or a message saying why it cannot be. */
+function convertOperand(def: AttributeDef, operator: FilterOperator, operand: unknown): { value: unknown } | string {
+  if (operator === 'is_nil') {
+    return operand === 'true' || operand === 'false' ? { value: operand === 'true' } : '`is_nil` takes true or false.';
+  }
+  if (ORDERED_OPERATORS.has(operator) && (def.kind === 'object' || def.kind === 'boolean' || def.kind === 'string_array')) {
+    return `\`${operator}\` does not apply to this attribute.`;
+  }
+  if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) {
+    return '`contains` applies to text, JSON objects and lists only.';
+  }
+  if (operator === 'in') {
+    const items = typeof operand === 'string' ? operand.split(',') : Array.isArray(operand) ? operand : isObject(operand) ? Object.values(operand) : [];
+    if (items.length === 0 || items.length > MAX_IN_VALUES) return `\`in\` takes 1 to ${MAX_IN_VALUES} values.`;
+    const values: unknown[] = [];
+    for (const item of items) {
+      const converted = convertScalar(def, item, false);
+      if (typeof converted === 'string') return converted;
+      values.push(converted.value);
+    }
+    return { value: values };
+  }
+  return convertScalar(def, operand, operator === 'contains');
+}
+
+function convertScalar(def: AttributeDef, operand: unknown, contains: boolean): { value: unknown } | string {
+  if (typeof operand !== 'string') return 'The value must be a single string.';
+  if (operand.includes('\u0000') || !operand.isWellFormed()) return 'The value contains characters that cannot be stored.';
+  switch (def.kind) {
+    case 'uuid':
+      return UUID_PATTERN.test(operand) ? { value: operand.toLowerCase() } : 'The value must be a UUID.';
+    case 'integer': {
+      const number = Number(operand);
+      return /^-?\d{1,10}$/.test(operand) && Math.abs(number) <= 2_147_483_647 ? { value: number } : 'The value must be an integer.';
+    }
+    case 'boolean':
+      return operand === 'true' || operand === 'false' ? { value: operand === 'true' } : 'The value must be true or false.';
+    case 'timestamp': {
+      const date = parseTimestamp(operand);
+      return date ? { value: date } : 'The value must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z.';
+    }
+    case 'enum':
+      return def.values!.includes(operand) ? { value: operand } : `The value must be one of: ${def.values!.join(', ')}.`;
+    case 'object': {
+      try {
+        const parsed: unknown = JSON.parse(operand);
+        return isObject(parsed) ? { value: parsed } : 'The value must be a JSON object.';
+      } catch {
+        return 'The value must be a JSON object.';
+      }
+    }
+    case 'string_array':
+      return contains ? { value: operand } : 'Lists take `contains` or `is_nil` only.';
+    default:
+      return { value: operand };
+  }
+}
+
+function parseSort(value: unknown, resource: ResourceDef, problems: Problems): SortKey[] {
+  const keys: SortKey[] = [];
+  const seen = new Set<string>();
+  if (value !== undefined && typeof value !== 'string') problems.add('invalid_sort', 'sort', '`sort` must be a comma-separated list.');
+  if (typeof value === 'string' && value !== '') {
+    for (const entry of value.split(',')) {
+      const key = sortKey(entry);
+      const def = key && (key.attribute === 'id' ? ID_ATTRIBUTE : resource.attributes[key.attribute]);
+      const sortable = key && (key.attribute === 'id' || (Object.hasOwn(resource.attributes, key.attribute) && def?.sortable));
+      if (!key || !sortable) {
+        problems.add('invalid_sort', 'sort', `\`${entry.trim()}\` is not a sort key of ${resource.type}.`);
+      } else if (seen.has(key.attribute)) {
+        problems.add('invalid_sort', 'sort', `\`${key.attribute}\` appears twice.`);
+      } else {
+        seen.add(key.attribute);
+        keys.push(key);
+      }
+    }
+  }
+  for (const attribute of resource.defaultSort ?? []) {
+    if (!seen.has(attribute) && !seen.has('id')) {
+      seen.add(attribute);
+      keys.push({ attribute, direction: 'asc', nulls: 'last' });
+    }
+  }
+  const idIndex = keys.findIndex((k) => k.attribute === 'id');
+  if (idIndex >= 0) return keys.slice(0, idIndex + 1);
+  keys.push({ attribute: 'id', direction: 'asc', nulls: 'last' });
+  return keys;
+}
+
+/** `name`, `+name`, `-name`, `++name`, `--name`; an unencoded `+` arrives as a space. */
+function sortKey(entry: string): SortKey | undefined {
+  const match = /^([ +]{1,2}|-{1,2})?([A-Za-z_][A-Za-z0-9_]*)$/.exec(entry);
+  if (!match) return undefined;
+  const prefix = (match[1] ?? '').replaceAll(' ', '+');
+  const attribute = match[2];
+  switch (prefix) {
+    case '':
+    case '+':
+      return { attribute, direction: 'asc', nulls: 'last' };
+    case '++':
+      return { attribute, direction: 'asc', nulls: 'first' };
+    case '-':
+      return { attribute, direction: 'desc', nulls: 'first' };
+    case '--':
+      return { attribute, direction: 'desc', nulls: 'last' };
+    default:
+      return undefined;
+  }
+}
+
+function parsePage(value: unknown, cursorLength: number, limits: QueryLimits, problems: Problems): PageParams {
+  const page: PageParams = { limit: limits.defaultLimit, count: false };
+  if (value === undefined) return page;
+  if (!isObject(value)) {
+    problems.add('invalid_pagination', 'page', '`page` takes page[limit], page[offset], page[after], page[before] and page[count].');
+    return page;
+  }
+  for (const [key, item] of Object.entries(value)) {
+    const parameter = `page[${key}]`;
+    const text = typeof item === 'string' ? item : undefined;
+    switch (key) {
+      case 'limit': {
+        const limit = text !== undefined && /^\d{1,9}$/.test(text) ? Number(text) : NaN;
+        if (!(limit >= 1)) problems.add('invalid_pagination', parameter, '`page[limit]` must be a positive integer.');
+        else page.limit = Math.min(limit, limits.maxLimit);
+        break;
+      }
+      case 'offset': {
+        const offset = text !== undefined && /^\d{1,9}$/.test(text) ? Number(text) : NaN;
+        if (!(offset >= 0 && offset <= limits.maxOffset)) {
+          problems.add('invalid_pagination', parameter, `\`page[offset]\` must be an integer from 0 to ${limits.maxOffset}.`);
+        } else page.offset = offset;
+        break;
+      }
+      case 'after':
+      case 'before': {
+        const cursor = text !== undefined ? decodeCursor(text) : undefined;
+        if (!cursor || cursor.values.length !== cursorLength) {
+          problems.add('invalid_pagination', parameter, 'The cursor is not valid for this sort; take cursors from the links.');
+        } else page[key] = cursor;
+        break;
+      }
+      case 'count':
+        if (text !== 'true' && text !== 'false') problems.add('invalid_pagination', parameter, '`page[count]` takes true or false.');
+        else page.count = text === 'true';
+        break;
+      default:
+        problems.add('invalid_pagination', parameter, `Unknown page parameter \`${key}\`.`);
+    }
+  }
+  if (page.after && page.before) problems.add('invalid_pagination', 'page[before]', 'Use page[after] or page[before], not both.');
+  if (page.offset !== undefined && (page.after || page.before)) {
+    problems.add('invalid_pagination', 'page[offset]', 'Use offset or cursor paging, not both.');
+  }
+  return page;
+}

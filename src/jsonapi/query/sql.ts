@@ -1,0 +1,129 @@
+/** SQL fragments for filters, ordering and keyset paging over a resource's table, aliased `t`. */
+import { sql, type RawBuilder } from 'kysely';
+import { columnOf, sqlTypeOf, type AttributeDef, type ResourceDef } from '../resource.js';
+import type { Cursor, FilterNode, SortKey } from './types.js';
+
+const ID: AttributeDef = { kind: 'uuid' };
+
+function attributeOf(resource: ResourceDef, name: string): AttributeDef {
+  return name === 'id' ? ID : resource.attributes[name];
+}
+
+function column(resource: ResourceDef, name: string): RawBuilder<unknown> {
+  return sql.ref(`t.${name === 'id' ? 'id' : columnOf(name, resource.attributes[name])}`);
+}
+
+/** A parameter cast to the attribute's column type (JSON objects travel as text). */
+function typed(def: AttributeDef, value: unknown): RawBuilder<unknown> {
+  const type = sqlTypeOf(def);
+  const parameter = type === 'jsonb' && typeof value !== 'string' ? JSON.stringify(value) : value;
+  return sql`${parameter}::${sql.raw(type === 'text[]' ? 'text' : type)}`;
+}
+
+export function filterSql(resource: ResourceDef, node: FilterNode): RawBuilder<unknown> {
+  switch (node.kind) {
+    case 'and':
+    case 'or':
+      return node.children.length === 0
+        ? sql`TRUE`
+        : sql`(${sql.join(node.children.map((c) => filterSql(resource, c)), node.kind === 'and' ? sql` AND ` : sql` OR `)})`;
+    case 'not':
+      return sql`NOT COALESCE(${filterSql(resource, node.child)}, FALSE)`;
+    case 'condition':
+      return condition(resource, node.attribute, node.operator, node.value);
+  }
+}
+
+function condition(resource: ResourceDef, attribute: string, operator: string, value: unknown): RawBuilder<unknown> {
+  const def = attributeOf(resource, attribute);
+  const col = column(resource, attribute);
+  switch (operator) {
+    case 'eq':
+      return sql`${col} = ${typed(def, value)}`;
+    case 'not_eq':
+      return sql`${col} IS DISTINCT FROM ${typed(def, value)}`;
+    case 'in':
+      return sql`${col} IN (${sql.join((value as unknown[]).map((v) => typed(def, v)))})`;
+    case 'less_than':
+      return sql`${col} < ${typed(def, value)}`;
+    case 'greater_than':
+      return sql`${col} > ${typed(def, value)}`;
+    case 'less_than_or_equal':
+      return sql`${col} <= ${typed(def, value)}`;
+    case 'greater_than_or_equal':
+      return sql`${col} >= ${typed(def, value)}`;
+    case 'is_nil':
+      return value ? sql`${col} IS NULL` : sql`${col} IS NOT NULL`;
+    case 'contains':
+      if (def.kind === 'object') return sql`${col} @> ${typed(def, value)}`;
+      if (def.kind === 'string_array') return sql`${value}::text = ANY(${col})`;
+      return sql`strpos(${col}, ${value}::text) > 0`;
+    default:
+      throw new Error(`unknown filter operator ${operator}`);
+  }
+}
+
+const flip = (key: SortKey): SortKey => ({
+  attribute: key.attribute,
+  direction: key.direction === 'asc' ? 'desc' : 'asc',
+  nulls: key.nulls === 'first' ? 'last' : 'first',
+});
+
+export function orderBySql(resource: ResourceDef, sort: SortKey[], reverse = false): RawBuilder<unknown> {
+  return sql.join(
+    sort.map((key) => (reverse ? flip(key) : key)).map(
+      (key) => sql`${column(resource, key.attribute)} ${sql.raw(key.direction === 'asc' ? 'ASC' : 'DESC')} NULLS ${sql.raw(key.nulls === 'first' ? 'FIRST' : 'LAST')}`,
+    ),
+  );
+}
+
+/** Extra select columns `_k0..` holding each sort value (but the final id) as text, for cursors; undefined when sorting by id alone. */
+export function cursorSelectSql(resource: ResourceDef, sort: SortKey[]): RawBuilder<unknown> | undefined {
+  const keys = sort.slice(0, -1);
+  if (keys.length === 0) return undefined;
+  return sql.join(keys.map((key, i) => sql`${column(resource, key.attribute)}::text AS ${sql.id(`_k${i}`)}`));
+}
+
+export function cursorFromRow(sort: SortKey[], row: Record<string, unknown>): Cursor {
+  const values = sort.slice(0, -1).map((_, i) => (row[`_k${i}`] ?? null) as string | null);
+  return { values, id: String(row.id) };
+}
+
+/** Default null placement of PostgreSQL for a direction: what a plain index scan yields. */
+const defaultNulls = (key: SortKey) => (key.direction === 'asc' ? key.nulls === 'last' : key.nulls === 'first');
+
+/**
+ * Rows strictly after (or before) the cursor in the sort order. When every key
+ * runs one way with default null placement over non-null columns, a row-value
+ * comparison lets PostgreSQL scan an (organisation_id, key, id) index range, so
+ * a deep page costs what the first does.
+ */
+export function keysetSql(resource: ResourceDef, sort: SortKey[], cursor: Cursor, direction: 'after' | 'before'): RawBuilder<unknown> {
+  const keys = direction === 'before' ? sort.map(flip) : sort;
+  const values = [...cursor.values, cursor.id];
+  const oneWay = keys.every((k) => k.direction === keys[0].direction && defaultNulls(k));
+  const nonNull = keys.every((k, i) => !attributeOf(resource, k.attribute).nullable && values[i] !== null);
+  if (oneWay && nonNull) {
+    const columns = sql.join(keys.map((k) => column(resource, k.attribute)));
+    const params = sql.join(keys.map((k, i) => typed(attributeOf(resource, k.attribute), values[i])));
+    return keys[0].direction === 'asc' ? sql`(${columns}) > (${params})` : sql`(${columns}) < (${params})`;
+  }
+  const branches = keys.map((key, i) => {
+    const equal = keys.slice(0, i).map((k, j) => equalTo(resource, k, values[j]));
+    return sql.join([...equal, afterValue(resource, key, values[i])], sql` AND `);
+  });
+  return sql`(${sql.join(branches.map((b) => sql`(${b})`), sql` OR `)})`;
+}
+
+function equalTo(resource: ResourceDef, key: SortKey, value: string | null): RawBuilder<unknown> {
+  const col = column(resource, key.attribute);
+  return value === null ? sql`${col} IS NULL` : sql`${col} = ${typed(attributeOf(resource, key.attribute), value)}`;
+}
+
+function afterValue(resource: ResourceDef, key: SortKey, value: string | null): RawBuilder<unknown> {
+  const col = column(resource, key.attribute);
+  if (value === null) return key.nulls === 'first' ? sql`${col} IS NOT NULL` : sql`FALSE`;
+  const param = typed(attributeOf(resource, key.attribute), value);
+  const beyond = key.direction === 'asc' ? sql`${col} > ${param}` : sql`${col} < ${param}`;
+  return key.nulls === 'last' ? sql`(${beyond} OR ${col} IS NULL)` : beyond;
+}

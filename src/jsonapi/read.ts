@@ -1,0 +1,153 @@
+/** Reading records: by id, by list query, and the records a request includes. */
+import { sql, type RawBuilder } from 'kysely';
+import type { Database } from '../db/connection.js';
+import type { Registry } from './query/parse.js';
+import { cursorSelectSql, filterSql, keysetSql, orderBySql } from './query/sql.js';
+import type { IncludeTree, ParsedQuery } from './query/types.js';
+import { columnOf, type Principal, type RelationshipDef, type ResourceDef } from './resource.js';
+import { rowScope, mayPerform } from './scope.js';
+import { identifier, renderResource, type Identifier, type RenderContext, type Row } from './serialize.js';
+import { linkageColumn, selectList } from './select.js';
+
+export interface Reader {
+  db: Database;
+  principal: Principal;
+  registry: Registry;
+}
+
+const PARENT = '_parent';
+
+function where(conditions: (RawBuilder<unknown> | undefined)[]): RawBuilder<unknown> {
+  return sql.join(conditions.filter((c): c is RawBuilder<unknown> => c !== undefined), sql` AND `);
+}
+
+export async function fetchByIds(reader: Reader, resource: ResourceDef, ids: string[]): Promise<Row[]> {
+  if (ids.length === 0) return [];
+  const { rows } = await sql<Row>`
+    SELECT ${selectList(resource, reader.principal, reader.registry)} FROM ${sql.table(resource.table)} t
+    WHERE ${where([sql`t.id = ANY(${ids}::uuid[])`, rowScope(resource, reader.principal)])}`.execute(reader.db);
+  return rows;
+}
+
+export async function fetchById(reader: Reader, resource: ResourceDef, id: string): Promise<Row | undefined> {
+  return (await fetchByIds(reader, resource, [id]))[0];
+}
+
+export interface ListResult {
+  rows: Row[];
+  /** Whether more rows exist beyond this page in the direction of travel. */
+  hasMore: boolean;
+  total?: number;
+}
+
+/** One page of a list: tenancy, role scope, filter, sort and offset or keyset paging. */
+export async function listRows(reader: Reader, resource: ResourceDef, query: ParsedQuery): Promise<ListResult> {
+  const { page, sort } = query;
+  const backwards = page.before !== undefined;
+  const cursor = page.after ?? page.before;
+  const scope = rowScope(resource, reader.principal);
+  const filter = query.filter ? filterSql(resource, query.filter) : undefined;
+  const keyset = cursor ? keysetSql(resource, sort, cursor, backwards ? 'before' : 'after') : undefined;
+  const cursorColumns = cursorSelectSql(resource, sort);
+  const columns = cursorColumns
+    ? sql`${selectList(resource, reader.principal, reader.registry)}, ${cursorColumns}`
+    : selectList(resource, reader.principal, reader.registry);
+
+  const { rows } = await sql<Row>`
+    SELECT ${columns} FROM ${sql.table(resource.table)} t
+    WHERE ${where([scope, filter, keyset])}
+    ORDER BY ${orderBySql(resource, sort, backwards)}
+    LIMIT ${page.limit + 1} OFFSET ${page.offset ?? 0}`.execute(reader.db);
+
+  const hasMore = rows.length > page.limit;
+  if (hasMore) rows.pop();
+  if (backwards) rows.reverse();
+
+  let total: number | undefined;
+  if (page.count) {
+    const counted = await sql<{ total: number }>`
+      SELECT count(*)::int AS total FROM ${sql.table(resource.table)} t WHERE ${where([scope, filter])}`.execute(reader.db);
+    total = counted.rows[0].total;
+  }
+  return { rows, hasMore, total };
+}
+
+/** Related rows of a to-many relationship, each tagged with its parent's id in `_parent`. */
+async function fetchToMany(reader: Reader, relationship: RelationshipDef, related: ResourceDef, parentIds: string[]) {
+  if (parentIds.length === 0) return [];
+  const columns = selectList(related, reader.principal, reader.registry);
+  const scope = rowScope(related, reader.principal);
+  const order = (related.defaultSort ?? []).map((name) => sql.ref(`t.${columnOf(name, related.attributes[name])}`));
+  const orderBy = sql.join([...order, sql`t.id`]);
+  if (relationship.through) {
+    const { table, from, to } = relationship.through;
+    const { rows } = await sql<Row>`
+      SELECT ${columns}, ${sql.ref(`j.${from}`)} AS ${sql.id(PARENT)}
+      FROM ${sql.table(table)} j JOIN ${sql.table(related.table)} t ON t.id = ${sql.ref(`j.${to}`)}
+      WHERE ${sql.ref(`j.${from}`)} = ANY(${parentIds}::uuid[]) AND ${scope}
+      ORDER BY ${orderBy}`.execute(reader.db);
+    return rows;
+  }
+  const key = sql.ref(`t.${relationship.inverseKey!}`);
+  const { rows } = await sql<Row>`
+    SELECT ${columns}, ${key} AS ${sql.id(PARENT)} FROM ${sql.table(related.table)} t
+    WHERE ${key} = ANY(${parentIds}::uuid[]) AND ${scope}
+    ORDER BY ${orderBy}`.execute(reader.db);
+  return rows;
+}
+
+const keyOf = (type: string, id: unknown) => `${type}:${String(id)}`;
+
+/**
+ * Loads everything a request's include tree names, de-duplicated and inside
+ * the caller's tenancy and role scope, then renders primary data and included.
+ */
+export async function renderWithIncludes(
+  reader: Reader,
+  resource: ResourceDef,
+  primaryRows: Row[],
+  include: IncludeTree,
+  ctx: RenderContext,
+): Promise<{ data: Record<string, unknown>[]; included: Record<string, unknown>[] }> {
+  const toMany = new Map<string, Map<string, Identifier[]>>();
+  const loaded = new Map<string, { resource: ResourceDef; row: Row }>();
+
+  async function walk(parent: ResourceDef, rows: Row[], tree: IncludeTree): Promise<void> {
+    for (const [name, subtree] of Object.entries(tree)) {
+      const relationship = parent.relationships[name];
+      const related = reader.registry.get(relationship.type)!;
+      if (!mayPerform(related, reader.principal, 'read')) continue;
+      let relatedRows: Row[];
+      if (relationship.cardinality === 'one') {
+        const ids = new Set<string>();
+        for (const row of rows) {
+          const id = relationship.resolve ? relationship.resolve(reader.principal) : row[linkageColumn(name)];
+          if (id) ids.add(String(id));
+        }
+        const missing = [...ids].filter((id) => !loaded.has(keyOf(related.type, id)));
+        const known = [...ids].map((id) => loaded.get(keyOf(related.type, id))?.row).filter((r): r is Row => !!r);
+        relatedRows = [...(await fetchByIds(reader, related, missing)), ...known];
+      } else {
+        relatedRows = await fetchToMany(reader, relationship, related, rows.map((r) => String(r.id)));
+        for (const row of rows) {
+          const linkage = relatedRows.filter((r) => String(r[PARENT]) === String(row.id)).map((r) => identifier(related.type, String(r.id)));
+          const byRelationship = toMany.get(keyOf(parent.type, row.id)) ?? new Map<string, Identifier[]>();
+          byRelationship.set(name, linkage);
+          toMany.set(keyOf(parent.type, row.id), byRelationship);
+        }
+      }
+      for (const row of relatedRows) {
+        if (!loaded.has(keyOf(related.type, row.id))) loaded.set(keyOf(related.type, row.id), { resource: related, row });
+      }
+      await walk(related, relatedRows, subtree);
+    }
+  }
+
+  await walk(resource, primaryRows, include);
+  const primaryKeys = new Set(primaryRows.map((row) => keyOf(resource.type, row.id)));
+  const data = primaryRows.map((row) => renderResource(resource, row, ctx, toMany.get(keyOf(resource.type, row.id))));
+  const included = [...loaded.entries()]
+    .filter(([key]) => !primaryKeys.has(key))
+    .map(([key, { resource: r, row }]) => renderResource(r, row, ctx, toMany.get(key)));
+  return { data, included };
+}

@@ -1,0 +1,258 @@
+/**
+ * The declarative resource vocabulary. A resource module states its table,
+ * attributes, relationships, who may do what, and its few special actions;
+ * the engine derives routes, validation, queries, serialisation and OpenAPI
+ * from that alone.
+ */
+import type { Redis } from 'ioredis';
+import type { RawBuilder } from 'kysely';
+import type { Config } from '../config/index.js';
+import type { Database } from '../db/connection.js';
+
+/** Process-wide services an action may need. */
+export interface AppServices {
+  config: Config;
+  /** HS256 key for every JWT the service issues and verifies. */
+  signingKey: Uint8Array;
+  /** Shared counters (rate limits, login throttling) when REDIS_URL is set. */
+  redis?: Redis;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the auth layer for every /api request that carries a valid credential. */
+    principal?: Principal;
+  }
+  interface FastifyContextConfig {
+    /** A publishable key may call this route (only login). */
+    allowPublishable?: boolean;
+    /** No credential needed (health, metrics, docs). */
+    public?: boolean;
+  }
+}
+
+export type Role = 'owner' | 'admin' | 'operator';
+export const ROLES: readonly Role[] = ['owner', 'admin', 'operator'];
+
+export type CredentialKind = 'user_token' | 'secret_key' | 'publishable_key';
+
+/** Who is asking: resolved by the auth layer, consumed by the engine. */
+export interface Principal {
+  organisationId: string;
+  userId: string;
+  role: Role;
+  credential: CredentialKind;
+  /** id of the api_keys or user_sessions row behind the credential */
+  credentialId: string;
+}
+
+/** PostgreSQL type of the column behind an attribute; drives casts in filters and cursors. */
+export type SqlType = 'text' | 'uuid' | 'integer' | 'boolean' | 'timestamptz' | 'jsonb' | 'text[]';
+
+export type AttributeKind = 'string' | 'enum' | 'uuid' | 'integer' | 'boolean' | 'timestamp' | 'object' | 'string_array';
+
+export interface AttributeDef {
+  kind: AttributeKind;
+  /** Column name; defaults to the attribute name. */
+  column?: string;
+  /** May hold null (in responses and as input). */
+  nullable?: boolean;
+  /** Accepted in a create payload; 'required' means it must be present. */
+  create?: boolean | 'required';
+  /** Accepted in an update payload. */
+  update?: boolean;
+  sortable?: boolean;
+  filterable?: boolean;
+  /** Accepted as input but never returned (e.g. gateway password). */
+  writeOnly?: boolean;
+  /** Value set for `enum` attributes. */
+  values?: readonly string[];
+  /** Applied on create when the attribute is omitted. */
+  default?: unknown | (() => unknown);
+  minLength?: number;
+  maxLength?: number;
+  pattern?: string;
+  minimum?: number;
+  maximum?: number;
+  /** Upper bound of an `object`'s JSON text, in bytes. */
+  maxBytes?: number;
+  minItems?: number;
+  maxItems?: number;
+  /** Bounds for each element of a `string_array`. */
+  items?: { minLength?: number; maxLength?: number; pattern?: string };
+  /** `seconds` renders timestamps as YYYY-MM-DDTHH:MM:SSZ and stores them truncated. */
+  precision?: 'seconds' | 'milliseconds';
+  /** A uuid naming a record of this type, which must be visible to the caller. */
+  references?: string;
+  /** Extra validation of one value; returns a message when invalid. */
+  check?: (value: unknown) => string | undefined;
+  /** Computed read-only value: an SQL expression over the row (aliased `t`) instead of a column. */
+  expression?: (principal: Principal) => RawBuilder<unknown>;
+  description?: string;
+}
+
+export interface RelationshipDef {
+  /** Related resource type name, e.g. 'AiAgent'. */
+  type: string;
+  cardinality: 'one' | 'many';
+  /** Column on this table holding the related id (belongs-to). */
+  foreignKey?: string;
+  /** Column on the related table pointing back at this record (has-one / has-many). */
+  inverseKey?: string;
+  /** Many-to-many through a join table: this id in `from`, related id in `to`. */
+  through?: { table: string; from: string; to: string };
+  /** Whether `include` may name it. Default: true for to-one, false for to-many. */
+  includable?: boolean;
+  /** Value for the linkage when it is not a column (e.g. the caller's organisation). */
+  resolve?: (principal: Principal) => string | null;
+}
+
+/** Row-level scope: an SQL condition on the table (under `alias`), or undefined for no restriction. */
+export type Scope = (principal: Principal, alias: string) => RawBuilder<unknown> | undefined;
+
+export interface AccessRules {
+  /** Roles that may read the type at all (others get 403). */
+  read: readonly Role[];
+  create?: readonly Role[];
+  update?: readonly Role[];
+  /** Limits which rows a role sees, beyond the organisation (e.g. operators: their own). */
+  visible?: Scope;
+}
+
+/** What a custom action receives. */
+export interface ActionContext {
+  db: Database;
+  services: AppServices;
+  principal: Principal;
+  resource: ResourceDef;
+  /** Validated attributes of the request, with defaults applied on create. */
+  values: Record<string, unknown>;
+  /** For update: the current row (columns by name). */
+  existing?: Record<string, unknown>;
+}
+
+/** The outcome of a write: which record to render and with which status. */
+export interface ActionResult {
+  id: string;
+  /** 201 for a new record, 200 for an existing one (idempotent repeats, upserts). */
+  status: 200 | 201;
+}
+
+export interface ResourceDef {
+  /** JSON:API type, exactly as the spec names it. */
+  type: string;
+  /** Collection path under /api, or undefined when the type has no endpoint of its own. */
+  path?: string;
+  table: string;
+  attributes: Record<string, AttributeDef>;
+  relationships: Record<string, RelationshipDef>;
+  /** Names accepted in fields[Type]; defaults to every readable attribute and relationship. */
+  fields?: readonly string[];
+  /** Endpoints this type has. */
+  operations: { list?: boolean; get?: boolean; create?: boolean; update?: boolean };
+  access: AccessRules;
+  /**
+   * Tenancy: the condition that keeps rows inside the caller's organisation.
+   * Defaults to `organisation_id = principal.organisationId`.
+   */
+  tenancy?: Scope;
+  /** Computes derived columns before an insert (after validation and defaults). */
+  beforeInsert?: (ctx: ActionContext) => Promise<void> | void;
+  /** Computes derived columns or checks cross-field rules before an update. */
+  beforeUpdate?: (ctx: ActionContext) => Promise<void> | void;
+  /** Replaces the generic insert (e.g. upserts, idempotent creates). Runs in a transaction. */
+  create?: (ctx: ActionContext) => Promise<ActionResult>;
+  /** Unique constraint (index) name -> attribute it protects; a violation is a 409 on that pointer. */
+  uniqueConstraints?: Record<string, string>;
+  /** Order of lists without `sort` (before the final `id`); default: creation order (`id`). */
+  defaultSort?: readonly string[];
+  /** Special actions with their own path, e.g. login. */
+  actions?: Record<string, CustomAction>;
+  description?: string;
+}
+
+/** A special action: POST /api/{path} with a `data` of this resource's type. */
+export interface CustomAction {
+  path: string;
+  summary: string;
+  /** Attributes the action accepts (validated like a create payload). */
+  input: Record<string, AttributeDef>;
+  /** Whether a publishable key may call it (login). */
+  allowPublishable?: boolean;
+  /** Roles allowed; default: every role. */
+  roles?: readonly Role[];
+  run: (ctx: ActionContext & { clientAddress: string }) => Promise<ActionResult & { meta?: Record<string, unknown> }>;
+}
+
+export function defineResource<const R extends ResourceDef>(resource: R): R {
+  return resource;
+}
+
+type AttrOptions = Omit<AttributeDef, 'kind'>;
+
+/** Attribute builders: `attr.string({ create: true, maxLength: 120 })`. */
+export const attr = {
+  string: (o: AttrOptions = {}): AttributeDef => ({ kind: 'string', ...o }),
+  enum: (values: readonly string[], o: AttrOptions = {}): AttributeDef => ({ kind: 'enum', values, ...o }),
+  uuid: (o: AttrOptions = {}): AttributeDef => ({ kind: 'uuid', ...o }),
+  integer: (o: AttrOptions = {}): AttributeDef => ({ kind: 'integer', ...o }),
+  boolean: (o: AttrOptions = {}): AttributeDef => ({ kind: 'boolean', ...o }),
+  timestamp: (o: AttrOptions = {}): AttributeDef => ({ kind: 'timestamp', ...o }),
+  object: (o: AttrOptions = {}): AttributeDef => ({ kind: 'object', ...o }),
+  stringArray: (o: AttrOptions = {}): AttributeDef => ({ kind: 'string_array', ...o }),
+};
+
+/** Relationship builders. */
+export const rel = {
+  belongsTo: (type: string, foreignKey: string, o: Partial<RelationshipDef> = {}): RelationshipDef => ({
+    type,
+    cardinality: 'one',
+    foreignKey,
+    ...o,
+  }),
+  hasOne: (type: string, inverseKey: string, o: Partial<RelationshipDef> = {}): RelationshipDef => ({
+    type,
+    cardinality: 'one',
+    inverseKey,
+    ...o,
+  }),
+  hasMany: (type: string, inverseKey: string, o: Partial<RelationshipDef> = {}): RelationshipDef => ({
+    type,
+    cardinality: 'many',
+    inverseKey,
+    ...o,
+  }),
+};
+
+export function sqlTypeOf(a: AttributeDef): SqlType {
+  switch (a.kind) {
+    case 'uuid':
+      return 'uuid';
+    case 'integer':
+      return 'integer';
+    case 'boolean':
+      return 'boolean';
+    case 'timestamp':
+      return 'timestamptz';
+    case 'object':
+      return 'jsonb';
+    case 'string_array':
+      return 'text[]';
+    default:
+      return 'text';
+  }
+}
+
+export const columnOf = (name: string, a: AttributeDef): string => a.column ?? name;
+
+/** Attribute names a response may carry. */
+export function readableAttributes(r: ResourceDef): string[] {
+  return Object.entries(r.attributes)
+    .filter(([, a]) => !a.writeOnly)
+    .map(([n]) => n);
+}
+
+/** Names accepted in fields[Type] for this resource (the seed's lists plus relationships). */
+export function fieldNames(r: ResourceDef): string[] {
+  return [...(r.fields ?? ['id', ...readableAttributes(r), ...Object.keys(r.relationships)])];
+}

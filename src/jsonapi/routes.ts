@@ -1,0 +1,229 @@
+/** Derives every HTTP route from the resource definitions. */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { DatabaseHandle } from '../db/connection.js';
+import { ApiError, forbidden, notFound } from './errors.js';
+import { parseQuery, type QueryLimits, type Registry } from './query/parse.js';
+import { encodeCursor } from './query/cursor.js';
+import { cursorFromRow } from './query/sql.js';
+import type { ParsedQuery } from './query/types.js';
+import { fetchById, listRows, renderWithIncludes, type Reader } from './read.js';
+import type { AppServices, AttributeDef, CustomAction, Principal, ResourceDef } from './resource.js';
+import { requirePermission } from './scope.js';
+import { document, queryString, type RenderContext } from './serialize.js';
+import { UUID_PATTERN, validateBody, type WriteKind } from './validate.js';
+import { createRecord, exists, updateRecord, type Writer } from './write.js';
+
+export interface EngineOptions extends AppServices {
+  database: DatabaseHandle;
+  limits?: QueryLimits;
+}
+
+type Query = Record<string, unknown>;
+const ALL_METHODS = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'] as const;
+
+export function buildRegistry(resources: ResourceDef[]): Registry {
+  return new Map(resources.map((r) => [r.type, r]));
+}
+
+/** Absolute base for links: the configured public URL, else the request's own origin. */
+function baseUrl(request: FastifyRequest, options: EngineOptions): string {
+  return options.config.publicUrl ?? `${request.protocol}://${request.host}`;
+}
+
+function principalOf(request: FastifyRequest): Principal {
+  if (!request.principal) throw new Error('route reached without a principal');
+  return request.principal;
+}
+
+/** Attributes an operation accepts, and those it requires. */
+function inputOf(attributes: Record<string, AttributeDef>, kind: WriteKind) {
+  const accepted: Record<string, AttributeDef> = {};
+  const required: string[] = [];
+  for (const [name, def] of Object.entries(attributes)) {
+    const flag = kind === 'update' ? def.update : def.create;
+    if (!flag) continue;
+    accepted[name] = def;
+    if (flag === 'required') required.push(name);
+  }
+  return { accepted, required };
+}
+
+/** Attributes accepted on create and update, derived once per resource. */
+export function writableAttributes(resource: ResourceDef, kind: 'create' | 'update') {
+  return inputOf(resource.attributes, kind);
+}
+
+export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
+  const registry = buildRegistry(resources);
+  const db = options.database.db;
+
+  const context = (request: FastifyRequest) => {
+    const principal = principalOf(request);
+    const reader: Reader = { db, principal, registry };
+    const writer: Writer = { ...reader, services: options };
+    return { principal, reader, writer };
+  };
+  const renderContext = (request: FastifyRequest, principal: Principal, query: ParsedQuery): RenderContext => ({
+    baseUrl: baseUrl(request, options),
+    principal,
+    registry,
+    fields: query.fields,
+  });
+
+  /** Renders one record as a single-resource document (404 when it is not visible). */
+  async function single(request: FastifyRequest, resource: ResourceDef, id: string, query: ParsedQuery, meta = {}) {
+    const { principal, reader } = context(request);
+    const row = await fetchById(reader, resource, id);
+    if (!row) throw notFound();
+    const { data, included } = await renderWithIncludes(reader, resource, [row], query.include, renderContext(request, principal, query));
+    return document(data[0], included, meta);
+  }
+
+  function created(reply: FastifyReply, doc: Record<string, unknown>, status: 200 | 201) {
+    const self = ((doc.data as Record<string, unknown>).links as { self?: string } | undefined)?.self;
+    if (status === 201 && self) reply.header('Location', self);
+    return reply.code(status).send(doc);
+  }
+
+  for (const resource of resources) {
+    for (const action of Object.values(resource.actions ?? {})) registerAction(resource, action);
+    if (!resource.path) continue;
+    const collection = `/api/${resource.path}`;
+    const member = `${collection}/:id`;
+    const createInput = inputOf(resource.attributes, 'create');
+    const updateInput = inputOf(resource.attributes, 'update');
+    const allowed = { [collection]: [] as string[], [member]: [] as string[] };
+
+    if (resource.operations.list) {
+      allowed[collection].push('GET');
+      app.get(collection, async (request) => {
+        const { principal, reader } = context(request);
+        requirePermission(resource, principal, 'read');
+        const query = parseQuery(request.query as Query, resource, registry, 'list', options.limits);
+        const result = await listRows(reader, resource, query);
+        const ctx = renderContext(request, principal, query);
+        const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
+        const page: Record<string, unknown> = { limit: query.page.limit };
+        if (query.page.offset !== undefined) page.offset = query.page.offset;
+        if (result.total !== undefined) page.total = result.total;
+        const links = listLinks(`${ctx.baseUrl}${collection}`, request.query as Query, query, result);
+        return document(data, included, { page }, links);
+      });
+    }
+
+    if (resource.operations.get) {
+      allowed[member].push('GET');
+      app.get(member, async (request) => {
+        const { principal } = context(request);
+        requirePermission(resource, principal, 'read');
+        const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+        return single(request, resource, idParam(request), query);
+      });
+    }
+
+    if (resource.operations.create) {
+      allowed[collection].push('POST');
+      app.post(collection, async (request, reply) => {
+        const { principal, writer } = context(request);
+        requirePermission(resource, principal, 'create');
+        const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+        const values = validateBody(request.body, { type: resource.type, kind: 'create', ...createInput });
+        const result = await createRecord(writer, resource, values);
+        return created(reply, await single(request, resource, result.id, query), result.status);
+      });
+    }
+
+    if (resource.operations.update) {
+      allowed[member].push('PATCH');
+      app.patch(member, async (request) => {
+        const { principal, writer } = context(request);
+        requirePermission(resource, principal, 'read');
+        const id = idParam(request);
+        const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+        if (!(await exists(writer, resource, id))) throw notFound();
+        requirePermission(resource, principal, 'update');
+        const values = validateBody(request.body, { type: resource.type, kind: 'update', id, ...updateInput });
+        await updateRecord(writer, resource, id, values);
+        return single(request, resource, id, query);
+      });
+    }
+
+    for (const [url, methods] of Object.entries(allowed)) if (methods.length > 0) methodNotAllowed(url, methods);
+  }
+
+  function registerAction(resource: ResourceDef, action: CustomAction) {
+    const url = `/api/${action.path}`;
+    const input = inputOf(action.input, 'create');
+    app.post(url, { config: { allowPublishable: action.allowPublishable ?? false } }, async (request, reply) => {
+      const { principal, writer } = context(request);
+      if (action.roles && !action.roles.includes(principal.role)) throw forbidden();
+      const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+      const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
+      const result = await action.run({
+        db,
+        services: options,
+        principal,
+        resource,
+        values,
+        clientAddress: request.ip,
+      });
+      const doc = await single(request, resource, result.id, query, result.meta ?? {});
+      return reply.code(result.status).send(doc);
+    });
+    methodNotAllowed(url, ['POST']);
+  }
+
+  function methodNotAllowed(url: string, methods: string[]) {
+    const others = ALL_METHODS.filter((m) => !methods.includes(m));
+    const allow = [...methods, ...(methods.includes('GET') ? ['HEAD'] : [])].join(', ');
+    app.route({
+      method: others as unknown as string[],
+      url,
+      handler: async (_request, reply) => {
+        reply.header('Allow', allow);
+        throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+      },
+    });
+  }
+
+  return registry;
+}
+
+/** The `:id` path parameter; a malformed id names no record. */
+function idParam(request: FastifyRequest): string {
+  const id = (request.params as { id: string }).id;
+  if (!UUID_PATTERN.test(id)) throw notFound();
+  return id.toLowerCase();
+}
+
+/** self, first, next and prev links of a list page (keyset unless the request pages by offset). */
+function listLinks(
+  collectionUrl: string,
+  raw: Query,
+  query: ParsedQuery,
+  result: { rows: Record<string, unknown>[]; hasMore: boolean },
+): Record<string, string | null> {
+  const { page, sort } = query;
+  const rawPage = (typeof raw.page === 'object' && raw.page !== null ? raw.page : {}) as Query;
+  const { after: _a, before: _b, offset: _o, ...keepPage } = rawPage;
+  const link = (extra: Query) => `${collectionUrl}${queryString({ ...raw, page: { ...keepPage, ...extra } })}`;
+  const first = result.rows[0];
+  const last = result.rows[result.rows.length - 1];
+  const links: Record<string, string | null> = {
+    self: `${collectionUrl}${queryString(raw)}`,
+    first: link({}),
+    next: null,
+    prev: null,
+  };
+  if (page.offset !== undefined) {
+    if (result.hasMore) links.next = link({ offset: page.offset + page.limit });
+    if (page.offset > 0) links.prev = link({ offset: Math.max(0, page.offset - page.limit) });
+    return links;
+  }
+  const forwardMore = page.before ? true : result.hasMore;
+  const backwardMore = page.before ? result.hasMore : page.after !== undefined;
+  if (forwardMore && last) links.next = link({ after: encodeCursor(cursorFromRow(sort, last)) });
+  if (backwardMore && first) links.prev = link({ before: encodeCursor(cursorFromRow(sort, first)) });
+  return links;
+}
+

@@ -1,0 +1,25 @@
+import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { EVERY_ROLE } from './scopes.js';
+import { TRANSCRIPT_SPEAKERS } from './values.js';
+
+/** Written by the telephony side; a call's lines in `content_index` order. */
+export default defineResource({
+  type: 'CallTranscript',
+  path: 'call_transcripts',
+  table: 'call_transcripts',
+  attributes: {
+    content: attr.string({ sortable: true, filterable: true }),
+    speaker: attr.enum(TRANSCRIPT_SPEAKERS, { sortable: true, filterable: true }),
+    item_id: attr.string({ sortable: true, filterable: true }),
+    content_index: attr.integer({ sortable: true, filterable: true }),
+    occurred_at: attr.timestamp({ sortable: true, filterable: true }),
+    call_id: attr.uuid({ sortable: true, filterable: true }),
+  },
+  relationships: {
+    call: rel.belongsTo('Call', 'call_id'),
+    organisation: rel.belongsTo('Organisation', 'organisation_id'),
+  },
+  defaultSort: ['call_id', 'content_index'],
+  operations: { list: true },
+  access: { read: EVERY_ROLE },
+});

@@ -1,0 +1,87 @@
+import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
+import { ApiError, errorObject } from '../jsonapi/errors.js';
+import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
+import { insertRow } from '../jsonapi/write.js';
+import { EVERY_ROLE } from './scopes.js';
+import { ITEM_MODALITIES, ITEM_ROLES } from './values.js';
+
+/** Fields compared when an `item_id` is posted again: same content means the same item. */
+const IDEMPOTENT_FIELDS = ['content', 'role', 'modality'] as const;
+
+/**
+ * Appends an item. The conversation row is locked first, so concurrent posts
+ * to one conversation take consecutive `content_index` values, and a repeated
+ * `item_id` finds the earlier item instead of racing it.
+ */
+async function createItem(ctx: ActionContext): Promise<ActionResult> {
+  const { db, values } = ctx;
+  if (values.organisation_id !== undefined && values.organisation_id !== ctx.principal.organisationId) {
+    throw ApiError.of(422, 'invalid_attribute', 'organisation_id must be your organisation.', {
+      pointer: '/data/attributes/organisation_id',
+    });
+  }
+  const conversation = await sql<{ status: string; next_content_index: number }>`
+    SELECT status, next_content_index FROM conversations
+    WHERE id = ${values.conversation_id} AND organisation_id = ${ctx.principal.organisationId}
+    FOR UPDATE`.execute(db);
+  const row = conversation.rows[0];
+  if (!row) throw ApiError.of(422, 'invalid_attribute', 'No such conversation.', { pointer: '/data/attributes/conversation_id' });
+
+  if (values.item_id !== undefined) {
+    const existing = await db
+      .selectFrom('conversation_items')
+      .select(['id', ...IDEMPOTENT_FIELDS])
+      .where('conversation_id', '=', values.conversation_id)
+      .where('item_id', '=', values.item_id)
+      .executeTakeFirst();
+    if (existing) {
+      const same = IDEMPOTENT_FIELDS.every((f) => values[f] === undefined || values[f] === existing[f]);
+      if (same) return { id: existing.id, status: 200 };
+      throw ApiError.of(409, 'conflict', 'An item with this item_id exists with other content.', {
+        pointer: '/data/attributes/item_id',
+      });
+    }
+  }
+  if (row.status === 'closed') {
+    throw new ApiError([
+      errorObject(422, 'invalid_transition', 'The conversation is closed; reopen it to add items.', {
+        pointer: '/data/attributes/conversation_id',
+      }),
+    ]);
+  }
+
+  const contentIndex = (values.content_index as number | undefined) ?? row.next_content_index;
+  await sql`UPDATE conversations SET next_content_index = GREATEST(next_content_index, ${contentIndex + 1})
+            WHERE id = ${values.conversation_id}`.execute(db);
+  values.content_index = contentIndex;
+  values.item_id ??= `item_${randomUUID().replaceAll('-', '')}`;
+  const id = await insertRow(ctx);
+  return { id, status: 201 };
+}
+
+export default defineResource({
+  type: 'ConversationItem',
+  path: 'conversation_items',
+  table: 'conversation_items',
+  attributes: {
+    role: attr.enum(ITEM_ROLES, { create: 'required' }),
+    modality: attr.enum(ITEM_MODALITIES, { create: true, default: 'text' }),
+    content: attr.string({ create: 'required', maxLength: 32 * 1024 }),
+    metadata: attr.object({ create: true, maxBytes: 16 * 1024, default: () => ({}) }),
+    item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
+    content_index: attr.integer({ create: true, minimum: 0, maximum: 2_147_483_646 }),
+    occurred_at: attr.timestamp({ create: true, default: () => new Date() }),
+    conversation_id: attr.uuid({ create: 'required', references: 'Conversation' }),
+    organisation_id: attr.uuid({ create: true, references: 'Organisation' }),
+  },
+  relationships: {
+    conversation: rel.belongsTo('Conversation', 'conversation_id'),
+    organisation: rel.belongsTo('Organisation', 'organisation_id'),
+  },
+  defaultSort: ['content_index'],
+  uniqueConstraints: { conversation_items_index_key: 'content_index', conversation_items_item_id_key: 'item_id' },
+  operations: { create: true, get: true },
+  access: { read: EVERY_ROLE, create: EVERY_ROLE },
+  create: createItem,
+});

@@ -1,0 +1,29 @@
+import { randomBytes } from 'node:crypto';
+import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { EVERY_ROLE } from './scopes.js';
+import { CONVERSATION_CHANNELS, CONVERSATION_MODES, CONVERSATION_STATUSES } from './values.js';
+
+/** 128 random bits, URL-safe: unguessable public handle for a widget. */
+const newPublicId = () => randomBytes(16).toString('base64url');
+
+export default defineResource({
+  type: 'Conversation',
+  path: 'conversations',
+  table: 'conversations',
+  attributes: {
+    status: attr.enum(CONVERSATION_STATUSES, { update: true, sortable: true, filterable: true, default: 'active' }),
+    channel: attr.enum(CONVERSATION_CHANNELS, { create: true, sortable: true, filterable: true, default: 'chat' }),
+    mode: attr.enum(CONVERSATION_MODES, { create: true, update: true, sortable: true, filterable: true, default: 'text' }),
+    public_id: attr.string({ sortable: true, filterable: true, default: newPublicId }),
+    metadata: attr.object({ create: true, update: true, sortable: true, filterable: true, maxBytes: 16 * 1024, default: () => ({}) }),
+    ai_agent_id: attr.uuid({ create: true, update: true, nullable: true, sortable: true, filterable: true, references: 'AiAgent' }),
+  },
+  relationships: {
+    ai_agent: rel.belongsTo('AiAgent', 'ai_agent_id'),
+    call: rel.hasOne('Call', 'conversation_id'),
+    organisation: rel.belongsTo('Organisation', 'organisation_id'),
+    conversation_items: rel.hasMany('ConversationItem', 'conversation_id', { includable: true }),
+  },
+  operations: { list: true, create: true, update: true },
+  access: { read: EVERY_ROLE, create: EVERY_ROLE, update: EVERY_ROLE },
+});

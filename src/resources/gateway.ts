@@ -1,0 +1,57 @@
+import { isIP } from 'node:net';
+import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
+import { ADMINS } from './scopes.js';
+import { GATEWAY_PROVIDERS } from './values.js';
+
+const HOST = '^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$';
+const HOST_PORT = '^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?$';
+const SIP_USER_PART = '^[A-Za-z0-9_.!~*\'()&=+$,;?/%-]+$';
+
+/** An IPv4 or IPv6 CIDR block such as `203.0.113.0/24` or `2001:db8::/32`. */
+export function cidrProblem(value: unknown): string | undefined {
+  const problem = 'must be an IPv4 or IPv6 CIDR block, such as 203.0.113.0/24';
+  if (typeof value !== 'string') return problem;
+  const [address, bits, extra] = value.split('/');
+  const version = isIP(address ?? '');
+  if (version === 0 || extra !== undefined || bits === undefined || !/^\d{1,3}$/.test(bits)) return problem;
+  return Number(bits) <= (version === 4 ? 32 : 128) ? undefined : problem;
+}
+
+function proxyProblem(value: unknown): string | undefined {
+  if (typeof value !== 'string') return undefined;
+  const port = /:(\d+)$/.exec(value)?.[1];
+  return port !== undefined && (Number(port) < 1 || Number(port) > 65535) ? 'port must be 1..65535' : undefined;
+}
+
+/** `name` is derived: `username@realm`, unique per organisation. */
+function deriveName(ctx: ActionContext): void {
+  const username = ctx.values.username ?? ctx.existing?.username;
+  const realm = ctx.values.realm ?? ctx.existing?.realm;
+  ctx.values.name = `${username}@${realm}`;
+}
+
+export default defineResource({
+  type: 'Gateway',
+  path: 'gateways',
+  table: 'gateways',
+  attributes: {
+    name: attr.string(),
+    provider: attr.enum(GATEWAY_PROVIDERS, { create: true, update: true, default: 'generic' }),
+    username: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 128, pattern: SIP_USER_PART }),
+    password: attr.string({ create: true, update: true, nullable: true, writeOnly: true, minLength: 1, maxLength: 128 }),
+    realm: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 253, pattern: HOST }),
+    proxy: attr.string({ create: true, update: true, nullable: true, maxLength: 260, pattern: HOST_PORT, check: proxyProblem }),
+    register: attr.boolean({ create: true, update: true, default: true }),
+    from_domain: attr.string({ create: true, update: true, nullable: true, maxLength: 253, pattern: HOST }),
+    from_user: attr.string({ create: true, update: true, nullable: true, maxLength: 128, pattern: SIP_USER_PART }),
+    inbound_acl: attr.stringArray({ create: true, update: true, maxItems: 64, items: { maxLength: 49 }, check: (v) => (Array.isArray(v) ? v.map(cidrProblem).find(Boolean) : undefined), default: () => [] }),
+  },
+  relationships: {
+    organisation: rel.belongsTo('Organisation', 'organisation_id'),
+  },
+  uniqueConstraints: { gateways_org_name_key: 'name' },
+  operations: { create: true, update: true },
+  access: { read: ADMINS, create: ADMINS, update: ADMINS },
+  beforeInsert: deriveName,
+  beforeUpdate: deriveName,
+});

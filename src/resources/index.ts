@@ -1,0 +1,31 @@
+import type { ResourceDef } from '../jsonapi/resource.js';
+import aiAgent from './ai-agent.js';
+import apiKey from './api-key.js';
+import call from './call.js';
+import callParticipant from './call-participant.js';
+import callTranscript from './call-transcript.js';
+import conversation from './conversation.js';
+import conversationItem from './conversation-item.js';
+import gateway from './gateway.js';
+import operatorStatus from './operator-status.js';
+import operatorStatusEvent from './operator-status-event.js';
+import organisation from './organisation.js';
+import sipUser from './sip-user.js';
+import user from './user.js';
+
+/** Every resource, in the order of the spec's endpoint table. */
+export const resources: ResourceDef[] = [
+  apiKey,
+  user,
+  conversation,
+  conversationItem,
+  aiAgent,
+  gateway,
+  sipUser,
+  operatorStatus,
+  operatorStatusEvent,
+  call,
+  callParticipant,
+  callTranscript,
+  organisation,
+];

@@ -1,0 +1,19 @@
+import { attr, defineResource } from '../jsonapi/resource.js';
+import { operatorStatusAttributes, operatorStatusRelationships } from './operator-status.js';
+import { EVERY_ROLE } from './scopes.js';
+import { OPERATOR_STATUSES } from './values.js';
+
+/** The history of availability changes; written by the service only. */
+export default defineResource({
+  type: 'OperatorStatusEvent',
+  path: 'operator_status_events',
+  table: 'operator_status_events',
+  attributes: {
+    ...operatorStatusAttributes,
+    previous_status: attr.enum(OPERATOR_STATUSES, { nullable: true, sortable: true, filterable: true }),
+    occurred_at: attr.timestamp({ sortable: true, filterable: true }),
+  },
+  relationships: operatorStatusRelationships,
+  operations: { list: true, get: true },
+  access: { read: EVERY_ROLE },
+});

@@ -1,0 +1,24 @@
+import { randomBytes } from 'node:crypto';
+import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
+
+/** 24 URL-safe characters from 144 random bits. */
+const newSipPassword = () => randomBytes(18).toString('base64url');
+
+export default defineResource({
+  type: 'SipUser',
+  path: 'sip_users',
+  table: 'sip_users',
+  attributes: {
+    sip_username: attr.string({ create: 'required', sortable: true, filterable: true, pattern: '^[A-Za-z0-9_.+-]{3,64}$' }),
+    sip_password: attr.string({ create: true, update: true, sortable: true, filterable: true, minLength: 12, maxLength: 128, default: newSipPassword }),
+    user_id: attr.uuid({ create: true, nullable: true, sortable: true, filterable: true, references: 'User' }),
+  },
+  relationships: {
+    organisation: rel.belongsTo('Organisation', 'organisation_id'),
+    user: rel.belongsTo('User', 'user_id'),
+  },
+  uniqueConstraints: { sip_users_org_username_key: 'sip_username', sip_users_org_user_key: 'user_id' },
+  operations: { create: true, list: true, update: true },
+  access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, visible: ownRowsForOperators('user_id') },
+});

@@ -1,0 +1,96 @@
+/**
+ * Real JSON:API client libraries drive a listening server over HTTP:
+ * Kitsu reads (query serialisation, deserialising, linking includes),
+ * Jsona serialises write documents and deserialises their answers.
+ */
+import type { AddressInfo } from 'node:net';
+import Kitsu from 'kitsu';
+import { Jsona } from 'jsona';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from './support/app.js';
+import { seedTenant, type Tenant } from './support/seed.js';
+import { expectJsonApi } from './support/conformance.js';
+import { insertCall, insertTranscript } from './helpers/telephony.js';
+
+let t: TestApp;
+let tenant: Tenant;
+let base: string;
+let kitsu: Kitsu;
+const jsona = new Jsona();
+
+beforeAll(async () => {
+  t = await startTestApp();
+  tenant = await seedTenant(t, 'Clients');
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  base = `http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}`;
+  kitsu = new Kitsu({
+    baseURL: `${base}/api`,
+    headers: { Authorization: `Bearer ${tenant.admin.token}` },
+    pluralize: false,
+    camelCaseTypes: false,
+    resourceCase: 'none',
+  });
+});
+afterAll(async () => t?.close());
+
+/** Sends a Jsona-serialised document and returns the status and the deserialised record. */
+async function write(method: 'POST' | 'PATCH', path: string, stuff: Record<string, unknown>) {
+  const body = jsona.serialize({ stuff });
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${tenant.admin.token}`, 'Content-Type': 'application/vnd.api+json', Accept: 'application/vnd.api+json' },
+    body: JSON.stringify(body),
+  });
+  const document = (await response.json()) as any;
+  expectJsonApi(document);
+  return { status: response.status, location: response.headers.get('location'), record: response.ok ? (jsona.deserialize(document) as Record<string, any>) : undefined, document };
+}
+
+describe('JSON:API client libraries over HTTP', () => {
+  it('create, update and read back conversations and items', async () => {
+    const created = await write('POST', '/api/conversations', { type: 'Conversation', channel: 'sms', metadata: { from: 'jsona' } });
+    expect(created.status).toBe(201);
+    expect(created.location).toBe(`${base}/api/conversations/${created.record!.id}`);
+    expect(created.record).toMatchObject({ type: 'Conversation', channel: 'sms', status: 'active', metadata: { from: 'jsona' } });
+    const id = created.record!.id;
+    for (const content of ['first', 'second']) {
+      const item = await write('POST', '/api/conversation_items', { type: 'ConversationItem', content, role: 'user', conversation_id: id });
+      expect(item.status).toBe(201);
+    }
+    const updated = await write('PATCH', `/api/conversations/${id}`, { type: 'Conversation', id, status: 'pending' });
+    expect(updated.status).toBe(200);
+    expect(updated.record!.status).toBe('pending');
+
+    const listed = await kitsu.get('conversations', {
+      params: { filter: { id }, include: 'conversation_items,organisation', fields: { ConversationItem: 'content,content_index' } },
+    });
+    expect(listed.data).toHaveLength(1);
+    const conversation = listed.data[0];
+    expect(conversation.status).toBe('pending');
+    expect(conversation.conversation_items.data.map((i: { content: string }) => i.content)).toEqual(['first', 'second']);
+    expect(conversation.organisation.data).toMatchObject({ id: tenant.organisationId, name: 'Clients' });
+  });
+
+  it('pages through a list with page[limit] and the next links', async () => {
+    const callId = await insertCall(t.db, tenant.organisationId);
+    for (let i = 0; i < 7; i++) await insertTranscript(t.db, tenant.organisationId, callId, i);
+    const seen: number[] = [];
+    let response = await kitsu.get('call_transcripts', { params: { filter: { call_id: callId }, sort: '-content_index', page: { limit: 3 } } });
+    for (;;) {
+      seen.push(...response.data.map((r: { content_index: number }) => r.content_index));
+      if (!response.links?.next) break;
+      const next = new URL(response.links.next);
+      const raw = (await fetch(next, { headers: { Authorization: `Bearer ${tenant.admin.token}` } }).then((r) => r.json())) as any;
+      expectJsonApi(raw);
+      response = { data: jsona.deserialize(raw) as Record<string, any>[], links: raw.links };
+    }
+    expect(seen).toEqual([6, 5, 4, 3, 2, 1, 0]);
+  });
+
+  it('reports errors as JSON:API error objects the client can read', async () => {
+    const refused = await write('POST', '/api/conversations', { type: 'Conversation', channel: 'pigeon' });
+    expect(refused.status).toBe(422);
+    expect(refused.document.errors[0]).toMatchObject({ status: '422', code: 'invalid_attribute', source: { pointer: '/data/attributes/channel' } });
+    await expect(kitsu.get('conversations', { params: { sort: 'colour' } })).rejects.toMatchObject({ response: { status: 400 } });
+  });
+});

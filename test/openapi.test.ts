@@ -1,0 +1,72 @@
+import { Validator } from '@seriousme/openapi-schema-validator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildOpenApi, openApiOperations } from '../src/jsonapi/openapi.js';
+import { resources } from '../src/resources/index.js';
+import { startTestApp, type TestApp } from './support/app.js';
+
+/** The 22 operations of the spec's endpoint table. */
+const SPEC = [
+  'get /api/api_keys', 'get /api/api_keys/{id}', 'post /api/users/login', 'post /api/conversations', 'get /api/conversations',
+  'patch /api/conversations/{id}', 'post /api/conversation_items', 'get /api/conversation_items/{id}', 'patch /api/ai_agents/{id}',
+  'post /api/gateways', 'patch /api/gateways/{id}', 'post /api/sip_users', 'get /api/sip_users', 'patch /api/sip_users/{id}',
+  'post /api/operator_statuses', 'get /api/operator_statuses/{id}', 'get /api/operator_status_events',
+  'get /api/operator_status_events/{id}', 'get /api/calls/{id}', 'get /api/call_participants', 'patch /api/call_participants/{id}',
+  'get /api/call_transcripts',
+];
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const doc = buildOpenApi(resources) as any;
+
+describe('the OpenAPI document', () => {
+  it('is valid OpenAPI 3.1', async () => {
+    const result = await new Validator().validate(doc);
+    expect(result.errors ?? []).toEqual([]);
+    expect(result.valid).toBe(true);
+    expect(doc.openapi).toBe('3.1.0');
+  });
+
+  it('lists exactly the 22 operations of the spec', () => {
+    const listed = Object.entries(doc.paths).flatMap(([path, methods]) => Object.keys(methods as object).map((m) => `${m} ${path}`));
+    expect(listed.sort()).toEqual([...SPEC].sort());
+    expect(openApiOperations(resources).map((o) => `${o.method} ${o.path}`).sort()).toEqual([...SPEC].sort());
+  });
+
+  it('describes success and error responses and bearer security for each', () => {
+    for (const [path, methods] of Object.entries(doc.paths)) {
+      for (const [method, operation] of Object.entries(methods as Record<string, { responses: Record<string, unknown>; operationId: string }>)) {
+        const codes = Object.keys(operation.responses);
+        expect(codes.some((c) => c.startsWith('2')), `${method} ${path}`).toBe(true);
+        expect(codes).toContain('401');
+        expect(operation.operationId).toBeTruthy();
+      }
+    }
+    expect(doc.components.securitySchemes.bearer).toMatchObject({ type: 'http', scheme: 'bearer' });
+  });
+
+  it('derives request attributes from the definitions', () => {
+    const body = doc.paths['/api/conversations'].post.requestBody.content['application/vnd.api+json'].schema;
+    expect(Object.keys(body.properties.data.properties.attributes.properties).sort()).toEqual(['ai_agent_id', 'channel', 'metadata', 'mode']);
+    const update = doc.paths['/api/sip_users/{id}'].patch.requestBody.content['application/vnd.api+json'].schema;
+    expect(Object.keys(update.properties.data.properties.attributes.properties)).toEqual(['sip_password']);
+    const gateway = doc.components.schemas.GatewayAttributes.properties;
+    expect(gateway).not.toHaveProperty('password');
+    expect(doc.components.schemas.ConversationAttributes.properties.status.enum).toEqual(['active', 'pending', 'closed']);
+  });
+});
+
+describe('served documentation', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(async () => t?.close());
+
+  it('answers /api/open_api and /docs without a credential', async () => {
+    const spec = await t.app.inject({ url: '/api/open_api' });
+    expect(spec.statusCode).toBe(200);
+    expect(JSON.parse(spec.body).paths['/api/users/login']).toBeDefined();
+    const ui = await t.app.inject({ url: '/docs/' });
+    expect(ui.statusCode).toBe(200);
+    expect(ui.body).toContain('<html');
+  });
+});

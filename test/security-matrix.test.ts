@@ -1,0 +1,146 @@
+/**
+ * Every endpoint x every credential kind, with the expected status, and a
+ * sweep that no answer reveals another organisation's records or a secret.
+ */
+import { randomBytes } from 'node:crypto';
+import { SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApiKey, revokeApiKey } from '../src/auth/api-keys.js';
+import { startTestApp, type TestApp } from './support/app.js';
+import { seedTenant, type Tenant } from './support/seed.js';
+import { client, resourceDocument } from './helpers/http.js';
+import { insertAgent, insertCall, insertParticipant } from './helpers/telephony.js';
+
+type Credential = 'none' | 'malformed' | 'alg_none' | 'wrong_secret' | 'expired' | 'revoked' | 'publishable' | 'operator' | 'admin' | 'other_admin';
+const CREDENTIALS: Credential[] = ['none', 'malformed', 'alg_none', 'wrong_secret', 'expired', 'revoked', 'publishable', 'operator', 'admin', 'other_admin'];
+
+let t: TestApp;
+let tenant: Tenant;
+let other: Tenant;
+const tokens = {} as Record<Credential, string | undefined>;
+const ids = {} as Record<string, string>;
+const secrets: string[] = [];
+
+function base64url(value: unknown) {
+  return Buffer.from(JSON.stringify(value)).toString('base64url');
+}
+
+beforeAll(async () => {
+  t = await startTestApp();
+  tenant = await seedTenant(t, 'Matrix');
+  other = await seedTenant(t, 'Intruder');
+  const admin = client(t.app, tenant.admin.token);
+  ids.conversation = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
+  ids.item = (await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { content: 'x', role: 'user', conversation_id: ids.conversation }))).body.data.id;
+  ids.agent = await insertAgent(t.db, tenant.organisationId);
+  ids.gateway = (await admin.post('/api/gateways', resourceDocument('Gateway', { realm: 'm.example.com', username: 'm', password: 'gateway-secret-1' }))).body.data.id;
+  const sipUser = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'matrix.op', user_id: tenant.operator.id }));
+  ids.sipUser = sipUser.body.data.id;
+  // The SIP password is returned by design (the spec's SipUser); the gateway password never is.
+  secrets.push('gateway-secret-1');
+  ids.status = (await admin.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: ids.sipUser, status: 'available' }))).body.data.id;
+  ids.event = (await admin.get('/api/operator_status_events')).body.data[0].id;
+  ids.call = await insertCall(t.db, tenant.organisationId);
+  ids.participant = await insertParticipant(t.db, tenant.organisationId, ids.call);
+  ids.operatorKey = (await client(t.app, tenant.operator.token).get('/api/api_keys')).body.data[0].id;
+
+  const expiring = await createApiKey(t.db, t.services, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'expiring' });
+  await t.db.updateTable('api_keys').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', expiring.id).execute();
+  const revoked = await createApiKey(t.db, t.services, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'revoked' });
+  await revokeApiKey(t.db, revoked.id);
+  const [, payload] = tenant.secretKey.split('.');
+  Object.assign(tokens, {
+    none: undefined,
+    malformed: 'not.a.jwt',
+    alg_none: `${base64url({ alg: 'none', typ: 'JWT' })}.${payload}.`,
+    wrong_secret: await new SignJWT(JSON.parse(Buffer.from(payload, 'base64url').toString()))
+      .setProtectedHeader({ alg: 'HS256' })
+      .sign(randomBytes(32)),
+    expired: expiring.token,
+    revoked: revoked.token,
+    publishable: tenant.publishableKey,
+    operator: tenant.operator.token,
+    admin: tenant.admin.token,
+    other_admin: other.admin.token,
+  });
+  secrets.push(tenant.secretKey, tenant.publishableKey, tenant.admin.token, tenant.operator.token, tenant.owner.password);
+});
+afterAll(async () => t?.close());
+
+interface Endpoint {
+  name: string;
+  method: 'GET' | 'POST' | 'PATCH';
+  url: () => string;
+  body?: () => unknown;
+  /** Expected status for operator, admin and another organisation's admin. */
+  operator: number;
+  admin: number;
+  other: number;
+}
+
+const doc = resourceDocument;
+const ENDPOINTS: Endpoint[] = [
+  { name: 'list api keys', method: 'GET', url: () => '/api/api_keys', operator: 200, admin: 200, other: 200 },
+  { name: 'get api key', method: 'GET', url: () => `/api/api_keys/${ids.operatorKey}`, operator: 200, admin: 200, other: 404 },
+  { name: 'login', method: 'POST', url: () => '/api/users/login', body: () => doc('User', { email: tenant.operator.email, password: tenant.operator.password }), operator: 200, admin: 200, other: 401 },
+  { name: 'create conversation', method: 'POST', url: () => '/api/conversations', body: () => doc('Conversation', {}), operator: 201, admin: 201, other: 201 },
+  { name: 'list conversations', method: 'GET', url: () => '/api/conversations', operator: 200, admin: 200, other: 200 },
+  { name: 'update conversation', method: 'PATCH', url: () => `/api/conversations/${ids.conversation}`, body: () => doc('Conversation', { mode: 'text' }, ids.conversation), operator: 200, admin: 200, other: 404 },
+  { name: 'create item', method: 'POST', url: () => '/api/conversation_items', body: () => doc('ConversationItem', { content: 'y', role: 'user', conversation_id: ids.conversation }), operator: 201, admin: 201, other: 422 },
+  { name: 'get item', method: 'GET', url: () => `/api/conversation_items/${ids.item}`, operator: 200, admin: 200, other: 404 },
+  { name: 'update agent', method: 'PATCH', url: () => `/api/ai_agents/${ids.agent}`, body: () => doc('AiAgent', { published: true }, ids.agent), operator: 403, admin: 200, other: 404 },
+  { name: 'create gateway', method: 'POST', url: () => '/api/gateways', body: () => doc('Gateway', { realm: `g${randomBytes(4).toString('hex')}.example.com`, username: 'g' }), operator: 403, admin: 201, other: 201 },
+  { name: 'update gateway', method: 'PATCH', url: () => `/api/gateways/${ids.gateway}`, body: () => doc('Gateway', { register: false }, ids.gateway), operator: 403, admin: 200, other: 404 },
+  { name: 'create sip user', method: 'POST', url: () => '/api/sip_users', body: () => doc('SipUser', { sip_username: `s${randomBytes(4).toString('hex')}` }), operator: 403, admin: 201, other: 201 },
+  { name: 'list sip users', method: 'GET', url: () => '/api/sip_users', operator: 200, admin: 200, other: 200 },
+  { name: 'update sip user', method: 'PATCH', url: () => `/api/sip_users/${ids.sipUser}`, body: () => doc('SipUser', { sip_password: 'another-password-1' }, ids.sipUser), operator: 403, admin: 200, other: 404 },
+  { name: 'set operator status', method: 'POST', url: () => '/api/operator_statuses', body: () => doc('OperatorStatus', { sip_user_id: ids.sipUser, status: 'busy' }), operator: 200, admin: 200, other: 422 },
+  { name: 'get operator status', method: 'GET', url: () => `/api/operator_statuses/${ids.status}`, operator: 200, admin: 200, other: 404 },
+  { name: 'list status events', method: 'GET', url: () => '/api/operator_status_events', operator: 200, admin: 200, other: 200 },
+  { name: 'get status event', method: 'GET', url: () => `/api/operator_status_events/${ids.event}`, operator: 200, admin: 200, other: 404 },
+  { name: 'get call', method: 'GET', url: () => `/api/calls/${ids.call}`, operator: 200, admin: 200, other: 404 },
+  { name: 'list participants', method: 'GET', url: () => '/api/call_participants', operator: 200, admin: 200, other: 200 },
+  { name: 'update participant', method: 'PATCH', url: () => `/api/call_participants/${ids.participant}`, body: () => doc('CallParticipant', { left_at: '2030-01-01T00:00:00Z' }, ids.participant), operator: 403, admin: 200, other: 404 },
+  { name: 'list transcripts', method: 'GET', url: () => '/api/call_transcripts', operator: 200, admin: 200, other: 200 },
+];
+
+function expected(endpoint: Endpoint, credential: Credential): number {
+  switch (credential) {
+    case 'publishable':
+      return endpoint.name === 'login' ? 200 : 403;
+    case 'operator':
+      return endpoint.operator;
+    case 'admin':
+      return endpoint.admin;
+    case 'other_admin':
+      return endpoint.other;
+    default:
+      return 401;
+  }
+}
+
+describe('security matrix', () => {
+  it(`${ENDPOINTS.length} endpoints x ${CREDENTIALS.length} credentials answer as expected`, async () => {
+    expect(ENDPOINTS).toHaveLength(22);
+    const failures: string[] = [];
+    const ourIds = new Set([tenant.organisationId, ...Object.values(ids)]);
+    for (const endpoint of ENDPOINTS) {
+      for (const credential of CREDENTIALS) {
+        const api = client(t.app, tokens[credential]);
+        const response = await api.request(endpoint.method, endpoint.url(), endpoint.body?.());
+        const want = expected(endpoint, credential);
+        if (response.status !== want) failures.push(`${endpoint.name} as ${credential}: ${response.status}, expected ${want}`);
+        if (want === 401 && response.headers['www-authenticate'] !== 'Bearer') failures.push(`${endpoint.name} as ${credential}: no WWW-Authenticate`);
+        const text = JSON.stringify(response.body ?? '');
+        for (const secret of secrets) if (text.includes(secret)) failures.push(`${endpoint.name} as ${credential} revealed a secret`);
+        if (credential === 'other_admin') {
+          for (const record of [...[response.body?.data ?? []].flat(), ...(response.body?.included ?? [])]) {
+            if (ourIds.has(record.id)) failures.push(`${endpoint.name} as other_admin revealed ${record.type} ${record.id}`);
+          }
+        }
+      }
+    }
+    console.log(`security matrix: ${ENDPOINTS.length * CREDENTIALS.length} cells, ${failures.length} failures`);
+    expect(failures).toEqual([]);
+  });
+});
