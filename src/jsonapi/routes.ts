@@ -71,8 +71,9 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   });
 
   /** Renders one record as a single-resource document (404 when it is not visible). */
-  async function single(request: FastifyRequest, resource: ResourceDef, id: string, query: ParsedQuery, meta = {}) {
-    const { principal, reader } = context(request);
+  async function single(request: FastifyRequest, resource: ResourceDef, id: string, query: ParsedQuery, meta = {}, on = db) {
+    const { principal } = context(request);
+    const reader: Reader = { db: on, principal, registry };
     const row = await fetchById(reader, resource, id);
     if (!row) throw notFound();
     const { data, included } = await renderWithIncludes(reader, resource, [row], query.include, renderContext(request, principal, query));
@@ -128,8 +129,10 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         requirePermission(resource, principal, 'create');
         const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
         const values = validateBody(request.body, { type: resource.type, kind: 'create', ...createInput });
-        const result = await createRecord(writer, resource, values);
-        return created(reply, await single(request, resource, result.id, query), result.status);
+        const { status, rendered } = await createRecord(writer, resource, values, (trx, result) =>
+          single(request, resource, result.id, query, {}, trx),
+        );
+        return created(reply, rendered, status);
       });
     }
 
@@ -143,8 +146,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         if (!(await exists(writer, resource, id))) throw notFound();
         requirePermission(resource, principal, 'update');
         const values = validateBody(request.body, { type: resource.type, kind: 'update', id, ...updateInput });
-        await updateRecord(writer, resource, id, values);
-        return single(request, resource, id, query);
+        return updateRecord(writer, resource, id, values, (trx) => single(request, resource, id, query, {}, trx));
       });
     }
 

@@ -126,26 +126,39 @@ async function transaction<T>(db: Database, resource: ResourceDef, work: (trx: D
   }
 }
 
-/** Creates a record in one transaction; returns which record to render and the status. */
-export async function createRecord(writer: Writer, resource: ResourceDef, values: Record<string, unknown>): Promise<ActionResult> {
+/**
+ * Renders the written record inside the transaction, so that once COMMIT
+ * succeeds nothing can fail any more: a write is acknowledged exactly when it
+ * is stored.
+ */
+export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
+
+/** Creates a record in one transaction; returns the status and the rendered record. */
+export async function createRecord<T>(
+  writer: Writer,
+  resource: ResourceDef,
+  values: Record<string, unknown>,
+  render: RenderWritten<T>,
+): Promise<{ status: ActionResult['status']; rendered: T }> {
   return transaction(writer.db, resource, async (trx) => {
     const ctx: ActionContext = { db: trx, services: writer.services, principal: writer.principal, resource, values };
     await checkReferences({ ...writer, db: trx }, resource.attributes, values);
     applyDefaults(resource, values);
     await resource.beforeInsert?.(ctx);
-    if (resource.create) return resource.create(ctx);
-    return { id: await insertRow(ctx), status: 201 as const };
+    const result = resource.create ? await resource.create(ctx) : { id: await insertRow(ctx), status: 201 as const };
+    return { status: result.status, rendered: await render(trx, result) };
   });
 }
 
 /** Updates a visible record (locked for the transaction); the caller checked the role. */
-export async function updateRecord(
+export async function updateRecord<T>(
   writer: Writer,
   resource: ResourceDef,
   id: string,
   values: Record<string, unknown>,
-): Promise<void> {
-  await transaction(writer.db, resource, async (trx) => {
+  render: RenderWritten<T>,
+): Promise<T> {
+  return transaction(writer.db, resource, async (trx) => {
     const { rows } = await sql<Record<string, unknown>>`
       SELECT t.* FROM ${sql.table(resource.table)} t
       WHERE t.id = ${id} AND ${rowScope(resource, writer.principal)} FOR UPDATE`.execute(trx);
@@ -155,12 +168,14 @@ export async function updateRecord(
     await checkReferences({ ...writer, db: trx }, resource.attributes, values);
     await resource.beforeUpdate?.(ctx);
     const columns = columnValues(resource, values);
-    if (Object.keys(columns).length === 0) return;
-    await trx
-      .updateTable(resource.table)
-      .set({ ...columns, updated_at: new Date() })
-      .where('id', '=', id)
-      .execute();
+    if (Object.keys(columns).length > 0) {
+      await trx
+        .updateTable(resource.table)
+        .set({ ...columns, updated_at: new Date() })
+        .where('id', '=', id)
+        .execute();
+    }
+    return render(trx, { id, status: 200 });
   });
 }
 
