@@ -1,3 +1,5 @@
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError, errorDocument } from '../jsonapi/errors.js';
 
@@ -66,5 +68,28 @@ export function registerErrorHandling(app: FastifyInstance): void {
   });
   app.setNotFoundHandler((request, reply) =>
     send(reply, ApiError.of(404, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`)),
+  );
+}
+
+/** Node's parser errors that reach no route, by their code, as status and error code. */
+const CONNECTION_ERRORS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'headers_too_large', 'The request headers are larger than allowed.'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request_timeout', 'The request took too long to arrive.'],
+};
+
+/**
+ * Errors of the HTTP layer below Fastify (header overflow, malformed HTTP,
+ * timeouts): a JSON:API error document, then the connection is closed.
+ */
+export function connectionError(error: Error & { code?: string }, socket: Socket): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const [status, code, detail] = CONNECTION_ERRORS[error.code ?? ''] ?? [400, 'bad_request', 'The request is not valid HTTP.'];
+  const body = JSON.stringify(errorDocument(ApiError.of(status, code, detail).errors));
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n` +
+      `Content-Type: application/vnd.api+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
 }

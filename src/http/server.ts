@@ -2,7 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { DatabaseHandle } from '../db/connection.js';
 import { authPlugin } from '../auth/plugin.js';
 import { registerDocs } from './docs.js';
-import { frameworkError, registerErrorHandling } from './errors.js';
+import { connectionError, frameworkError, registerErrorHandling } from './errors.js';
 import { parseQueryString, registerMedia } from './media.js';
 import { registerOps } from './ops.js';
 import { registerResources } from '../jsonapi/routes.js';
@@ -29,6 +29,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     requestIdHeader: false,
     return503OnClosing: true,
     forceCloseConnections: false,
+    // A whole request must arrive within this time (slow-client protection); headers are bounded by Node (16 KiB).
+    requestTimeout: 30_000,
+    clientErrorHandler: connectionError,
   });
   registerErrorHandling(app);
   registerMedia(app);

@@ -30,6 +30,8 @@ const TITLES: Record<string, string> = {
   not_acceptable: 'Not acceptable',
   conflict: 'Conflict',
   payload_too_large: 'Payload too large',
+  headers_too_large: 'Request headers too large',
+  request_timeout: 'Request timeout',
   unsupported_media_type: 'Unsupported media type',
   invalid_attribute: 'Invalid attribute',
   required: 'Required attribute missing',
