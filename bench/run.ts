@@ -15,7 +15,6 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { encodeCursor } from '../src/jsonapi/query/cursor.js';
 import { generate, type BenchData } from './generate.js';
 
 const { values: args } = parseArgs({
@@ -111,6 +110,15 @@ async function measure(scenario: string, server: string, url: string, pid: numbe
   }
 }
 
+/** Parley's keyset cursor that follows record `id` in the default order, taken from a `next` link. */
+async function cursorAfter(url: string, id: string): Promise<string> {
+  const response = await fetch(`${url}/api/conversations?filter[id][greater_than_or_equal]=${id}&page[limit]=1`, {
+    headers: { authorization: `Bearer ${current.token}` },
+  });
+  const next = ((await response.json()) as { links: { next: string } }).links.next;
+  return new URL(next).searchParams.get('page[after]')!;
+}
+
 const pick = <T>(list: T[]) => list[Math.floor(Math.random() * list.length)];
 const itemBody = (conversationId: string) =>
   JSON.stringify({ data: { type: 'ConversationItem', attributes: { conversation_id: conversationId, role: 'user', content: 'Benchmark message' } } });
@@ -158,7 +166,7 @@ async function postgresScenarios(data: BenchData) {
     await waitForHealth(servers.parley.url);
     await waitForHealth(servers.baseline.url);
     current.token = data.secretKey;
-    const deepCursor = encodeCursor({ values: [], id: deep });
+    const deepCursor = await cursorAfter(servers.parley.url, deep);
     const scenarios: { name: string; parley: () => Request; baseline?: () => Request }[] = [
       { name: 'list conversations, first page', parley: () => ({ path: '/api/conversations' }), baseline: () => ({ path: '/api/conversations' }) },
       { name: 'list conversations, keyset page 10k', parley: () => ({ path: `/api/conversations?page[after]=${deepCursor}` }), baseline: () => ({ path: `/api/conversations?after=${deep}` }) },

@@ -102,6 +102,25 @@ describe('keyset paging', () => {
     expect((await api.get('/api/call_transcripts?page[after]=bm9wZQ')).status).toBe(400);
   });
 
+  it('accepts only cursors it issued, for the sort they were issued for', async () => {
+    const first = await api.get(`/api/call_transcripts?sort=occurred_at&page[limit]=2`);
+    const cursor = new URL(first.body.links.next).searchParams.get('page[after]')!;
+    expect((await api.get(`/api/call_transcripts?sort=occurred_at&page[after]=${cursor}`)).status).toBe(200);
+    // Same shape (one key and id), other sort: refused, not silently empty.
+    const swapped = await api.get(`/api/call_transcripts?sort=content&page[after]=${cursor}`);
+    expect(swapped.status).toBe(400);
+    expect(swapped.body.errors[0]).toMatchObject({ code: 'invalid_pagination', source: { parameter: 'page[after]' } });
+    // A hand-made cursor with a value of the wrong type, and a tampered one: 400, never a 500.
+    const [payload, mac] = cursor.split('.');
+    const decoded = JSON.parse(Buffer.from(payload, 'base64url').toString());
+    const forged = Buffer.from(JSON.stringify([decoded[0], ['notadate'], decoded[2]])).toString('base64url');
+    for (const bad of [`${forged}.${mac}`, forged, `${payload}.${'A'.repeat(22)}`, `${payload}x.${mac}`]) {
+      const response = await api.get(`/api/call_transcripts?sort=occurred_at&page[after]=${bad}`);
+      expect(response.status, bad).toBe(400);
+      expect(response.body.errors[0].code).toBe('invalid_pagination');
+    }
+  });
+
   it('combines offset paging with counts and refuses mixing', async () => {
     const page = await api.get(`/api/call_transcripts?filter[call_id]=${callId}&page[offset]=4&page[limit]=5&page[count]=true`);
     expect(indexes(page)).toEqual([4, 5]);

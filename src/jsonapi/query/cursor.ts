@@ -1,24 +1,41 @@
-/** Opaque keyset cursors: base64url JSON of the sort values (as text) and the id. */
-import type { Cursor } from './types.js';
+/**
+ * Opaque keyset cursors: the sort they belong to, the text form of each sort
+ * value and the id, as base64url JSON with an HMAC. Only cursors this service
+ * issued for the same sort are accepted, so a cursor can never inject a value
+ * of the wrong type into a query or page through a different order.
+ */
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import type { Cursor, SortKey } from './types.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const MAC_BYTES = 16;
 
-export function encodeCursor(cursor: Cursor): string {
-  return Buffer.from(JSON.stringify([cursor.values, cursor.id])).toString('base64url');
+export interface CursorCodec {
+  encode(sort: SortKey[], cursor: Cursor): string;
+  /** The cursor, or undefined for anything this service did not issue for `sort`. */
+  decode(text: string, sort: SortKey[]): Cursor | undefined;
 }
 
-/** The cursor, or undefined for anything that is not one of ours. */
-export function decodeCursor(text: string): Cursor | undefined {
-  if (!/^[A-Za-z0-9_-]{1,4096}$/.test(text)) return undefined;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'));
-  } catch {
-    return undefined;
-  }
-  if (!Array.isArray(parsed) || parsed.length !== 2) return undefined;
-  const [values, id] = parsed as [unknown, unknown];
-  if (typeof id !== 'string' || !UUID.test(id) || !Array.isArray(values)) return undefined;
-  if (!values.every((v) => v === null || (typeof v === 'string' && !v.includes('\u0000')))) return undefined;
-  return { values: values as (string | null)[], id };
+/** `status:asc:last,id:asc:last`: what a cursor is bound to. */
+const sortSignature = (sort: SortKey[]) => sort.map((k) => `${k.attribute}:${k.direction}:${k.nulls}`).join(',');
+
+export function cursorCodec(secret: Uint8Array): CursorCodec {
+  const key = createHmac('sha256', secret).update('parley keyset cursor').digest();
+  const mac = (payload: string) => createHmac('sha256', key).update(payload).digest().subarray(0, MAC_BYTES);
+  return {
+    encode(sort, cursor) {
+      const payload = Buffer.from(JSON.stringify([sortSignature(sort), cursor.values, cursor.id])).toString('base64url');
+      return `${payload}.${mac(payload).toString('base64url')}`;
+    },
+    decode(text, sort) {
+      const match = /^([A-Za-z0-9_-]{1,4096})\.([A-Za-z0-9_-]{22})$/.exec(text);
+      if (!match) return undefined;
+      const [, payload, signature] = match;
+      const given = Buffer.from(signature, 'base64url');
+      if (given.length !== MAC_BYTES || !timingSafeEqual(given, mac(payload))) return undefined;
+      const [signed, values, id] = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as [string, (string | null)[], string];
+      if (signed !== sortSignature(sort) || values.length !== sort.length - 1 || !UUID.test(id)) return undefined;
+      return { values, id };
+    },
+  };
 }

@@ -6,7 +6,7 @@
 import { ApiError, errorObject, type ErrorObject } from '../errors.js';
 import { fieldNames, type AttributeDef, type ResourceDef } from '../resource.js';
 import { parseTimestamp, UUID_PATTERN } from '../validate.js';
-import { decodeCursor } from './cursor.js';
+import type { CursorCodec } from './cursor.js';
 import type { FilterNode, FilterOperator, IncludeTree, PageParams, ParsedQuery, SortKey } from './types.js';
 
 export type Registry = ReadonlyMap<string, ResourceDef>;
@@ -18,6 +18,12 @@ export interface QueryLimits {
 }
 
 export const DEFAULT_QUERY_LIMITS: QueryLimits = { defaultLimit: 25, maxLimit: 100, maxOffset: 10_000 };
+
+export interface QueryOptions {
+  limits?: QueryLimits;
+  /** Verifies page[after] / page[before]; lists need it. */
+  cursors?: CursorCodec;
+}
 
 const MAX_FILTER_DEPTH = 4;
 const MAX_FILTER_CONDITIONS = 50;
@@ -54,7 +60,7 @@ export function parseQuery(
   resource: ResourceDef,
   registry: Registry,
   kind: 'list' | 'single',
-  limits: QueryLimits = DEFAULT_QUERY_LIMITS,
+  { limits = DEFAULT_QUERY_LIMITS, cursors }: QueryOptions = {},
 ): ParsedQuery {
   const problems = new Problems();
   const allowed = kind === 'list' ? ['include', 'fields', 'filter', 'sort', 'page'] : ['include', 'fields'];
@@ -65,7 +71,7 @@ export function parseQuery(
   const fields = parseFields(raw.fields, registry, problems);
   const filter = kind === 'list' && raw.filter !== undefined ? parseFilter(raw.filter, resource, problems) : undefined;
   const sort = parseSort(kind === 'list' ? raw.sort : undefined, resource, problems);
-  const page = parsePage(kind === 'list' ? raw.page : undefined, sort.length - 1, limits, problems);
+  const page = parsePage(kind === 'list' ? raw.page : undefined, sort, { limits, cursors }, problems);
   if (problems.list.length > 0) throw new ApiError(problems.list);
   return { include, fields, filter, sort, page };
 }
@@ -303,7 +309,7 @@ function sortKey(entry: string): SortKey | undefined {
   }
 }
 
-function parsePage(value: unknown, cursorLength: number, limits: QueryLimits, problems: Problems): PageParams {
+function parsePage(value: unknown, sort: SortKey[], { limits, cursors }: Required<Pick<QueryOptions, 'limits'>> & QueryOptions, problems: Problems): PageParams {
   const page: PageParams = { limit: limits.defaultLimit, count: false };
   if (value === undefined) return page;
   if (!isObject(value)) {
@@ -329,8 +335,8 @@ function parsePage(value: unknown, cursorLength: number, limits: QueryLimits, pr
       }
       case 'after':
       case 'before': {
-        const cursor = text !== undefined ? decodeCursor(text) : undefined;
-        if (!cursor || cursor.values.length !== cursorLength) {
+        const cursor = text !== undefined ? cursors?.decode(text, sort) : undefined;
+        if (!cursor) {
           problems.add('invalid_pagination', parameter, 'The cursor is not valid for this sort; take cursors from the links.');
         } else page[key] = cursor;
         break;
