@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { DatabaseHandle } from '../db/connection.js';
 import { ApiError, forbidden, notFound } from './errors.js';
 import { parseQuery, type QueryLimits, type Registry } from './query/parse.js';
-import { encodeCursor } from './query/cursor.js';
+import { cursorCodec, type CursorCodec } from './query/cursor.js';
 import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
 import { fetchById, listRows, renderWithIncludes, type Reader } from './read.js';
@@ -19,7 +19,7 @@ export interface EngineOptions extends AppServices {
 }
 
 type Query = Record<string, unknown>;
-const ALL_METHODS = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE'] as const;
+const ALL_METHODS = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE', 'OPTIONS'] as const;
 
 export function buildRegistry(resources: ResourceDef[]): Registry {
   return new Map(resources.map((r) => [r.type, r]));
@@ -56,6 +56,8 @@ export function writableAttributes(resource: ResourceDef, kind: 'create' | 'upda
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
   const registry = buildRegistry(resources);
   const db = options.database.db;
+  const cursors = cursorCodec(options.signingKey);
+  const queryOptions = { limits: options.limits, cursors };
 
   const context = (request: FastifyRequest) => {
     const principal = principalOf(request);
@@ -100,14 +102,14 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       app.get(collection, async (request) => {
         const { principal, reader } = context(request);
         requirePermission(resource, principal, 'read');
-        const query = parseQuery(request.query as Query, resource, registry, 'list', options.limits);
+        const query = parseQuery(request.query as Query, resource, registry, 'list', queryOptions);
         const result = await listRows(reader, resource, query);
         const ctx = renderContext(request, principal, query);
         const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
         const page: Record<string, unknown> = { limit: query.page.limit };
         if (query.page.offset !== undefined) page.offset = query.page.offset;
         if (result.total !== undefined) page.total = result.total;
-        const links = listLinks(`${ctx.baseUrl}${collection}`, request.query as Query, query, result);
+        const links = listLinks(`${ctx.baseUrl}${collection}`, request.query as Query, query, result, cursors);
         return document(data, included, { page }, links);
       });
     }
@@ -117,7 +119,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       app.get(member, async (request) => {
         const { principal } = context(request);
         requirePermission(resource, principal, 'read');
-        const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
         return single(request, resource, idParam(request), query);
       });
     }
@@ -127,7 +129,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       app.post(collection, async (request, reply) => {
         const { principal, writer } = context(request);
         requirePermission(resource, principal, 'create');
-        const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
         const values = validateBody(request.body, { type: resource.type, kind: 'create', ...createInput });
         const { status, rendered } = await createRecord(writer, resource, values, (trx, result) =>
           single(request, resource, result.id, query, {}, trx),
@@ -142,7 +144,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         const { principal, writer } = context(request);
         requirePermission(resource, principal, 'read');
         const id = idParam(request);
-        const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
         if (!(await exists(writer, resource, id))) throw notFound();
         requirePermission(resource, principal, 'update');
         const values = validateBody(request.body, { type: resource.type, kind: 'update', id, ...updateInput });
@@ -159,7 +161,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     app.post(url, { config: { allowPublishable: action.allowPublishable ?? false } }, async (request, reply) => {
       const { principal, writer } = context(request);
       if (action.roles && !action.roles.includes(principal.role)) throw forbidden();
-      const query = parseQuery(request.query as Query, resource, registry, 'single', options.limits);
+      const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
       const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
       const result = await action.run({
         db,
@@ -204,6 +206,7 @@ function listLinks(
   raw: Query,
   query: ParsedQuery,
   result: { rows: Record<string, unknown>[]; hasMore: boolean },
+  cursors: CursorCodec,
 ): Record<string, string | null> {
   const { page, sort } = query;
   const rawPage = (typeof raw.page === 'object' && raw.page !== null ? raw.page : {}) as Query;
@@ -224,8 +227,8 @@ function listLinks(
   }
   const forwardMore = page.before ? true : result.hasMore;
   const backwardMore = page.before ? result.hasMore : page.after !== undefined;
-  if (forwardMore && last) links.next = link({ after: encodeCursor(cursorFromRow(sort, last)) });
-  if (backwardMore && first) links.prev = link({ before: encodeCursor(cursorFromRow(sort, first)) });
+  if (forwardMore && last) links.next = link({ after: cursors.encode(sort, cursorFromRow(sort, last)) });
+  if (backwardMore && first) links.prev = link({ before: cursors.encode(sort, cursorFromRow(sort, first)) });
   return links;
 }
 
