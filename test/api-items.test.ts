@@ -53,6 +53,47 @@ describe('POST /api/conversation_items', () => {
     expect(response.body.data.attributes.occurred_at).toBe('2026-03-01T10:00:00.000Z');
   });
 
+  it('bounds timestamps to years 1000..9999 in UTC, with a pointer', async () => {
+    const conversationId = await newConversation();
+    for (const occurred_at of ['0001-01-01T00:00:00Z', '0099-06-15T12:00:00Z', '0001-01-01T00:30:00+01:00', '9999-12-31T23:30:00-01:00']) {
+      const refused = await api.post('/api/conversation_items', item(conversationId, { occurred_at }));
+      expect(refused.status, occurred_at).toBe(422);
+      expect(pointers(refused)).toEqual(['/data/attributes/occurred_at']);
+    }
+    for (const occurred_at of ['1000-01-01T00:00:00.000Z', '9999-12-31T23:59:59.000Z']) {
+      const stored = await api.post('/api/conversation_items', item(conversationId, { occurred_at }));
+      expect(stored.body.data.attributes.occurred_at).toBe(occurred_at);
+      expect((await api.get(`/api/conversation_items/${stored.body.data.id}`)).body.data.attributes.occurred_at).toBe(occurred_at);
+    }
+  });
+
+  it('bounds content in bytes, not characters', async () => {
+    const conversationId = await newConversation();
+    const tooBig = await api.post('/api/conversation_items', item(conversationId, { content: '\u{1F600}'.repeat(8193) }));
+    expect(tooBig.status).toBe(422);
+    expect(pointers(tooBig)).toEqual(['/data/attributes/content']);
+    expect((await api.post('/api/conversation_items', item(conversationId, { content: '\u{1F600}'.repeat(8192) }))).status).toBe(201);
+  });
+
+  it('refuses an item once the conversation has no index left, with a pointer', async () => {
+    const conversationId = await newConversation();
+    expect((await api.post('/api/conversation_items', item(conversationId, { content_index: 2_147_483_646 }))).status).toBe(201);
+    const full = await api.post('/api/conversation_items', item(conversationId));
+    expect(full.status).toBe(422);
+    expect(pointers(full)).toEqual(['/data/attributes/content_index']);
+  });
+
+  it('treats an idempotent repeat that omits optional fields as the same item', async () => {
+    const conversationId = await newConversation();
+    const first = await api.post('/api/conversation_items', item(conversationId, { item_id: 'audio-1', modality: 'audio' }));
+    expect(first.status).toBe(201);
+    const repeat = await api.post('/api/conversation_items', item(conversationId, { item_id: 'audio-1' }));
+    expect(repeat.status).toBe(200);
+    expect(repeat.body.data.id).toBe(first.body.data.id);
+    const changed = await api.post('/api/conversation_items', item(conversationId, { item_id: 'audio-1', modality: 'text' }));
+    expect(changed.status).toBe(409);
+  });
+
   it('is idempotent on item_id: same content 200, other content 409', async () => {
     const conversationId = await newConversation();
     const first = await api.post('/api/conversation_items', item(conversationId, { item_id: 'msg-1' }));

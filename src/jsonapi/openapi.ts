@@ -13,7 +13,13 @@ export function attributeSchema(def: AttributeDef, role: 'read' | 'write'): Sche
   const base: Schema = (() => {
     switch (def.kind) {
       case 'string':
-        return { type: 'string', minLength: def.minLength, maxLength: def.maxLength, pattern: def.pattern };
+        return {
+          type: 'string',
+          minLength: def.minLength,
+          maxLength: def.maxLength,
+          pattern: def.pattern,
+          description: def.maxBytes ? `At most ${def.maxBytes} bytes of UTF-8.` : undefined,
+        };
       case 'enum':
         return { type: 'string', enum: def.nullable ? [...def.values!, null] : [...def.values!] };
       case 'uuid':

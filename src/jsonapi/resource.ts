@@ -74,7 +74,7 @@ export interface AttributeDef {
   pattern?: string;
   minimum?: number;
   maximum?: number;
-  /** Upper bound of an `object`'s JSON text, in bytes. */
+  /** Upper bound in bytes: of a string's UTF-8, or of an `object`'s JSON text. */
   maxBytes?: number;
   minItems?: number;
   maxItems?: number;
@@ -127,6 +127,8 @@ export interface ActionContext {
   resource: ResourceDef;
   /** Validated attributes of the request, with defaults applied on create. */
   values: Record<string, unknown>;
+  /** Attribute names the request itself gave, before defaults were applied. */
+  provided: ReadonlySet<string>;
   /** For update: the current row (columns by name). */
   existing?: Record<string, unknown>;
 }

@@ -169,6 +169,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         principal,
         resource,
         values,
+        provided: new Set(Object.keys(values)),
         clientAddress: request.ip,
       });
       const doc = await single(request, resource, result.id, query, result.meta ?? {});

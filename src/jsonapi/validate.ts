@@ -133,11 +133,12 @@ function convertByKind(def: AttributeDef, value: unknown): Converted {
   }
 }
 
-function textProblem(def: { minLength?: number; maxLength?: number; pattern?: string }, value: string): string | undefined {
+function textProblem(def: { minLength?: number; maxLength?: number; maxBytes?: number; pattern?: string }, value: string): string | undefined {
   if (value.includes('\u0000')) return 'must not contain NUL characters';
   const length = [...value].length;
   if (def.minLength !== undefined && length < def.minLength) return `must have at least ${def.minLength} characters`;
   if (def.maxLength !== undefined && length > def.maxLength) return `must have at most ${def.maxLength} characters`;
+  if (def.maxBytes !== undefined && Buffer.byteLength(value) > def.maxBytes) return `must be at most ${def.maxBytes} bytes of UTF-8`;
   if (def.pattern !== undefined && !new RegExp(def.pattern, 'u').test(value)) return `must match ${def.pattern}`;
   if (!value.isWellFormed()) return 'must be well-formed Unicode';
   return undefined;
@@ -171,6 +172,9 @@ function checkStringArray(def: AttributeDef, value: unknown): Converted {
   return value;
 }
 
+/** Timestamps outside these years (in UTC) are refused: they cannot round-trip through every driver. */
+export const TIMESTAMP_YEARS = { min: 1000, max: 9999 } as const;
+
 /** Parses an RFC 3339 date-time (any offset) to a Date; optionally truncated to whole seconds. */
 export function parseTimestamp(value: unknown, wholeSeconds = false): Date | undefined {
   if (typeof value !== 'string') return undefined;
@@ -181,6 +185,8 @@ export function parseTimestamp(value: unknown, wholeSeconds = false): Date | und
   const date = new Date(value.toUpperCase());
   if (Number.isNaN(date.getTime())) return undefined;
   if (new Date(Date.UTC(year, month - 1, day)).getUTCDate() !== day) return undefined;
+  const utcYear = date.getUTCFullYear();
+  if (utcYear < TIMESTAMP_YEARS.min || utcYear > TIMESTAMP_YEARS.max) return undefined;
   if (wholeSeconds) date.setUTCMilliseconds(0);
   return date;
 }

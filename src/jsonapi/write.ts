@@ -90,7 +90,7 @@ async function checkReferences(writer: Writer, attributes: Record<string, Attrib
 function mapConstraintError(error: unknown, resource: ResourceDef): unknown {
   const { code, constraint } = error as { code?: string; constraint?: string };
   const attribute = constraint ? resource.uniqueConstraints?.[constraint] : undefined;
-  const source = attribute ? { pointer: `/data/attributes/${attribute}` } : undefined;
+  const source = { pointer: attribute ? `/data/attributes/${attribute}` : '/data' };
   if (code === '23505') {
     return new ApiError([errorObject(409, 'conflict', attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.', source)]);
   }
@@ -141,7 +141,8 @@ export async function createRecord<T>(
   render: RenderWritten<T>,
 ): Promise<{ status: ActionResult['status']; rendered: T }> {
   return transaction(writer.db, resource, async (trx) => {
-    const ctx: ActionContext = { db: trx, services: writer.services, principal: writer.principal, resource, values };
+    const provided = new Set(Object.keys(values));
+    const ctx: ActionContext = { db: trx, services: writer.services, principal: writer.principal, resource, values, provided };
     await checkReferences({ ...writer, db: trx }, resource.attributes, values);
     applyDefaults(resource, values);
     await resource.beforeInsert?.(ctx);
@@ -164,7 +165,8 @@ export async function updateRecord<T>(
       WHERE t.id = ${id} AND ${rowScope(resource, writer.principal)} FOR UPDATE`.execute(trx);
     const existing = rows[0];
     if (!existing) throw notFound();
-    const ctx: ActionContext = { db: trx, services: writer.services, principal: writer.principal, resource, values, existing };
+    const provided = new Set(Object.keys(values));
+    const ctx: ActionContext = { db: trx, services: writer.services, principal: writer.principal, resource, values, provided, existing };
     await checkReferences({ ...writer, db: trx }, resource.attributes, values);
     await resource.beforeUpdate?.(ctx);
     const columns = columnValues(resource, values);

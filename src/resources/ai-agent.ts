@@ -15,8 +15,8 @@ export default defineResource({
     tone: attr.string({ update: true, nullable: true, maxLength: 120 }),
     languages: attr.stringArray({ update: true, minItems: 1, maxItems: 20, items: { pattern: LANGUAGE_TAG, maxLength: 35 } }),
     workflow: attr.object({ update: true, maxBytes: 64 * 1024 }),
-    system_prompt: attr.string({ update: true, nullable: true, maxLength: 32 * 1024 }),
-    safety_guardrails: attr.string({ update: true, nullable: true, maxLength: 32 * 1024 }),
+    system_prompt: attr.string({ update: true, nullable: true, maxBytes: 32 * 1024 }),
+    safety_guardrails: attr.string({ update: true, nullable: true, maxBytes: 32 * 1024 }),
     published: attr.boolean({ update: true }),
   },
   relationships: {

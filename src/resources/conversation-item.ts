@@ -6,8 +6,10 @@ import { insertRow } from '../jsonapi/write.js';
 import { EVERY_ROLE } from './scopes.js';
 import { ITEM_MODALITIES, ITEM_ROLES } from './values.js';
 
-/** Fields compared when an `item_id` is posted again: same content means the same item. */
+/** Fields compared when an `item_id` is posted again (those the repeat gives): same content means the same item. */
 const IDEMPOTENT_FIELDS = ['content', 'role', 'modality'] as const;
+/** Largest index, so that the next one still fits the integer column. */
+const MAX_CONTENT_INDEX = 2_147_483_646;
 
 /**
  * Appends an item. The conversation row is locked first, so concurrent posts
@@ -36,7 +38,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
       .where('item_id', '=', values.item_id)
       .executeTakeFirst();
     if (existing) {
-      const same = IDEMPOTENT_FIELDS.every((f) => values[f] === undefined || values[f] === existing[f]);
+      const same = IDEMPOTENT_FIELDS.every((f) => !ctx.provided.has(f) || values[f] === existing[f]);
       if (same) return { id: existing.id, status: 200 };
       throw ApiError.of(409, 'conflict', 'An item with this item_id exists with other content.', {
         pointer: '/data/attributes/item_id',
@@ -52,6 +54,11 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   }
 
   const contentIndex = (values.content_index as number | undefined) ?? row.next_content_index;
+  if (contentIndex > MAX_CONTENT_INDEX) {
+    throw ApiError.of(422, 'invalid_attribute', `The conversation has no content_index left (at most ${MAX_CONTENT_INDEX}).`, {
+      pointer: '/data/attributes/content_index',
+    });
+  }
   await sql`UPDATE conversations SET next_content_index = GREATEST(next_content_index, ${contentIndex + 1})
             WHERE id = ${values.conversation_id}`.execute(db);
   values.content_index = contentIndex;
@@ -67,10 +74,10 @@ export default defineResource({
   attributes: {
     role: attr.enum(ITEM_ROLES, { create: 'required' }),
     modality: attr.enum(ITEM_MODALITIES, { create: true, default: 'text' }),
-    content: attr.string({ create: 'required', maxLength: 32 * 1024 }),
+    content: attr.string({ create: 'required', maxBytes: 32 * 1024 }),
     metadata: attr.object({ create: true, maxBytes: 16 * 1024, default: () => ({}) }),
     item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
-    content_index: attr.integer({ create: true, minimum: 0, maximum: 2_147_483_646 }),
+    content_index: attr.integer({ create: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),
     occurred_at: attr.timestamp({ create: true, default: () => new Date() }),
     conversation_id: attr.uuid({ create: 'required', references: 'Conversation' }),
     organisation_id: attr.uuid({ create: true, references: 'Organisation' }),
