@@ -3,6 +3,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import { buildOpenApi } from '../jsonapi/openapi.js';
 import type { ResourceDef } from '../jsonapi/resource.js';
+import { methodNotAllowed } from '../jsonapi/routes.js';
 import type { ServerOptions } from './server.js';
 
 /** GET /api/open_api (OpenAPI 3.1 from the resource definitions) and GET /docs (its interactive reference). */
@@ -12,6 +13,7 @@ export async function registerDocs(app: FastifyInstance, resources: ResourceDef[
     reply.header('Content-Type', 'application/vnd.oai.openapi+json');
     return document;
   });
+  methodNotAllowed(app, '/api/open_api', ['GET'], { public: true });
   await app.register(async (scope) => {
     scope.addHook('onRoute', (route) => {
       route.config = { ...(route.config as object), public: true };

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { isIPv6 } from 'node:net';
 import qs from 'qs';
 import { ApiError } from '../jsonapi/errors.js';
 
@@ -7,24 +8,87 @@ export const JSONAPI_MEDIA_TYPE = 'application/vnd.api+json';
 /** Media type parameters JSON:API permits on its media type. */
 const ALLOWED_PARAMETERS = new Set(['ext', 'profile']);
 
-/** Parameter names of one media range, e.g. `application/vnd.api+json; ext="x"` -> ['ext']. */
-function parameterNames(mediaRange: string): string[] {
-  return mediaRange
-    .split(';')
+/**
+ * Parameter names of one media range, e.g. `application/vnd.api+json; ext="x"` -> ['ext']. In Accept, `q` is a
+ * weight (RFC 9110 section 12.4.2), not a media type parameter: it and the accept-ext after it are left out.
+ */
+function parameterNames(mediaRange: string, { inAccept = false } = {}): string[] {
+  const names = splitOutsideQuotes(mediaRange, ';')
     .slice(1)
     .map((p) => p.split('=')[0].trim().toLowerCase())
     .filter(Boolean);
+  const weight = inAccept ? names.indexOf('q') : -1;
+  return weight >= 0 ? names.slice(0, weight) : names;
 }
 
-const isJsonApi = (mediaRange: string) => mediaRange.split(';')[0].trim().toLowerCase() === JSONAPI_MEDIA_TYPE;
+/** Splits a header value on `separator`, except inside quoted strings (`ext="a,b"`). */
+function splitOutsideQuotes(value: string, separator: string): string[] {
+  const parts: string[] = [];
+  let current = '';
+  let quoted = false;
+  for (let i = 0; i < value.length; i++) {
+    const c = value[i];
+    if (quoted && c === '\\' && i + 1 < value.length) {
+      current += c + value[++i];
+      continue;
+    }
+    if (c === '"') quoted = !quoted;
+    if (c === separator && !quoted) {
+      parts.push(current);
+      current = '';
+    } else current += c;
+  }
+  parts.push(current);
+  return parts;
+}
 
-/** 406 only when every JSON:API media range in Accept carries forbidden parameters. */
+/** The media type of a range or Content-Type value, without parameters, in lower case. */
+const mediaTypeOf = (value: string) => value.split(';')[0].trim().toLowerCase();
+const isJsonApi = (mediaRange: string) => mediaTypeOf(mediaRange) === JSONAPI_MEDIA_TYPE;
+
+/** 406 only when every JSON:API media range in Accept carries forbidden parameters (a `q` weight is none). */
 function checkAccept(request: FastifyRequest): void {
   const accept = request.headers.accept;
   if (!accept) return;
-  const ranges = accept.split(',').filter(isJsonApi);
-  if (ranges.length > 0 && ranges.every((r) => parameterNames(r).some((p) => !ALLOWED_PARAMETERS.has(p)))) {
+  const ranges = splitOutsideQuotes(accept, ',').filter(isJsonApi);
+  if (ranges.length > 0 && ranges.every((r) => parameterNames(r, { inAccept: true }).some((p) => !ALLOWED_PARAMETERS.has(p)))) {
     throw ApiError.of(406, 'not_acceptable', `Accept ${JSONAPI_MEDIA_TYPE} without media type parameters.`, { header: 'Accept' });
+  }
+}
+
+/** `hostname[:port]` (DNS labels; underscores tolerated, as in container names) or `[ipv6][:port]`. */
+const HOST_NAME = /^([A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?)(?::(\d{1,5}))?$/;
+const IPV6_HOST = /^\[([0-9A-Fa-f:.]+)\](?::(\d{1,5}))?$/;
+
+function validHost(host: string): boolean {
+  const match = HOST_NAME.exec(host) ?? IPV6_HOST.exec(host);
+  if (!match) return false;
+  const [, name, port] = match;
+  if (host.startsWith('[') ? !isIPv6(name) : name.length > 253) return false;
+  return port === undefined || Number(port) <= 65535;
+}
+
+/**
+ * The authority that absolute links are built from (Host, or X-Forwarded-Host behind a trusted proxy) must be
+ * a well-formed `host[:port]`: anything else would end up verbatim in every link. An HTTP/1.1 request without
+ * Host is a 400 anywhere (RFC 9112 section 3.2); an empty Host is refused on /api unless PUBLIC_URL supplies
+ * the authority.
+ */
+function checkHost(request: FastifyRequest, publicUrl: string | undefined): void {
+  const { headers } = request;
+  if (headers.host === undefined && request.raw.httpVersion === '1.1') {
+    throw ApiError.of(400, 'bad_request', 'An HTTP/1.1 request needs a Host header.', { header: 'Host' });
+  }
+  if (!request.url.startsWith('/api/')) return;
+  const forwarded = headers['x-forwarded-host'] !== undefined && request.host !== (headers.host ?? '');
+  const header = forwarded ? 'X-Forwarded-Host' : 'Host';
+  const host = request.host;
+  if (host === '' ? publicUrl === undefined : !validHost(host)) {
+    throw ApiError.of(400, 'bad_request', `${header} must be a host name or address with an optional port.`, { header });
+  }
+  const protocol = request.protocol;
+  if (protocol !== 'http' && protocol !== 'https') {
+    throw ApiError.of(400, 'bad_request', 'X-Forwarded-Proto must be http or https.', { header: 'X-Forwarded-Proto' });
   }
 }
 
@@ -51,7 +115,7 @@ export function parseQueryString(text: string): Record<string, unknown> {
  * Request bodies: JSON:API's media type (415 with parameters other than ext/profile),
  * plain application/json as a convenience; anything else is a 415.
  */
-export function registerMedia(app: FastifyInstance): void {
+export function registerMedia(app: FastifyInstance, options: { publicUrl?: string } = {}): void {
   const defaultParser = app.getDefaultJsonParser('error', 'error');
   const parseJson: typeof defaultParser = (request, body, done) =>
     defaultParser(request, body, (error, value) => {
@@ -70,13 +134,22 @@ export function registerMedia(app: FastifyInstance): void {
   });
   app.addContentTypeParser('application/json', { parseAs: 'string' }, parseJson);
 
+  // Registered before authentication, so a malformed Host or Accept is refused before anything else runs.
   app.addHook('onRequest', async (request) => {
+    checkHost(request, options.publicUrl);
     if (request.url.startsWith('/api/')) checkAccept(request);
   });
+  // Every JSON:API document, wherever its URL, is exactly application/vnd.api+json (Fastify would append a
+  // charset) with Vary: Accept; so is everything under /api but the OpenAPI document.
   app.addHook('onSend', async (request, reply, payload) => {
-    if (request.url.startsWith('/api/') && request.url !== '/api/open_api' && !request.url.startsWith('/api/open_api?')) {
+    const contentType = reply.getHeader('content-type');
+    const jsonApi = typeof contentType === 'string' && isJsonApi(contentType);
+    const openApi = request.url === '/api/open_api' || request.url.startsWith('/api/open_api?');
+    if (jsonApi || (request.url.startsWith('/api/') && !openApi)) {
       reply.header('Content-Type', JSONAPI_MEDIA_TYPE);
-      reply.header('Vary', 'Accept');
+      const vary = reply.getHeader('vary');
+      const values = (Array.isArray(vary) ? vary.join(',') : String(vary ?? '')).split(',').map((v) => v.trim()).filter(Boolean);
+      if (!values.some((v) => v.toLowerCase() === 'accept' || v === '*')) reply.header('Vary', [...values, 'Accept'].join(', '));
     }
     return payload;
   });

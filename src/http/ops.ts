@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
 import { errorDocument, errorObject } from '../jsonapi/errors.js';
+import { methodNotAllowed } from '../jsonapi/routes.js';
 import type { ServerOptions } from './server.js';
 
 /** Liveness, readiness (the database answers) and Prometheus metrics; none needs a credential. */
@@ -43,4 +44,5 @@ export async function registerOps(app: FastifyInstance, options: ServerOptions):
     reply.header('Content-Type', registry.contentType);
     return registry.metrics();
   });
+  for (const url of ['/healthz', '/readyz', '/metrics']) methodNotAllowed(app, url, ['GET'], { public: true });
 }

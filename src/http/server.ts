@@ -32,9 +32,11 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // A whole request must arrive within this time (slow-client protection); headers are bounded by Node (16 KiB).
     requestTimeout: 30_000,
     clientErrorHandler: connectionError,
+    // Node would answer an HTTP/1.1 request without Host with an empty 400; the media hook answers it instead.
+    http: { requireHostHeader: false },
   });
   registerErrorHandling(app);
-  registerMedia(app);
+  registerMedia(app, { publicUrl: config.publicUrl });
   await registerOps(app, options);
   await app.register(authPlugin, options);
   await registerRateLimit(app, config, options.redis);

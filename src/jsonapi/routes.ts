@@ -19,7 +19,6 @@ export interface EngineOptions extends AppServices {
 }
 
 type Query = Record<string, unknown>;
-const ALL_METHODS = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE', 'OPTIONS'] as const;
 
 export function buildRegistry(resources: ResourceDef[]): Registry {
   return new Map(resources.map((r) => [r.type, r]));
@@ -152,7 +151,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       });
     }
 
-    for (const [url, methods] of Object.entries(allowed)) if (methods.length > 0) methodNotAllowed(url, methods);
+    for (const [url, methods] of Object.entries(allowed)) if (methods.length > 0) methodNotAllowed(app, url, methods);
   }
 
   function registerAction(resource: ResourceDef, action: CustomAction) {
@@ -175,23 +174,30 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       const doc = await single(request, resource, result.id, query, result.meta ?? {});
       return reply.code(result.status).send(doc);
     });
-    methodNotAllowed(url, ['POST']);
-  }
-
-  function methodNotAllowed(url: string, methods: string[]) {
-    const others = ALL_METHODS.filter((m) => !methods.includes(m));
-    const allow = [...methods, ...(methods.includes('GET') ? ['HEAD'] : [])].join(', ');
-    app.route({
-      method: others as unknown as string[],
-      url,
-      handler: async (_request, reply) => {
-        reply.header('Allow', allow);
-        throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
-      },
-    });
+    methodNotAllowed(app, url, ['POST']);
   }
 
   return registry;
+}
+
+/** Every method a route may be asked for; those a path does not offer answer 405. */
+const ALL_METHODS = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE', 'OPTIONS'];
+
+/**
+ * 405 with `Allow` for the methods `url` does not offer (HEAD comes with GET).
+ * `public` paths answer it without a credential, like their own routes.
+ */
+export function methodNotAllowed(app: FastifyInstance, url: string, methods: string[], options: { public?: boolean } = {}): void {
+  const allow = [...methods, ...(methods.includes('GET') ? ['HEAD'] : [])].join(', ');
+  app.route({
+    method: ALL_METHODS.filter((m) => !methods.includes(m)),
+    url,
+    config: { public: options.public ?? false },
+    handler: async (_request, reply) => {
+      reply.header('Allow', allow);
+      throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+    },
+  });
 }
 
 /** The `:id` path parameter; a malformed id names no record. */
