@@ -255,14 +255,16 @@ function report() {
   const checks: string[] = [];
   for (const row of rows.filter((r) => r.server === 'parley')) {
     const base = rows.find((r) => r.server === 'baseline' && r.scenario === row.scenario && r.connections === row.connections);
-    const ratio = base ? (row.rps / base.rps).toFixed(2) : '';
+    const ratio = base && base.rps > 0 ? (row.rps / base.rps).toFixed(2) : base ? 'n/a' : '';
     console.log(`| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${base ? base.rps.toFixed(0) : ''} | ${ratio} |`);
     if (base && row.connections === 32) {
       const target = row.scenario.startsWith('create') ? 0.7 : 0.8;
-      checks.push(`${row.rps / base.rps >= target ? 'PASS' : 'FAIL'} ${row.scenario}: ratio ${ratio} (target ${target})`);
+      const valid = base.rps > 0 && base.errors === 0;
+      const verdict = !valid ? 'FAIL (baseline served nothing or errors)' : row.rps / base.rps >= target ? 'PASS' : 'FAIL';
+      checks.push(`${verdict} ${row.scenario}: ratio ${ratio} (target ${target})`);
     }
     if (row.connections === 32 && !row.scenario.startsWith('embedded')) {
-      checks.push(`${row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`);
+      checks.push(`${row.rps > 0 && row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`);
     }
   }
   const first = rows.find((r) => r.server === 'parley' && r.scenario === 'list conversations, first page' && r.connections === 1);

@@ -166,8 +166,10 @@ app.post('/api/conversation_items', async (request, reply) => {
        VALUES ($1, $2, $3, $4, $5, 'text', $6, $7, '{}', $8, $8, $8)`,
       [id, caller.org, attributes.conversation_id, attributes.content, attributes.role, index, `item_${id.replaceAll('-', '')}`, now],
     );
+    // Read back on the same connection, before COMMIT, as Parley does: a second pool
+    // connection per request would deadlock the pool once every connection waits for one.
+    const { rows } = await client.query(`SELECT t.* FROM conversation_items t WHERE t.id = $1 AND t.organisation_id = $2`, [id, caller.org]);
     await client.query('COMMIT');
-    const { rows } = await pool.query(`SELECT t.* FROM conversation_items t WHERE t.id = $1 AND t.organisation_id = $2`, [id, caller.org]);
     const doc = { data: item(rows[0]), included: [], meta: {}, jsonapi: { version: '1.0' } };
     return send(reply.header('Location', doc.data.links.self), 201, doc);
   } catch (error) {
