@@ -32,8 +32,30 @@ export async function signToken(claims: TokenClaims, key: Uint8Array, expiresAt?
   return jwt.sign(key);
 }
 
+/**
+ * Tokens whose signature and claims were verified recently, with their claims: verifying an HMAC is a pure
+ * function of the token and the key, so a hit skips it. Expiry is still checked on every use, and the record
+ * behind the token (revocation, membership) is checked by the caller on every request.
+ */
+const VERIFIED_CAPACITY = 10_000;
+const verified = new WeakMap<Uint8Array, Map<string, { claims: TokenClaims; expiresAtMs: number }>>();
+
 /** The claims of a valid token, or undefined for anything forged, expired or malformed. */
 export async function verifyToken(token: string, key: Uint8Array): Promise<TokenClaims | undefined> {
+  let cache = verified.get(key);
+  if (!cache) verified.set(key, (cache = new Map()));
+  const hit = cache.get(token);
+  if (hit && hit.expiresAtMs > Date.now()) return hit.claims;
+  if (hit) cache.delete(token);
+  const claims = await verifySignedToken(token, key);
+  if (claims) {
+    if (cache.size >= VERIFIED_CAPACITY) cache.delete(cache.keys().next().value!);
+    cache.set(token, { claims: claims.claims, expiresAtMs: claims.expiresAtMs });
+  }
+  return claims?.claims;
+}
+
+async function verifySignedToken(token: string, key: Uint8Array): Promise<{ claims: TokenClaims; expiresAtMs: number } | undefined> {
   try {
     const { payload } = await jwtVerify(token, key, { algorithms: ['HS256'], issuer: ISSUER, audience: AUDIENCE });
     const { typ, sub, org, jti, kty } = payload as Record<string, unknown>;
@@ -41,7 +63,8 @@ export async function verifyToken(token: string, key: Uint8Array): Promise<Token
       return undefined;
     }
     if (typ === 'api_key' && kty !== 'publishable' && kty !== 'secret') return undefined;
-    return { typ, sub: sub as string, org: org as string, jti: jti as string, kty: kty as TokenClaims['kty'] };
+    const claims: TokenClaims = { typ, sub: sub as string, org: org as string, jti: jti as string, kty: kty as TokenClaims['kty'] };
+    return { claims, expiresAtMs: payload.exp === undefined ? Infinity : payload.exp * 1000 };
   } catch {
     return undefined;
   }
