@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectRedis } from '../src/app.js';
 import { buildServer } from '../src/http/server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
@@ -87,5 +88,41 @@ describe.runIf(process.env.REDIS_TEST_URL)('rate limit shared through Redis by t
     for (let i = 0; i < 12; i++) statuses.push((await attempt(nodes[i % 2])).statusCode);
     expect(statuses.slice(0, 10).every((s) => s === 401)).toBe(true);
     expect(statuses.slice(10)).toEqual([429, 429]);
+  });
+});
+
+describe('while Redis is unreachable', () => {
+  let t: TestApp;
+  let tenant: Tenant;
+  let node: FastifyInstance;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    t = await startTestApp({ RATE_LIMIT_PER_MINUTE: String(LIMIT), LOGIN_FAILURES_PER_WINDOW: '3' });
+    tenant = await seedTenant(t, `NoRedis${randomBytes(3).toString('hex')}`);
+    // Nothing listens on port 1: every Redis command fails at once.
+    redis = connectRedis('redis://127.0.0.1:1')!;
+    node = await buildServer({ ...t.services, database: t.database, redis });
+    await node.ready();
+  });
+  afterAll(async () => {
+    await node?.close();
+    redis?.disconnect();
+    await t?.close();
+  });
+
+  it('serves requests and keeps throttling logins on this node', async () => {
+    expect((await node.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${tenant.admin.token}` } })).statusCode).toBe(200);
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const response = await node.inject({
+        method: 'POST',
+        url: '/api/users/login',
+        headers: { authorization: `Bearer ${tenant.publishableKey}`, 'content-type': 'application/vnd.api+json' },
+        payload: { data: { type: 'User', attributes: { email: tenant.operator.email, password: 'wrong-password' } } },
+      });
+      statuses.push(response.statusCode);
+    }
+    expect(statuses).toEqual([401, 401, 401, 429, 429]);
   });
 });

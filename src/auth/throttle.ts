@@ -1,7 +1,8 @@
 /**
  * Login throttling: failures are counted per e-mail and per client address in
  * a fixed window; past the limit, login answers 429 until the window ends.
- * In memory on one node; in Redis (shared by every node) when one is given.
+ * In memory on one node; in Redis (shared by every node) when one is given,
+ * with this node's memory as the fallback while Redis is unreachable.
  */
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.js';
@@ -58,6 +59,24 @@ export class RedisFailureCounter implements FailureCounter {
   }
 }
 
+/**
+ * Redis while it answers; this node's memory while it does not, so that an
+ * outage of the shared store neither blocks logins nor lifts the throttle.
+ */
+export class FallbackFailureCounter implements FailureCounter {
+  constructor(private readonly primary: FailureCounter, private readonly fallback: FailureCounter) {}
+
+  async get(key: string) {
+    const [shared, local] = await Promise.all([this.primary.get(key).catch(() => undefined), this.fallback.get(key)]);
+    if (!shared) return local;
+    return shared.count >= local.count ? shared : local;
+  }
+
+  async add(key: string) {
+    await Promise.all([this.primary.add(key).catch(() => undefined), this.fallback.add(key)]);
+  }
+}
+
 export class LoginThrottle {
   constructor(private readonly counter: FailureCounter, private readonly limit: number) {}
 
@@ -81,6 +100,7 @@ export class LoginThrottle {
 }
 
 export function createLoginThrottle(config: Config, redis?: Redis): LoginThrottle {
-  const counter = redis ? new RedisFailureCounter(redis, config.loginWindowSeconds) : new MemoryFailureCounter(config.loginWindowSeconds);
+  const memory = new MemoryFailureCounter(config.loginWindowSeconds);
+  const counter = redis ? new FallbackFailureCounter(new RedisFailureCounter(redis, config.loginWindowSeconds), memory) : memory;
   return new LoginThrottle(counter, config.loginFailuresPerWindow);
 }
