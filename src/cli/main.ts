@@ -39,6 +39,9 @@ function fail(error: unknown, json: boolean): never {
 const program = new Command('parley').description('Parley: conversations, AI agents, operators and SIP telephony').showHelpAfterError();
 const json = () => new Option('--json', 'print one JSON object on stdout');
 
+/** How long a stopping server waits for in-flight requests before cutting the connections left. */
+const SHUTDOWN_GRACE_MS = 10_000;
+
 function action<T extends { json?: boolean }>(run: (options: T) => Promise<void>) {
   return async (options: T) => {
     try {
@@ -62,6 +65,8 @@ program
       if (stopping) return;
       stopping = true;
       running.app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+      // In-flight requests get this long; then whatever connections remain are cut.
+      setTimeout(() => running.app.server.closeAllConnections(), SHUTDOWN_GRACE_MS).unref();
       await running.close();
       process.exit(0);
     };

@@ -27,7 +27,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     frameworkErrors: frameworkError,
     trustProxy: config.trustProxy,
     requestIdHeader: false,
-    return503OnClosing: true,
+    // While closing, requests already on open connections are still served (with Connection: close below).
+    return503OnClosing: false,
     forceCloseConnections: false,
     // A whole request must arrive within this time (slow-client protection); headers are bounded by Node (16 KiB).
     requestTimeout: 30_000,
@@ -36,6 +37,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     http: { requireHostHeader: false },
   });
   registerErrorHandling(app);
+  closeConnectionsWhenDone(app);
   registerMedia(app, { publicUrl: config.publicUrl });
   await registerOps(app, options);
   await app.register(authPlugin, options);
@@ -43,4 +45,19 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerResources(app, resources, options);
   await registerDocs(app, resources, options);
   return app;
+}
+
+/**
+ * Once shutdown starts, every response closes its connection, so that keep-alive
+ * clients do not hold the server open after their in-flight requests are answered.
+ */
+function closeConnectionsWhenDone(app: FastifyInstance): void {
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (closing) reply.header('Connection', 'close');
+    return payload;
+  });
 }
