@@ -19,8 +19,8 @@ describe('operations endpoints', () => {
     await t.app.inject({ url: '/api/conversations' });
     const metrics = await t.app.inject({ url: '/metrics' });
     expect(metrics.statusCode).toBe(200);
-    expect(metrics.body).toContain('parley_http_requests_total{method="GET",route="/api/conversations",status="401"} 1');
-    expect(metrics.body).toContain('parley_http_request_duration_seconds_bucket');
+    expect(metrics.body).toContain('parley_http_request_duration_seconds_count{method="GET",route="/api/conversations",status="401"} 1');
+    expect(metrics.body).toMatch(/parley_http_request_duration_seconds_bucket\{le="0\.002",method="GET",route="\/api\/conversations",status="401"\}/);
   });
 });
 

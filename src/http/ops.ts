@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { sql } from 'kysely';
-import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import { errorDocument, errorObject } from '../jsonapi/errors.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
 import type { ServerOptions } from './server.js';
@@ -9,24 +9,18 @@ import type { ServerOptions } from './server.js';
 export async function registerOps(app: FastifyInstance, options: ServerOptions): Promise<void> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  const requests = new Counter({
-    name: 'parley_http_requests_total',
-    help: 'HTTP requests by method, route and status',
-    labelNames: ['method', 'route', 'status'],
-    registers: [registry],
-  });
-  const duration = new Histogram({
+  // One histogram serves both request counts (its _count series, per status) and latencies per route.
+  const requests = new Histogram({
     name: 'parley_http_request_duration_seconds',
-    help: 'HTTP request duration by method and route',
-    labelNames: ['method', 'route'],
+    help: 'HTTP requests by method, route and status: count and duration',
+    labelNames: ['method', 'route', 'status'],
     buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [registry],
   });
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';
-    requests.inc({ method: request.method, route, status: String(reply.statusCode) });
-    duration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+    requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000);
   });
 
   const open = { config: { public: true } };
