@@ -51,6 +51,9 @@ describe('gateways', () => {
     const duplicate = await admin.post('/api/gateways', gateway({ realm: 'b.example.com', username: 'u1' }));
     expect(duplicate.status).toBe(409);
     expect(pointers(duplicate)).toEqual(['/data/attributes/name']);
+    // The realm is a host name (case-insensitive); the SIP user part is case-sensitive.
+    expect((await admin.post('/api/gateways', gateway({ realm: 'B.Example.COM', username: 'u1' }))).status).toBe(409);
+    expect((await admin.post('/api/gateways', gateway({ realm: 'b.example.com', username: 'U1' }))).status).toBe(201);
     const elsewhere = await stranger.post('/api/gateways', gateway({ realm: 'b.example.com', username: 'u1' }));
     expect(elsewhere.status).toBe(201);
   });

@@ -2,10 +2,12 @@ import { sql } from 'kysely';
 import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
 import type { Database } from './connection.js';
 import * as initial from './migrations/0001_initial.js';
+import * as gatewayRealmCase from './migrations/0002_gateway_realm_case.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
   '0001_initial': initial,
+  '0002_gateway_realm_case': gatewayRealmCase,
 };
 
 const provider: MigrationProvider = {

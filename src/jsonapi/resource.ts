@@ -84,6 +84,8 @@ export interface AttributeDef {
   precision?: 'seconds' | 'milliseconds';
   /** A uuid naming a record of this type, which must be visible to the caller. */
   references?: string;
+  /** The resource's own create action checks the reference (e.g. while locking the row), so the engine does not. */
+  referenceCheckedByAction?: boolean;
   /** Extra validation of one value; returns a message when invalid. */
   check?: (value: unknown) => string | undefined;
   /** Computed read-only value: an SQL expression over the row (aliased `t`) instead of a column. */

@@ -67,7 +67,7 @@ async function checkReferences(writer: Writer, attributes: Record<string, Attrib
   const errors: ErrorObject[] = [];
   for (const [name, def] of Object.entries(attributes)) {
     const value = values[name];
-    if (!def.references || value === undefined || value === null) continue;
+    if (!def.references || def.referenceCheckedByAction || value === undefined || value === null) continue;
     const target = writer.registry.get(def.references)!;
     const { rows } = await sql<{ visible: boolean }>`
       SELECT ${rowScope(target, writer.principal)} AS visible FROM ${sql.table(target.table)} t

@@ -79,8 +79,8 @@ export default defineResource({
     item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
     content_index: attr.integer({ create: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),
     occurred_at: attr.timestamp({ create: true, default: () => new Date() }),
-    conversation_id: attr.uuid({ create: 'required', references: 'Conversation' }),
-    organisation_id: attr.uuid({ create: true, references: 'Organisation' }),
+    conversation_id: attr.uuid({ create: 'required', references: 'Conversation', referenceCheckedByAction: true }),
+    organisation_id: attr.uuid({ create: true, references: 'Organisation', referenceCheckedByAction: true }),
   },
   relationships: {
     conversation: rel.belongsTo('Conversation', 'conversation_id'),
