@@ -84,28 +84,15 @@ describe('routing', () => {
 });
 
 describe('the HTTP layer below the routes', () => {
-  /** Sends raw bytes to the listening server and returns the raw answer. */
-  async function raw(port: number, request: string): Promise<{ status: number; headers: string; body: string }> {
-    const answer = await new Promise<string>((resolve, reject) => {
-      let data = '';
-      const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
-      socket.on('data', (chunk) => (data += chunk));
-      socket.on('end', () => resolve(data));
-      socket.on('error', reject);
-    });
-    const [head, body] = answer.split('\r\n\r\n');
-    return { status: Number(head.split(' ')[1]), headers: head, body };
-  }
-
   it('answers oversized headers and malformed HTTP with JSON:API errors', async () => {
     await t.app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = t.app.server.address() as net.AddressInfo;
-    const big = await raw(port, `GET /api/conversations HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+    const big = await rawRequest(port, `GET /api/conversations HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
     expect(big.status).toBe(431);
     expect(big.headers).toContain('application/vnd.api+json');
     expectJsonApi(JSON.parse(big.body));
     expect(JSON.parse(big.body).errors[0].code).toBe('headers_too_large');
-    const garbage = await raw(port, 'NOT HTTP AT ALL\r\n\r\n');
+    const garbage = await rawRequest(port, 'NOT HTTP AT ALL\r\n\r\n');
     expect(garbage.status).toBe(400);
     expectJsonApi(JSON.parse(garbage.body));
   });
