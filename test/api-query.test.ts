@@ -54,6 +54,16 @@ describe('filter operators', () => {
     });
   }
 
+  it('refuses and/or groups that are not indexed', async () => {
+    for (const query of ['filter[or][a][speaker]=agent', 'filter[and]=x', 'filter[or][0][speaker]=agent&filter[or][b][speaker]=caller']) {
+      const response = await api.get(`/api/call_transcripts?${query}`);
+      expect(response.status, query).toBe(400);
+      expect(response.body.errors[0]).toMatchObject({ code: 'invalid_filter' });
+    }
+    const refused = await api.get('/api/call_transcripts?filter[or][a][speaker]=agent');
+    expect(refused.body.errors[0].source.parameter).toBe('filter[or]');
+  });
+
   it('refuses values of the wrong type, naming the parameter', async () => {
     const response = await api.get('/api/call_transcripts?filter[content_index][less_than]=two&filter[occurred_at]=yesterday&filter[speaker]=robot&filter[call_id]=x&filter[content][like]=y');
     expect(response.status).toBe(400);

@@ -154,12 +154,12 @@ function parseFilter(value: unknown, resource: ResourceDef, problems: Problems):
     for (const [key, child] of Object.entries(node)) {
       const parameter = `${path}[${key}]`;
       if (key === 'and' || key === 'or') {
-        const items = Array.isArray(child) ? child : isObject(child) ? Object.values(child) : undefined;
-        if (!items || items.length === 0) {
+        const items = Array.isArray(child) ? child.map((item, i) => [String(i), item] as const) : isObject(child) ? Object.entries(child) : [];
+        if (items.length === 0 || items.some(([index]) => !/^\d{1,3}$/.test(index))) {
           problems.add('invalid_filter', parameter, `\`${parameter}\` takes indexed filters, e.g. ${parameter}[0][status]=active.`);
           continue;
         }
-        const parsed = items.map((item, i) => walk(item, `${parameter}[${i}]`, depth + 1));
+        const parsed = items.map(([index, item]) => walk(item, `${parameter}[${index}]`, depth + 1));
         if (parsed.every((p): p is FilterNode => p !== undefined)) children.push({ kind: key, children: parsed });
       } else if (key === 'not') {
         const parsed = walk(child, parameter, depth + 1);
