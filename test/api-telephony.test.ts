@@ -66,6 +66,15 @@ describe('gateways', () => {
     );
   });
 
+  it('refuses ACL blocks with host bits set, naming the block meant', async () => {
+    for (const [block, meant] of [['10.0.0.1/8', '10.0.0.0/8'], ['2001:db8::1/32', '2001:db8::/32']]) {
+      const response = await admin.post('/api/gateways', gateway({ realm: 'acl.example.com', username: 'acl', inbound_acl: ['192.0.2.0/24', block] }));
+      expect(response.status, block).toBe(422);
+      expect(pointers(response)).toEqual(['/data/attributes/inbound_acl']);
+      expect(response.body.errors[0].detail).toContain(meant);
+    }
+  });
+
   it('is for admins only, and invisible across organisations', async () => {
     expect((await operator.post('/api/gateways', gateway({ realm: 'x.example.com', username: 'op' }))).status).toBe(403);
     const mine = (await admin.post('/api/gateways', gateway({ realm: 'mine.example.com', username: 'me' }))).body.data;

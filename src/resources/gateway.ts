@@ -1,4 +1,5 @@
 import { isIP } from 'node:net';
+import ipaddr from 'ipaddr.js';
 import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
 import { ADMINS } from './scopes.js';
 import { GATEWAY_PROVIDERS } from './values.js';
@@ -14,7 +15,9 @@ export function cidrProblem(value: unknown): string | undefined {
   const [address, bits, extra] = value.split('/');
   const version = isIP(address ?? '');
   if (version === 0 || extra !== undefined || bits === undefined || !/^\d{1,3}$/.test(bits)) return problem;
-  return Number(bits) <= (version === 4 ? 32 : 128) ? undefined : problem;
+  if (Number(bits) > (version === 4 ? 32 : 128)) return problem;
+  const network = (version === 4 ? ipaddr.IPv4 : ipaddr.IPv6).networkAddressFromCIDR(value).toString();
+  return network === ipaddr.parse(address).toString() ? undefined : `has host bits set: the block is ${network}/${bits}`;
 }
 
 function proxyProblem(value: unknown): string | undefined {
