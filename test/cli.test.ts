@@ -4,6 +4,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { loadConfig } from '../src/config/index.js';
+import { openDatabase } from '../src/db/connection.js';
 import { freshPostgresDatabase } from './support/app.js';
 
 const run = promisify(execFile);
@@ -42,6 +45,17 @@ async function fails(...args: string[]): Promise<string> {
   throw new Error(`parley ${args.join(' ')} succeeded`);
 }
 
+/** Runs a command that must fail; returns its stdout and exit code. */
+async function failing(args: string[], environment: NodeJS.ProcessEnv = env): Promise<{ stdout: string; code: number }> {
+  try {
+    await run(process.execPath, ['--import', 'tsx', cli, ...args], { env: environment });
+  } catch (error) {
+    const { stdout, code } = error as { stdout: string; code: number };
+    return { stdout, code };
+  }
+  throw new Error(`parley ${args.join(' ')} succeeded`);
+}
+
 describe('parley command line', () => {
   it('migrates, creates an organisation, a user, keys and an agent', async () => {
     expect(await parley('migrate')).toHaveProperty('applied');
@@ -67,6 +81,43 @@ describe('parley command line', () => {
     expect(demo.publishable_key.split('.')).toHaveLength(3);
     expect(demo.secret_key.split('.')).toHaveLength(3);
     expect(demo.users.map((u: { role: string }) => u.role).sort()).toEqual(['admin', 'operator', 'operator', 'owner']);
+  }, 60_000);
+
+  it('a second demo fails whole: no second organisation is left behind', async () => {
+    const failed = await failing(['demo', '--json']);
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.stdout)).toEqual({ error: 'a user with e-mail owner@demo.parley.dev exists already' });
+    const database = await openDatabase(loadConfig(env));
+    try {
+      const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM organisations WHERE name = 'Demo'`.execute(database.db);
+      expect(rows[0].n).toBe(1);
+    } finally {
+      await database.close();
+    }
+  }, 60_000);
+
+  it('refuses to open the embedded database that another process holds', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-lock-'));
+    const holderEnv = { ...env, DATABASE_URL: '', DATA_DIR: dir };
+    const holder = await openDatabase(loadConfig(holderEnv));
+    try {
+      const failed = await failing(['org', 'create', '--name', 'Second', '--json'], holderEnv);
+      expect(failed.code).toBe(1);
+      expect(JSON.parse(failed.stdout).error).toMatch(new RegExp(`in use by process ${process.pid}`));
+    } finally {
+      await holder.close();
+    }
+    // Released on close: the command works now.
+    expect(JSON.parse((await run(process.execPath, ['--import', 'tsx', cli, 'org', 'create', '--name', 'Second', '--json'], { env: holderEnv })).stdout).id).toBeDefined();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }, 60_000);
+
+  it('prints usage errors as one JSON object with --json', async () => {
+    for (const args of [['org', 'create'], ['frobnicate']]) {
+      const failed = await failing([...args, '--json']);
+      expect(failed.code, args.join(' ')).toBe(1);
+      expect(Object.keys(JSON.parse(failed.stdout))).toEqual(['error']);
+    }
   }, 60_000);
 
   it('refuses bad input with a message and a non-zero exit', async () => {

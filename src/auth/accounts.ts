@@ -1,6 +1,6 @@
 /** Organisations, users and memberships: used by the command line, the demo and tests. */
 import { uuidv7 } from 'uuidv7';
-import type { Database } from '../db/connection.js';
+import { inTransaction, type Database } from '../db/connection.js';
 import { ROLES, type Role } from '../jsonapi/resource.js';
 import { hashPassword } from './passwords.js';
 
@@ -45,7 +45,7 @@ export async function createUserInOrganisation(
   db: Database,
   input: { organisationId: string; email: string; password: string; fullName: string; role: Role },
 ) {
-  return db.transaction().execute(async (trx) => {
+  return inTransaction(db, async (trx) => {
     if (!ROLES.includes(input.role)) throw new Error(`role must be one of ${ROLES.join(', ')}`);
     const organisation = await trx.selectFrom('organisations').select('id').where('id', '=', input.organisationId).executeTakeFirst();
     if (!organisation) throw new Error(`no organisation ${input.organisationId}`);

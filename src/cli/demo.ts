@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { uuidv7 } from 'uuidv7';
 import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
 import { createApiKey } from '../auth/api-keys.js';
-import type { Database } from '../db/connection.js';
+import { inTransaction, type Database } from '../db/connection.js';
 import type { AppServices, Role } from '../jsonapi/resource.js';
 
 export interface DemoResult {
@@ -19,7 +19,12 @@ const minutesAgo = (m: number) => {
   return date;
 };
 
+/** Seeds the demo organisation in one transaction: a failure (e.g. the demo users exist already) leaves nothing behind. */
 export async function seedDemo(db: Database, services: AppServices): Promise<DemoResult> {
+  return inTransaction(db, (trx) => seedDemoIn(trx, services));
+}
+
+async function seedDemoIn(db: Database, services: AppServices): Promise<DemoResult> {
   const organisation = await createOrganisation(db, { name: 'Demo' });
   const org = organisation.id;
   const people: { email: string; password: string; role: Role; full_name: string }[] = [

@@ -36,7 +36,14 @@ function fail(error: unknown, json: boolean): never {
   process.exit(1);
 }
 
-const program = new Command('parley').description('Parley: conversations, AI agents, operators and SIP telephony').showHelpAfterError();
+const jsonRequested = process.argv.includes('--json');
+const program = new Command('parley').description('Parley: conversations, AI agents, operators and SIP telephony');
+// With --json, usage errors too are one JSON object on stdout; otherwise commander's text and the help.
+if (jsonRequested) {
+  program.configureOutput({ writeErr: (text) => console.log(JSON.stringify({ error: text.replace(/^error: /, '').trim() })) });
+} else {
+  program.showHelpAfterError();
+}
 const json = () => new Option('--json', 'print one JSON object on stdout');
 
 /** How long a stopping server waits for in-flight requests before cutting the connections left. */
@@ -55,11 +62,16 @@ function action<T extends { json?: boolean }>(run: (options: T) => Promise<void>
 program
   .command('serve')
   .description('run the HTTP server (migrates first; seeds the demo organisation on a new embedded database)')
-  .action(async () => {
-    const running = await startApp(loadConfig());
+  .addOption(new Option('--json', 'print one JSON object (url, database, and the demo credentials on first start) before the logs'))
+  .action(async (o: { json?: boolean }) => {
+    const running = await startApp(loadConfig()).catch((error: unknown) => fail(error, !!o.json));
     running.app.log.info({ url: running.url, database: running.database.kind }, 'Parley is listening');
-    console.log(`Parley listening on ${running.url} (${running.database.kind} database)`);
-    if (running.demo) console.log(loginHint(running.url, running.demo));
+    if (o.json) {
+      console.log(JSON.stringify({ url: running.url, database: running.database.kind, demo: running.demo ?? null }));
+    } else {
+      console.log(`Parley listening on ${running.url} (${running.database.kind} database)`);
+      if (running.demo) console.log(loginHint(running.url, running.demo));
+    }
     let stopping = false;
     const stop = async (signal: string) => {
       if (stopping) return;

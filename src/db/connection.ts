@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { Kysely, PGliteDialect, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Config } from '../config/index.js';
@@ -6,6 +7,11 @@ import type { Config } from '../config/index.js';
 /** The engine queries tables named by resource definitions, so the schema type stays open. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Database = Kysely<any>;
+
+/** Runs `work` in a transaction, or in the caller's when `db` is one already (Kysely does not nest them). */
+export function inTransaction<T>(db: Database, work: (trx: Database) => Promise<T>): Promise<T> {
+  return db.isTransaction ? work(db) : db.transaction().execute(work);
+}
 
 export interface DatabaseHandle {
   db: Database;
@@ -31,8 +37,62 @@ export async function openDatabase(config: Config): Promise<DatabaseHandle> {
     return { db, kind: 'postgres', close: () => db.destroy() };
   }
   const { PGlite } = await import('@electric-sql/pglite');
-  if (!config.dataDir.startsWith('memory://')) fs.mkdirSync(config.dataDir, { recursive: true });
-  const pglite = await PGlite.create(config.dataDir);
-  const db: Database = new Kysely({ dialect: new PGliteDialect({ pglite }) });
-  return { db, kind: 'pglite', close: () => db.destroy() };
+  const inMemory = config.dataDir.startsWith('memory://');
+  if (!inMemory) fs.mkdirSync(config.dataDir, { recursive: true });
+  const unlock = inMemory ? () => {} : lockDataDir(config.dataDir);
+  try {
+    const pglite = await PGlite.create(config.dataDir);
+    const db: Database = new Kysely({ dialect: new PGliteDialect({ pglite }) });
+    return {
+      db,
+      kind: 'pglite',
+      close: async () => {
+        await db.destroy();
+        unlock();
+      },
+    };
+  } catch (error) {
+    unlock();
+    throw error;
+  }
+}
+
+/**
+ * The embedded database lives in one process at a time: a second process (a
+ * command while the server runs) would work on its own copy and its writes
+ * would be lost or overwrite the other's. A lock file holding the owner's pid
+ * refuses that; a lock left by a process that no longer runs is taken over.
+ */
+function lockDataDir(dataDir: string): () => void {
+  const lockFile = path.join(dataDir, 'parley.lock');
+  const mine = String(process.pid);
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      fs.writeFileSync(lockFile, mine, { flag: 'wx' });
+      return () => {
+        if (fs.readFileSync(lockFile, 'utf8') === mine) fs.rmSync(lockFile, { force: true });
+      };
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const owner = Number(fs.readFileSync(lockFile, 'utf8'));
+      if (isRunning(owner)) {
+        throw new Error(
+          `The embedded database in ${dataDir} is in use by process ${owner}. Stop it first, or use PostgreSQL ` +
+            `(DATABASE_URL) to share a database between processes. (Lock file: ${lockFile}.)`,
+        );
+      }
+      fs.rmSync(lockFile, { force: true });
+    }
+  }
+  throw new Error(`Could not lock the embedded database in ${dataDir} (${lockFile}).`);
+}
+
+function isRunning(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
