@@ -250,3 +250,13 @@ describe('requests with an empty or missing Host', () => {
     expect((await rawRequest(port, 'GET /healthz HTTP/1.0\r\n\r\n')).status).toBe(200);
   });
 });
+
+describe('trailing slashes', () => {
+  it('reach the same route as the path without one', async () => {
+    const list = await api.get('/api/conversations/');
+    expect(list.status).toBe(200);
+    expect(Array.isArray(list.body.data)).toBe(true);
+    // Calls have no collection path: with or without the slash, no route.
+    expect((await api.get('/api/calls/')).status).toBe(404);
+  });
+});

@@ -23,7 +23,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const app = Fastify({
     loggerInstance: options.logger ?? (createLogger(config) as FastifyBaseLogger),
     bodyLimit: config.bodyLimitBytes,
-    routerOptions: { querystringParser: parseQueryString, maxParamLength: 200 },
+    routerOptions: { querystringParser: parseQueryString, maxParamLength: 200, ignoreTrailingSlash: true },
     frameworkErrors: frameworkError,
     trustProxy: config.trustProxy,
     requestIdHeader: false,
