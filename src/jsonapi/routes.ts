@@ -158,7 +158,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const url = `/api/${action.path}`;
     const input = inputOf(action.input, 'create');
     app.post(url, { config: { allowPublishable: action.allowPublishable ?? false } }, async (request, reply) => {
-      const { principal, writer } = context(request);
+      const { principal } = context(request);
       if (action.roles && !action.roles.includes(principal.role)) throw forbidden();
       const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
       const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
