@@ -1,11 +1,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { Kysely, PGliteDialect, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Config } from '../config/index.js';
+import { exposeLocally, sharedLocally } from './local-socket.js';
+import { Mutex, PGliteDialect } from './pglite-dialect.js';
 
 /** The engine queries tables named by resource definitions, so the schema type stays open. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+// biome-ignore lint/suspicious/noExplicitAny: the engine names tables at run time.
 export type Database = Kysely<any>;
 
 /** Runs `work` in a transaction, or in the caller's when `db` is one already (Kysely does not nest them). */
@@ -19,7 +21,12 @@ export interface DatabaseHandle {
   close(): Promise<void>;
 }
 
-export async function openDatabase(config: Config): Promise<DatabaseHandle> {
+export interface OpenOptions {
+  /** Serve the embedded database to local commands on a socket in DATA_DIR while open (the server does). */
+  shareLocally?: boolean;
+}
+
+export async function openDatabase(config: Config, { shareLocally = false }: OpenOptions = {}): Promise<DatabaseHandle> {
   if (config.databaseUrl) {
     const pool = new pg.Pool({
       connectionString: config.databaseUrl,
@@ -39,29 +46,58 @@ export async function openDatabase(config: Config): Promise<DatabaseHandle> {
   const { PGlite } = await import('@electric-sql/pglite');
   const inMemory = config.dataDir.startsWith('memory://');
   if (!inMemory) fs.mkdirSync(config.dataDir, { recursive: true });
-  const unlock = inMemory ? () => {} : lockDataDir(config.dataDir);
+  let unlock: () => void;
+  try {
+    unlock = inMemory ? () => {} : lockDataDir(config.dataDir);
+  } catch (error) {
+    // The server holds it and shares it: work through the server's socket.
+    if (error instanceof DataDirInUse && sharedLocally(config.dataDir)) return openShared(config);
+    throw error;
+  }
+  let stopSharing = async () => {};
   try {
     const pglite = await PGlite.create(config.dataDir);
-    const db: Database = new Kysely({ dialect: new PGliteDialect({ pglite }) });
+    const mutex = new Mutex();
+    const db: Database = new Kysely({ dialect: new PGliteDialect(pglite, mutex) });
+    if (shareLocally && !inMemory) stopSharing = await exposeLocally(pglite, mutex, config.dataDir);
     return {
       db,
       kind: 'pglite',
       close: async () => {
+        await stopSharing();
         await db.destroy();
         unlock();
       },
     };
   } catch (error) {
+    await stopSharing();
     unlock();
     throw error;
   }
 }
+
+/** The embedded database of a running server, through its local socket (PostgreSQL protocol, one connection). */
+function openShared(config: Config): DatabaseHandle {
+  const pool = new pg.Pool({
+    host: config.dataDir,
+    user: 'postgres',
+    database: 'postgres',
+    max: 1,
+    connectionTimeoutMillis: config.databaseTimeoutMs,
+  });
+  pool.on('error', () => {});
+  const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
+  return { db, kind: 'pglite', close: () => db.destroy() };
+}
+
+class DataDirInUse extends Error {}
 
 /**
  * The embedded database lives in one process at a time: a second process (a
  * command while the server runs) would work on its own copy and its writes
  * would be lost or overwrite the other's. A lock file holding the owner's pid
  * refuses that; a lock left by a process that no longer runs is taken over.
+ * A server shares its database with local commands through a socket instead.
  */
 function lockDataDir(dataDir: string): () => void {
   const lockFile = path.join(dataDir, 'parley.lock');
@@ -76,7 +112,7 @@ function lockDataDir(dataDir: string): () => void {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const owner = Number(fs.readFileSync(lockFile, 'utf8'));
       if (isRunning(owner)) {
-        throw new Error(
+        throw new DataDirInUse(
           `The embedded database in ${dataDir} is in use by process ${owner}. Stop it first, or use PostgreSQL ` +
             `(DATABASE_URL) to share a database between processes. (Lock file: ${lockFile}.)`,
         );

@@ -1,14 +1,20 @@
-import { sql } from 'kysely';
-import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
+import { type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
 import type { Database } from './connection.js';
 import * as initial from './migrations/0001_initial.js';
 import * as gatewayRealmCase from './migrations/0002_gateway_realm_case.js';
+import * as sipEdge from './migrations/0005_sip_edge.js';
+import * as agentRuntime from './migrations/0008_agent_runtime.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
   '0001_initial': initial,
   '0002_gateway_realm_case': gatewayRealmCase,
+  '0005_sip_edge': sipEdge,
+  '0008_agent_runtime': agentRuntime,
 };
+
+/** The schema's SQL, every migration in order (declarations are checked against it at start). */
+export const schemaSql = (): string => Object.values(migrations).map((m) => m.up).join('\n');
 
 const provider: MigrationProvider = {
   async getMigrations() {

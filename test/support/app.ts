@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import pg from 'pg';
-import { loadSigningKey } from '../../src/auth/signing-key.js';
+import { createServices } from '../../src/app.js';
 import { loadConfig, type Config } from '../../src/config/index.js';
 import { openDatabase, type Database, type DatabaseHandle } from '../../src/db/connection.js';
 import { migrate } from '../../src/db/migrate.js';
 import { buildServer } from '../../src/http/server.js';
-import type { AppServices } from '../../src/jsonapi/resource.js';
+import type { AppServices } from '../../src/jsonapi/services.js';
 
 // Fast password hashing in tests; production keeps the default cost.
 process.env.PASSWORD_HASH_COST_LOG2 ??= '10';
@@ -55,7 +55,7 @@ export async function startTestApp(env: Record<string, string> = {}, logger?: Fa
   } as NodeJS.ProcessEnv);
   const database = await openDatabase(config);
   await migrate(database.db);
-  const services: AppServices = { config, signingKey: await loadSigningKey(database.db, config) };
+  const services: AppServices = await createServices(database, config);
   const app = await buildServer({ ...services, database, logger });
   await app.ready();
   return {

@@ -5,8 +5,8 @@ import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-/** The official JSON:API response schema, kept beside the repository in shared/conformance. */
-const schemaPath = path.resolve(repoRoot, '..', 'shared', 'conformance', 'jsonapi-1.x-schema.json');
+/** The official JSON:API response schema, vendored with its source and licence in test/vendor/jsonapi. */
+const schemaPath = path.resolve(repoRoot, 'test', 'vendor', 'jsonapi', 'schema.json');
 
 const ajv = new Ajv2020.default({ allErrors: true, strict: false });
 addFormats.default(ajv);
