@@ -1,0 +1,61 @@
+/**
+ * The browser side, served by `serve`: the operator console (a single-page application under /console) and
+ * the visitor chat widget (/widget.js). Both are built by `npm run build:web` (Vite) into dist/public when the
+ * package is installed; nothing is fetched from elsewhere at run time.
+ */
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import fastifyStatic from '@fastify/static';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+
+/** dist/public at the package root, whether this file runs from src/web (tsx) or dist/web (built). */
+export const PUBLIC_DIR = fileURLToPath(new URL('../../dist/public/', import.meta.url));
+
+/**
+ * The console's own pages allow scripts, styles and connections from this origin only, and no framing
+ * (clickjacking); the sign-in token lives in sessionStorage, so it never leaves with a Referer either.
+ */
+const CONSOLE_HEADERS: Record<string, string> = {
+  'Content-Security-Policy':
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+  'Referrer-Policy': 'no-referrer',
+  'X-Content-Type-Options': 'nosniff',
+};
+
+function missing(reply: FastifyReply) {
+  return reply
+    .code(503)
+    .type('text/plain; charset=utf-8')
+    .send('The console has not been built: run `npm run build:web` (npm install runs it).\n');
+}
+
+export async function registerWebAssets(app: FastifyInstance, root = PUBLIC_DIR): Promise<void> {
+  const built = () => existsSync(`${root}console/index.html`);
+  const config = { public: true };
+  await app.register(fastifyStatic, {
+    root: `${root}console`,
+    prefix: '/console/',
+    index: false,
+    wildcard: true,
+    serve: true,
+    // Vite names assets by content hash, so they never change; the page itself is always revalidated.
+    setHeaders: (reply, file) => {
+      reply.headers(CONSOLE_HEADERS);
+      reply.header('Cache-Control', /[\\/]assets[\\/]/.test(file) ? 'public, max-age=31536000, immutable' : 'no-cache');
+    },
+  });
+  const page = async (_request: unknown, reply: FastifyReply) => {
+    if (!built()) return missing(reply);
+    return reply.headers({ ...CONSOLE_HEADERS, 'Cache-Control': 'no-cache' }).sendFile('index.html', `${root}console`);
+  };
+  // The link printed by the command line is /console#key=...; the fragment never reaches the server.
+  app.get('/console', { config }, page);
+  app.get('/widget.js', { config }, async (_request, reply) => {
+    if (!existsSync(`${root}widget.js`)) return missing(reply);
+    // Embedded by other sites: readable from any origin, revalidated so that fixes reach them.
+    return reply
+      .headers({ 'Cache-Control': 'no-cache', 'Cross-Origin-Resource-Policy': 'cross-origin', 'X-Content-Type-Options': 'nosniff' })
+      .type('text/javascript; charset=utf-8')
+      .sendFile('widget.js', root);
+  });
+}

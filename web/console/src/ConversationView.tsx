@@ -1,0 +1,153 @@
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { describeError, type ApiClient, type ConversationItemResource, type ConversationResource, type ConversationStatus } from '../../api/client';
+import { conversationTitle } from './Inbox';
+import type { Action } from './live';
+
+interface Props {
+  api: ApiClient;
+  me: string;
+  conversation: ConversationResource;
+  items: Map<string, ConversationItemResource> | undefined;
+  dispatch: (action: Action) => void;
+  onBack: () => void;
+}
+
+const ROLE_LABELS: Record<string, string> = { user: 'Customer', assistant: 'Agent', operator: 'Operator', system: 'System', tool: 'Tool' };
+
+/**
+ * One conversation: its items as they arrive, the reply box (items with role `operator`), and the actions.
+ * Take over and hand back write the conversation's metadata (docs/console.md): `agent_paused` tells the
+ * agent runtime to stay silent, `assigned_operator` names who answers.
+ */
+export function ConversationView({ api, me, conversation, items, dispatch, onBack }: Props) {
+  const [draft, setDraft] = useState('');
+  const [sending, setSending] = useState(false);
+  const [error, setError] = useState<string | undefined>();
+  const listRef = useRef<HTMLOListElement>(null);
+  const attributes = conversation.attributes;
+  const metadata = (attributes.metadata ?? {}) as Record<string, unknown>;
+  const takenOver = metadata.agent_paused === true;
+  const closed = attributes.status === 'closed';
+  const sorted = [...(items?.values() ?? [])].sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
+
+  useEffect(() => {
+    void (async () => {
+      // Conversations have no single-record GET (the spec's endpoints): the list, filtered to this one.
+      const { data, error: failure } = await api.GET('/api/conversations', {
+        params: { query: { filter: { id: conversation.id }, include: 'conversation_items' } },
+      });
+      if (!data?.data[0]) return setError(describeError(failure, 'The conversation could not be loaded.'));
+      dispatch({ kind: 'conversation', record: data.data[0] });
+      const loaded = (data.included ?? []).filter((r): r is ConversationItemResource => (r as { type: string }).type === 'ConversationItem');
+      dispatch({ kind: 'items', conversationId: conversation.id, list: loaded });
+    })();
+  }, [api, conversation.id, dispatch]);
+
+  useEffect(() => {
+    listRef.current?.lastElementChild?.scrollIntoView({ block: 'end' });
+  }, [sorted.length]);
+
+  async function update(status: ConversationStatus, meta: Record<string, unknown>, failureText: string) {
+    setError(undefined);
+    const { data, error: failure } = await api.PATCH('/api/conversations/{id}', {
+      params: { path: { id: conversation.id } },
+      body: { data: { type: 'Conversation', id: conversation.id, attributes: { status, metadata: meta } } },
+    });
+    if (data) dispatch({ kind: 'conversation', record: data.data });
+    else setError(describeError(failure, failureText));
+  }
+
+  async function send(event: Event) {
+    event.preventDefault();
+    const content = draft.trim();
+    if (!content) return;
+    setSending(true);
+    setError(undefined);
+    const { data, error: failure } = await api.POST('/api/conversation_items', {
+      body: { data: { type: 'ConversationItem', attributes: { conversation_id: conversation.id, role: 'operator', content } } },
+    });
+    setSending(false);
+    if (data) {
+      setDraft('');
+      dispatch({ kind: 'item', record: data.data, openId: conversation.id });
+    } else setError(describeError(failure, 'Your reply was not sent.'));
+  }
+
+  return (
+    <section class="pane conversation" aria-labelledby="conversation-title">
+      <div class="pane-head">
+        <button type="button" class="button quiet back" onClick={onBack} aria-label="Back to the inbox">
+          ←
+        </button>
+        <h2 id="conversation-title">{conversationTitle(conversation)}</h2>
+        <span class={`badge status-${attributes.status}`}>{attributes.status}</span>
+        {takenOver && <span class="tag">{metadata.assigned_operator === me ? 'You are answering' : 'An operator is answering'}</span>}
+        <div class="actions">
+          {!closed &&
+            (takenOver ? (
+              <button
+                type="button"
+                class="button"
+                onClick={() => update('active', { ...metadata, agent_paused: false, assigned_operator: null }, 'The conversation could not be handed back.')}
+              >
+                Hand back to agent
+              </button>
+            ) : (
+              <button
+                type="button"
+                class="button"
+                onClick={() => update('active', { ...metadata, agent_paused: true, assigned_operator: me }, 'The conversation could not be taken over.')}
+              >
+                Take over
+              </button>
+            ))}
+          {closed ? (
+            <button type="button" class="button" onClick={() => update('active', metadata, 'The conversation could not be reopened.')}>
+              Reopen
+            </button>
+          ) : (
+            <button type="button" class="button" onClick={() => update('closed', metadata, 'The conversation could not be closed.')}>
+              Close
+            </button>
+          )}
+        </div>
+      </div>
+      <ol class="items" ref={listRef} aria-label="Messages" aria-live="polite">
+        {sorted.map((item) => (
+          <li key={item.id} class={`item role-${item.attributes.role}`}>
+            <span class="item-role">{ROLE_LABELS[item.attributes.role ?? 'system'] ?? item.attributes.role}</span>
+            <p class="item-content">{item.attributes.content}</p>
+            <time class="item-time" dateTime={item.attributes.occurred_at}>
+              {item.attributes.occurred_at ? new Date(item.attributes.occurred_at).toLocaleTimeString() : ''}
+            </time>
+          </li>
+        ))}
+        {sorted.length === 0 && <li class="muted pad">No messages yet.</li>}
+      </ol>
+      {error && (
+        <p class="banner error" role="alert">
+          {error}
+        </p>
+      )}
+      <form class="reply" onSubmit={send}>
+        <label for="reply" class="visually-hidden">
+          Reply as operator
+        </label>
+        <textarea
+          id="reply"
+          rows={2}
+          placeholder={closed ? 'Reopen the conversation to reply' : 'Write a reply… (Enter sends, Shift+Enter adds a line)'}
+          disabled={closed}
+          value={draft}
+          onInput={(e) => setDraft(e.currentTarget.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter' && !e.shiftKey) send(e);
+          }}
+        />
+        <button class="button primary" type="submit" disabled={closed || sending || !draft.trim()}>
+          Send
+        </button>
+      </form>
+    </section>
+  );
+}

@@ -1,0 +1,137 @@
+/**
+ * The console's live picture of the organisation: conversations, their items, calls and the operator's own
+ * status, loaded once through the API and then kept current by the event stream's messages.
+ */
+import type {
+  CallParticipantResource,
+  CallResource,
+  ConversationItemResource,
+  ConversationResource,
+  OperatorAvailability,
+} from '../../api/client';
+import type { ParleyEvent } from '../../api/events';
+
+export interface LiveState {
+  conversations: Map<string, ConversationResource>;
+  /** Items by conversation id, for the conversations that were opened or that received items since sign-in. */
+  items: Map<string, Map<string, ConversationItemResource>>;
+  /** Items that arrived (from others than me) since the conversation was last looked at. */
+  unread: Map<string, number>;
+  /** The latest item of each conversation seen since sign-in (for the inbox's preview). */
+  latest: Map<string, ConversationItemResource>;
+  calls: Map<string, CallResource>;
+  participants: Map<string, CallParticipantResource>;
+  myStatus?: OperatorAvailability;
+}
+
+export const emptyState = (): LiveState => ({
+  conversations: new Map(),
+  items: new Map(),
+  unread: new Map(),
+  latest: new Map(),
+  calls: new Map(),
+  participants: new Map(),
+});
+
+export type Action =
+  | { kind: 'conversations'; list: ConversationResource[] }
+  | { kind: 'conversation'; record: ConversationResource }
+  | { kind: 'items'; conversationId: string; list: ConversationItemResource[] }
+  | { kind: 'item'; record: ConversationItemResource; openId?: string }
+  | { kind: 'read'; conversationId: string }
+  | { kind: 'calls'; calls: CallResource[]; participants: CallParticipantResource[] }
+  | { kind: 'call'; record: CallResource }
+  | { kind: 'participant'; record: CallParticipantResource }
+  | { kind: 'status'; status: OperatorAvailability | undefined };
+
+const copy = <K, V>(map: Map<K, V>) => new Map(map);
+
+export function reduce(state: LiveState, action: Action): LiveState {
+  switch (action.kind) {
+    case 'conversations': {
+      const conversations = copy(state.conversations);
+      for (const c of action.list) conversations.set(c.id, c);
+      return { ...state, conversations };
+    }
+    case 'conversation':
+      return { ...state, conversations: copy(state.conversations).set(action.record.id, action.record) };
+    case 'items': {
+      const list = new Map(action.list.map((i) => [i.id, i]));
+      const latest = action.list.at(-1);
+      return {
+        ...state,
+        items: copy(state.items).set(action.conversationId, list),
+        latest: latest ? copy(state.latest).set(action.conversationId, latest) : state.latest,
+      };
+    }
+    case 'item': {
+      const item = action.record;
+      const conversationId = item.attributes.conversation_id!;
+      if (state.items.get(conversationId)?.has(item.id)) return state;
+      const items = copy(state.items);
+      items.set(conversationId, copy(items.get(conversationId) ?? new Map()).set(item.id, item));
+      const unread = copy(state.unread);
+      if (conversationId !== action.openId && item.attributes.role !== 'operator') {
+        unread.set(conversationId, (unread.get(conversationId) ?? 0) + 1);
+      }
+      return { ...state, items, unread, latest: copy(state.latest).set(conversationId, item) };
+    }
+    case 'read': {
+      if (!state.unread.get(action.conversationId)) return state;
+      const unread = copy(state.unread);
+      unread.delete(action.conversationId);
+      return { ...state, unread };
+    }
+    case 'calls': {
+      const calls = copy(state.calls);
+      for (const c of action.calls) calls.set(c.id, c);
+      const participants = copy(state.participants);
+      for (const p of action.participants) participants.set(p.id, p);
+      return { ...state, calls, participants };
+    }
+    case 'call':
+      return { ...state, calls: copy(state.calls).set(action.record.id, action.record) };
+    case 'participant':
+      return { ...state, participants: copy(state.participants).set(action.record.id, action.record) };
+    case 'status':
+      return { ...state, myStatus: action.status };
+  }
+}
+
+/** What an event from GET /api/events changes, if anything. */
+export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUserId?: string }): Action | undefined {
+  const data = event.data as never;
+  switch (event.type) {
+    case 'Conversation.created':
+    case 'Conversation.updated':
+      return { kind: 'conversation', record: data };
+    case 'ConversationItem.created':
+      return { kind: 'item', record: data, openId: context.openId };
+    case 'Call.created':
+    case 'Call.updated':
+      return { kind: 'call', record: data };
+    case 'CallParticipant.created':
+    case 'CallParticipant.updated':
+      return { kind: 'participant', record: data };
+    case 'OperatorStatus.created':
+    case 'OperatorStatus.updated': {
+      const attributes = (event.data.attributes ?? {}) as { sip_user_id?: string; status?: OperatorAvailability };
+      return attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId ? { kind: 'status', status: attributes.status } : undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+/** Order of the inbox: pending and assigned to me, then other pending, then active, then closed; newest first within. */
+export function inboxOrder(me: string) {
+  const rank = (c: ConversationResource) => {
+    const assigned = (c.attributes.metadata as { assigned_operator?: string } | undefined)?.assigned_operator === me;
+    const status = c.attributes.status;
+    if (status === 'pending') return assigned ? 0 : 1;
+    if (status === 'active') return assigned ? 2 : 3;
+    return 4;
+  };
+  // UUIDv7 ids sort by creation time.
+  return (a: ConversationResource, b: ConversationResource) => rank(a) - rank(b) || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+}

@@ -1,0 +1,201 @@
+/**
+ * The visitor chat widget. A website embeds it with one tag:
+ *
+ *   <script src="https://parley.example.com/widget.js" data-key="<publishable key>" data-agent="<AI agent id>" async></script>
+ *
+ * On the first message it trades the publishable key for a visitor credential (POST /api/visitor_sessions),
+ * which creates the visitor's one conversation; it then posts the visitor's messages as `user` items and reads
+ * the conversation (found by its public_id) every few seconds, showing the agent's and operators' replies and,
+ * when the conversation waits for a human (`pending`), that an operator will join. The page's origin must be in
+ * the server's CORS_ALLOWED_ORIGINS. Everything lives in a shadow root, so the host page's styles do not leak in.
+ */
+import { apiClient, describeError, type ConversationItemResource, type ConversationResource } from '../api/client';
+
+interface VisitorSession {
+  token: string;
+  expiresAt: string;
+  conversationId: string;
+  publicId: string;
+}
+
+const POLL_MS = 2000;
+
+const STYLE = `
+  :host { all: initial; }
+  * { box-sizing: border-box; font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; }
+  .launcher { position: fixed; right: 16px; bottom: 16px; z-index: 2147483000; border: 0; border-radius: 999px; padding: 12px 18px;
+    background: #0b5fca; color: #fff; font-size: 15px; cursor: pointer; box-shadow: 0 4px 14px rgba(0,0,0,.2); }
+  .panel { position: fixed; right: 16px; bottom: 72px; z-index: 2147483000; width: min(360px, calc(100vw - 32px)); height: min(480px, calc(100vh - 100px));
+    display: flex; flex-direction: column; background: #fff; color: #1b1f24; border: 1px solid #d8dee4; border-radius: 12px; box-shadow: 0 8px 28px rgba(0,0,0,.18); }
+  .panel[hidden] { display: none; }
+  header { padding: 10px 14px; border-bottom: 1px solid #d8dee4; font-weight: 600; display: flex; justify-content: space-between; align-items: center; }
+  header button { border: 0; background: none; font-size: 18px; cursor: pointer; color: #57606a; min-width: 32px; min-height: 32px; }
+  .log { flex: 1; overflow-y: auto; }
+  ol { list-style: none; margin: 0; padding: 12px; display: flex; flex-direction: column; gap: 8px; }
+  li { max-width: 85%; padding: 8px 10px; border-radius: 10px; font-size: 14px; white-space: pre-wrap; overflow-wrap: anywhere; }
+  li small { display: block; font-size: 11px; color: #57606a; font-weight: 600; }
+  .user { align-self: flex-end; background: #0b5fca; color: #fff; }
+  .user small { color: #dbe9ff; }
+  .assistant, .operator { align-self: flex-start; background: #f1f3f5; }
+  .system { align-self: center; background: #fff8c5; font-size: 13px; }
+  .status { margin: 0; padding: 6px 12px; font-size: 13px; color: #0a3069; background: #ddf4ff; }
+  .status:empty { display: none; }
+  form { display: flex; gap: 6px; padding: 10px; border-top: 1px solid #d8dee4; }
+  input { flex: 1; font-size: 14px; padding: 8px; border: 1px solid #8c959f; border-radius: 8px; }
+  form button { border: 0; border-radius: 8px; background: #0b5fca; color: #fff; padding: 8px 12px; cursor: pointer; font-size: 14px; }
+  button:focus-visible, input:focus-visible { outline: 3px solid #0b5fca; outline-offset: 2px; }
+`;
+
+const LABELS: Record<string, string> = { user: 'You', assistant: 'Assistant', operator: 'Operator', system: '' };
+
+function start(script: HTMLScriptElement) {
+  const publishableKey = script.dataset.key ?? '';
+  const agentId = script.dataset.agent || null;
+  const baseUrl = script.dataset.api ?? new URL(script.src, window.location.href).origin;
+  const storageKey = `parley.visitor.${publishableKey.slice(-16)}`;
+  let session: VisitorSession | undefined = restore();
+  let timer: number | undefined;
+
+  const api = apiClient({ baseUrl, token: () => session?.token, onUnauthorized: () => forget('Your chat session ended. Send a message to start a new one.') });
+
+  const host = document.createElement('div');
+  host.setAttribute('data-parley-widget', '');
+  const root = host.attachShadow({ mode: 'open' });
+  root.innerHTML = `<style>${STYLE}</style>
+    <button class="launcher" type="button" aria-expanded="false" aria-controls="parley-panel">Chat with us</button>
+    <section class="panel" id="parley-panel" role="dialog" aria-label="Chat" hidden>
+      <header><span>Chat</span><button type="button" class="close" aria-label="Close chat">×</button></header>
+      <div class="log" role="log" aria-live="polite" aria-label="Messages"><ol></ol></div>
+      <p class="status" role="status"></p>
+      <form><label style="position:absolute;left:-9999px" for="parley-input">Your message</label>
+        <input id="parley-input" name="message" autocomplete="off" maxlength="4000" placeholder="Type your message…" />
+        <button type="submit">Send</button></form>
+    </section>`;
+  document.body.appendChild(host);
+  const launcher = root.querySelector<HTMLButtonElement>('.launcher')!;
+  const panel = root.querySelector<HTMLElement>('.panel')!;
+  const list = root.querySelector<HTMLOListElement>('ol')!;
+  const status = root.querySelector<HTMLParagraphElement>('.status')!;
+  const form = root.querySelector<HTMLFormElement>('form')!;
+  const input = root.querySelector<HTMLInputElement>('input')!;
+
+  function setOpen(open: boolean) {
+    panel.hidden = !open;
+    launcher.setAttribute('aria-expanded', String(open));
+    if (open) {
+      input.focus();
+      if (session) poll();
+    }
+  }
+  launcher.addEventListener('click', () => setOpen(panel.hidden));
+  root.querySelector('.close')!.addEventListener('click', () => {
+    setOpen(false);
+    launcher.focus();
+  });
+  panel.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') {
+      setOpen(false);
+      launcher.focus();
+    }
+  });
+
+  function restore(): VisitorSession | undefined {
+    try {
+      const saved = JSON.parse(sessionStorage.getItem(storageKey) ?? 'null') as VisitorSession | null;
+      return saved && Date.parse(saved.expiresAt) > Date.now() ? saved : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  function forget(message: string) {
+    session = undefined;
+    sessionStorage.removeItem(storageKey);
+    window.clearTimeout(timer);
+    status.textContent = message;
+  }
+
+  async function openSession(): Promise<VisitorSession | undefined> {
+    const { data, error } = await api.POST('/api/visitor_sessions', {
+      body: { data: { type: 'Conversation', attributes: { ai_agent_id: agentId } } },
+      headers: { Authorization: `Bearer ${publishableKey}` },
+    });
+    if (!data) {
+      status.textContent = describeError(error, 'The chat could not be started.');
+      return undefined;
+    }
+    const meta = data.meta as { token: string; token_expires_at: string };
+    session = { token: meta.token, expiresAt: meta.token_expires_at, conversationId: data.data.id, publicId: data.data.attributes.public_id ?? '' };
+    sessionStorage.setItem(storageKey, JSON.stringify(session));
+    return session;
+  }
+
+  function render(conversation: ConversationResource, items: ConversationItemResource[]) {
+    const shown = items.filter((i) => i.attributes.role !== 'tool').sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
+    if (list.childElementCount !== shown.length) {
+      list.replaceChildren(
+        ...shown.map((item) => {
+          const li = document.createElement('li');
+          const role = item.attributes.role ?? 'system';
+          li.className = role;
+          if (LABELS[role]) {
+            const label = document.createElement('small');
+            label.textContent = LABELS[role];
+            li.append(label);
+          }
+          li.append(document.createTextNode(item.attributes.content ?? ''));
+          return li;
+        }),
+      );
+      list.lastElementChild?.scrollIntoView({ block: 'end' });
+    }
+    const state = conversation.attributes.status;
+    status.textContent = state === 'pending' ? 'An operator will join shortly.' : state === 'closed' ? 'This conversation has ended.' : '';
+    input.disabled = state === 'closed';
+  }
+
+  async function poll() {
+    window.clearTimeout(timer);
+    if (!session) return;
+    let wait = POLL_MS;
+    try {
+      const { data, response } = await api.GET('/api/conversations', {
+        params: { query: { filter: { public_id: session.publicId }, include: 'conversation_items' } },
+      });
+      const conversation = data?.data[0];
+      if (conversation) render(conversation, (data.included ?? []) as ConversationItemResource[]);
+      if (response.status === 429) wait = Number(response.headers.get('Retry-After') ?? 10) * 1000;
+    } catch {
+      wait = POLL_MS * 3; // offline: try again a little later
+    }
+    if (session && !panel.hidden) timer = window.setTimeout(poll, wait);
+  }
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const content = input.value.trim();
+    if (!content) return;
+    input.value = '';
+    const current = session ?? (await openSession());
+    if (!current) {
+      input.value = content;
+      return;
+    }
+    const { error } = await api.POST('/api/conversation_items', {
+      body: { data: { type: 'ConversationItem', attributes: { conversation_id: current.conversationId, role: 'user', content } } },
+    });
+    if (error) {
+      input.value = content;
+      status.textContent = describeError(error, 'Your message was not sent.');
+    }
+    await poll();
+  });
+
+  if (script.dataset.open === 'true') setOpen(true);
+}
+
+const current = document.currentScript as HTMLScriptElement | null;
+if (current) {
+  if (document.body) start(current);
+  else document.addEventListener('DOMContentLoaded', () => start(current));
+}
