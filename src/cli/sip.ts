@@ -1,0 +1,59 @@
+/** `parley sip serve`: the SIP edge (Kamailio in the foreground, fed from Parley's PostgreSQL database). */
+import type { Command } from 'commander';
+import { createServices } from '../app.js';
+import { loadConfig } from '../config/index.js';
+import { openDatabase } from '../db/connection.js';
+import { migrate } from '../db/migrate.js';
+import { loadSipSettings } from '../sip/config.js';
+import { sipEdgeUnavailable, startSipEdge } from '../sip/edge.js';
+
+export function addSipCommands(program: Command, fail: (error: unknown, json: boolean) => never): void {
+  const sip = program.command('sip').description('the SIP edge (Kamailio; needs PostgreSQL)');
+  sip
+    .command('serve')
+    .description('render the Kamailio configuration from SIP_LISTEN, SIP_DOMAIN and DATABASE_URL and run Kamailio in the foreground')
+    .action(async () => {
+      try {
+        const config = loadConfig();
+        const settings = loadSipSettings();
+        const unavailable = sipEdgeUnavailable(config.databaseUrl, settings);
+        if (unavailable) throw new Error(unavailable);
+        const database = await openDatabase(config);
+        await migrate(database.db);
+        const services = await createServices(database, config);
+        const log = (level: string, message: string, detail?: Record<string, unknown>) =>
+          console.error(JSON.stringify({ time: new Date().toISOString(), level, msg: message, ...detail }));
+        const edge = await startSipEdge({
+          settings,
+          databaseUrl: config.databaseUrl,
+          db: database.db,
+          records: services.records!,
+          runDir: process.env.SIP_RUN_DIR || undefined,
+          log,
+          onKamailioLog: (line) => console.error(line),
+        });
+        console.log(`Parley SIP edge: Kamailio on ${settings.listen}, SIP domain ${settings.domain} (run directory ${edge.runDir})`);
+        let stopping = false;
+        const stop = async (signal: string) => {
+          if (stopping) return;
+          stopping = true;
+          log('info', 'stopping Kamailio', { signal });
+          await edge.stop();
+          await database.close();
+          process.exit(0);
+        };
+        // Signals are forwarded: Kamailio gets SIGTERM and its calls are reconciled before exit.
+        process.on('SIGTERM', () => void stop('SIGTERM'));
+        process.on('SIGINT', () => void stop('SIGINT'));
+        const exit = await edge.kamailio.exited;
+        if (!stopping) {
+          log('error', 'Kamailio exited', { exit });
+          await edge.stop().catch(() => {});
+          await database.close();
+          process.exit(1);
+        }
+      } catch (error) {
+        fail(error, false);
+      }
+    });
+}

@@ -1,0 +1,124 @@
+/** Settings of the SIP edge and the rendering of Kamailio's configuration from the template in `sip/`. */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface SipSettings {
+  /** Kamailio `listen` value: `udp:host:port`. */
+  listen: string;
+  /** The one SIP domain users register in: `<sip_username>@<domain>`. */
+  domain: string;
+  /** Ring timeout before an unanswered call ends as no_answer. */
+  ringTimeoutSeconds: number;
+  /** Requests per 2 s from one address before it is banned (pike); 0 turns the check off. */
+  floodRequests: number;
+  /** Failed authentications per minute from one address before it is banned. */
+  authFailures: number;
+  banSeconds: number;
+  /** Kamailio worker processes. */
+  children: number;
+  /** How often gateway edits are looked for (and Kamailio told to reload them). */
+  reloadIntervalMs: number;
+  /** How often calls whose dialog is gone are ended. */
+  reconcileIntervalMs: number;
+  kamailioBinary: string;
+  kamcmdBinary: string;
+  /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
+  kamailioDebug: number;
+}
+
+function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer >= ${min}, got "${raw}"`);
+  return value;
+}
+
+const LISTEN = /^udp:(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
+const DOMAIN = /^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
+
+export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettings {
+  const listen = env.SIP_LISTEN || 'udp:127.0.0.1:5060';
+  const match = LISTEN.exec(listen);
+  if (!match || Number(match[3]) < 1 || Number(match[3]) > 65535) {
+    throw new Error(`SIP_LISTEN must look like udp:<IP address>:<port>, got "${listen}"`);
+  }
+  const domain = env.SIP_DOMAIN || 'parley.local';
+  if (!DOMAIN.test(domain)) throw new Error(`SIP_DOMAIN must be a host name, got "${domain}"`);
+  return {
+    listen,
+    domain,
+    ringTimeoutSeconds: int(env, 'SIP_RING_TIMEOUT_SECONDS', 30, 1),
+    floodRequests: int(env, 'SIP_FLOOD_REQUESTS', 200),
+    authFailures: int(env, 'SIP_AUTH_FAILURES', 20, 1),
+    banSeconds: int(env, 'SIP_BAN_SECONDS', 300, 1),
+    children: int(env, 'SIP_CHILDREN', 4, 1),
+    reloadIntervalMs: int(env, 'SIP_RELOAD_INTERVAL_MS', 2000, 100),
+    reconcileIntervalMs: int(env, 'SIP_RECONCILE_INTERVAL_MS', 30_000, 100),
+    kamailioBinary: env.KAMAILIO_BIN || 'kamailio',
+    kamcmdBinary: env.KAMCMD_BIN || 'kamcmd',
+    kamailioDebug: int(env, 'SIP_KAMAILIO_DEBUG', 1, 0),
+  };
+}
+
+/** `udp:127.0.0.1:5060` -> `127.0.0.1:5060` (the address trunk registrations give as Contact). */
+export function contactAddress(listen: string): string {
+  return listen.replace(/^udp:/, '');
+}
+
+/**
+ * Kamailio's db_postgres takes `postgres://user:password@host:port/database` and nothing else:
+ * query parameters are dropped, the port made explicit.
+ */
+export function kamailioDatabaseUrl(databaseUrl: string): string {
+  const url = new URL(databaseUrl);
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
+    throw new Error('DATABASE_URL must be a postgres:// URL for the SIP edge');
+  }
+  const auth = url.username ? `${url.username}${url.password ? `:${url.password}` : ''}@` : '';
+  return `postgres://${auth}${url.hostname || '127.0.0.1'}:${url.port || '5432'}${url.pathname}`;
+}
+
+/** The template ships beside `src/` and `dist/` (both two levels below the package root). */
+export const TEMPLATE_PATH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../sip/kamailio.cfg');
+
+export interface RenderInput {
+  settings: SipSettings;
+  databaseUrl: string;
+  runDir: string;
+  eventUrl: string;
+  eventSecret: string;
+}
+
+/** Fills every `{{NAME}}` of the template; a name left unfilled is a bug in this function, so it throws. */
+export function renderKamailioConfig(input: RenderInput, template = fs.readFileSync(TEMPLATE_PATH, 'utf8')): string {
+  const { settings } = input;
+  const values: Record<string, string> = {
+    DB_URL: kamailioDatabaseUrl(input.databaseUrl),
+    SIP_DOMAIN: settings.domain,
+    EVENT_URL: input.eventUrl,
+    EVENT_SECRET: input.eventSecret,
+    LOG_LEVEL: String(settings.kamailioDebug),
+    LOG_PREFIX: 'kamailio ',
+    CHILDREN: String(settings.children),
+    LISTEN: settings.listen,
+    RUN_DIR: input.runDir,
+    RING_TIMEOUT_MS: String(settings.ringTimeoutSeconds * 1000),
+    BAN_SECONDS: String(settings.banSeconds),
+    AUTH_FAILURES: String(settings.authFailures),
+    PIKE_DENSITY: String(settings.floodRequests),
+    PIKE_PARAM: String(Math.max(1, settings.floodRequests)),
+    CONTACT_ADDR: contactAddress(settings.listen),
+  };
+  for (const [name, value] of Object.entries(values)) {
+    // Values land inside double-quoted strings of the configuration language: refuse what would end one.
+    if (/["\r\n]/.test(value)) throw new Error(`${name} must not contain quotes or line breaks`);
+  }
+  const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (whole, name: string) => {
+    const value = values[name];
+    if (value === undefined) throw new Error(`unknown placeholder ${whole} in the Kamailio template`);
+    return value;
+  });
+  return rendered;
+}

@@ -1,0 +1,69 @@
+/** The SIP edge's settings, its rendered Kamailio configuration, and `sip serve` without PostgreSQL (runs everywhere). */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { kamailioDatabaseUrl, loadSipSettings, renderKamailioConfig, TEMPLATE_PATH } from '../../src/sip/config.js';
+import { haveProgram } from '../../src/sip/kamailio.js';
+
+const run = promisify(execFile);
+
+describe('SIP settings', () => {
+  it('defaults to udp:127.0.0.1:5060 and parley.local', () => {
+    const settings = loadSipSettings({});
+    expect(settings).toMatchObject({ listen: 'udp:127.0.0.1:5060', domain: 'parley.local', ringTimeoutSeconds: 30 });
+  });
+
+  it('refuses a malformed listen address, domain or number, naming the variable', () => {
+    expect(() => loadSipSettings({ SIP_LISTEN: 'tcp:127.0.0.1:5060' })).toThrow(/SIP_LISTEN/);
+    expect(() => loadSipSettings({ SIP_LISTEN: 'udp:127.0.0.1:70000' })).toThrow(/SIP_LISTEN/);
+    expect(() => loadSipSettings({ SIP_DOMAIN: 'bad domain"' })).toThrow(/SIP_DOMAIN/);
+    expect(() => loadSipSettings({ SIP_RING_TIMEOUT_SECONDS: '0' })).toThrow(/SIP_RING_TIMEOUT_SECONDS/);
+  });
+
+  it('gives Kamailio a plain postgres:// URL (no query, explicit port)', () => {
+    expect(kamailioDatabaseUrl('postgresql://u:p@db.example:6543/parley?sslmode=disable')).toBe('postgres://u:p@db.example:6543/parley');
+    expect(kamailioDatabaseUrl('postgres://postgres@127.0.0.1/x')).toBe('postgres://postgres@127.0.0.1:5432/x');
+    expect(() => kamailioDatabaseUrl('mysql://x@y/z')).toThrow(/postgres/);
+  });
+});
+
+describe('the Kamailio configuration', () => {
+  const input = {
+    settings: loadSipSettings({ SIP_LISTEN: 'udp:127.0.0.1:25999', SIP_DOMAIN: 'voice.example.com' }),
+    databaseUrl: 'postgres://postgres@127.0.0.1:5432/parley',
+    runDir: '/tmp/parley-sip-test',
+    eventUrl: 'http://127.0.0.1:40000/internal/sip/events',
+    eventSecret: 'secret-of-this-run',
+  };
+
+  it('fills every placeholder of the template from the settings', () => {
+    const rendered = renderKamailioConfig(input);
+    expect(rendered).not.toMatch(/\{\{[A-Z_]+\}\}/);
+    expect(rendered).toContain('listen=udp:127.0.0.1:25999');
+    expect(rendered).toContain('#!define SIP_DOMAIN "voice.example.com"');
+    expect(rendered).toContain('#!define DBURL "postgres://postgres@127.0.0.1:5432/parley"');
+    expect(rendered).toContain('X-Parley-Sip-Secret: secret-of-this-run');
+    expect(rendered).toContain('modparam("tm", "fr_inv_timer", 30000)');
+  });
+
+  it('refuses values that would break out of a quoted string, and unknown placeholders', () => {
+    expect(() => renderKamailioConfig({ ...input, eventSecret: 'a"b' })).toThrow(/EVENT_SECRET/);
+    expect(() => renderKamailioConfig(input, 'listen={{NOPE}}')).toThrow(/NOPE/);
+  });
+
+  it.skipIf(!haveProgram('kamailio'))('is accepted by Kamailio (kamailio -c)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sipcfg-'));
+    const file = path.join(dir, 'kamailio.cfg');
+    fs.writeFileSync(file, renderKamailioConfig({ ...input, runDir: dir }));
+    const { stderr, stdout } = await run('kamailio', ['-c', '-f', file]);
+    expect(stdout + stderr).toContain('config file ok');
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('ships as a file beside src and dist', () => {
+    expect(fs.existsSync(TEMPLATE_PATH)).toBe(true);
+  });
+});
