@@ -1,0 +1,70 @@
+/**
+ * An agent's `safety_guardrails`, one rule a line (docs/agents.md):
+ *
+ *   # a comment
+ *   block: card number          a phrase, blocked case-insensitively wherever it appears
+ *   /\b\d{13,19}\b/             a JavaScript regular expression (flags after the last slash; `i` by default)
+ *   Never ask for card numbers. any other line: an instruction the model is given and judges itself by
+ *
+ * Phrases and expressions are checked on the user's input (before the turn
+ * runs, so a blocked message never reaches the model or a workflow answer) and
+ * on the model's output (before the reply is stored). Instructions only shape
+ * the model's prompt; with no model they have no effect.
+ */
+
+export interface Guardrails {
+  rules: GuardrailRule[];
+  instructions: string[];
+}
+
+export interface GuardrailRule {
+  /** The line as written, recorded in the refusal's `metadata.guardrail.rule`. */
+  rule: string;
+  test(text: string): boolean;
+}
+
+export interface GuardrailTrip {
+  rule: string;
+  stage: 'input' | 'output';
+}
+
+const normalise = (text: string) => text.toLowerCase().replace(/\s+/g, ' ');
+
+export function parseGuardrails(source: string | null | undefined): Guardrails {
+  const rules: GuardrailRule[] = [];
+  const instructions: string[] = [];
+  for (const raw of (source ?? '').split(/\r?\n/)) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    const phrase = /^block:\s*(.+)$/i.exec(line);
+    if (phrase) {
+      const needle = normalise(phrase[1].trim());
+      rules.push({ rule: line, test: (text) => normalise(text).includes(needle) });
+      continue;
+    }
+    const regex = /^\/(.+)\/([a-z]*)$/.exec(line);
+    if (regex) {
+      let compiled: RegExp | undefined;
+      try {
+        compiled = new RegExp(regex[1], regex[2] === '' ? 'i' : regex[2].replace(/[gy]/g, ''));
+      } catch {
+        compiled = undefined; // not an expression after all: the line is an instruction
+      }
+      if (compiled) {
+        const expression = compiled;
+        rules.push({ rule: line, test: (text) => expression.test(text) });
+        continue;
+      }
+    }
+    instructions.push(line);
+  }
+  return { rules, instructions };
+}
+
+/** The first rule the text trips, if any. */
+export function checkGuardrails(guardrails: Guardrails, text: string, stage: GuardrailTrip['stage']): GuardrailTrip | undefined {
+  const hit = guardrails.rules.find((r) => r.test(text));
+  return hit ? { rule: hit.rule, stage } : undefined;
+}
+
+export const REFUSAL_TEXT = 'Sorry, I cannot help with that. Is there something else I can do for you?';

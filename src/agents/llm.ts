@@ -1,0 +1,151 @@
+/**
+ * The agents' model: any OpenAI-compatible Chat Completions endpoint, through
+ * the official `openai` client, streaming. The client itself retries a failed
+ * request (connection errors, 408/409/429/5xx) `LLM_MAX_RETRIES` times with
+ * exponential backoff, honouring the provider's `Retry-After` (and
+ * `retry-after-ms`) on a 429. What the client cannot retry, a stream that
+ * breaks or stalls after it started or that ends with nothing in it, is retried
+ * here as many times, with backoff. The answer is only returned once the
+ * stream is complete, so a failed turn never leaves a half-written item.
+ */
+import OpenAI from 'openai';
+import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
+import type { Config } from '../config/index.js';
+
+export type ChatMessage = ChatCompletionMessageParam;
+
+export interface ToolCall {
+  name: string;
+  /** Parsed JSON arguments ({} when the model sent none or sent invalid JSON). */
+  arguments: Record<string, unknown>;
+}
+
+export interface ModelAnswer {
+  text: string;
+  toolCalls: ToolCall[];
+  model: string;
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  /** Attempts this answer took (1 when the first stream succeeded). */
+  attempts: number;
+  /** When the request that answered was sent and when its last chunk arrived (performance.now()). */
+  requestSentAt: number;
+  lastTokenAt: number;
+}
+
+export interface ChatModel {
+  readonly name: string;
+  complete(messages: ChatMessage[], tools: ChatCompletionTool[]): Promise<ModelAnswer>;
+}
+
+/** The model failed after every retry; the runtime ends the turn with a system item and a handoff. */
+export class ModelFailure extends Error {
+  constructor(
+    message: string,
+    readonly attempts: number,
+  ) {
+    super(message);
+  }
+}
+
+class EmptyAnswer extends Error {}
+
+export const HANDOFF_TOOL: ChatCompletionTool = {
+  type: 'function',
+  function: {
+    name: 'handoff_to_operator',
+    description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
+    parameters: {
+      type: 'object',
+      properties: { reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } },
+      required: ['reason'],
+      additionalProperties: false,
+    },
+  },
+};
+
+/** Whether the configuration names a model endpoint at all. */
+export const modelConfigured = (config: Config) => config.llmBaseUrl !== undefined || config.llmApiKey !== undefined;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export function createChatModel(config: Config): ChatModel | undefined {
+  if (!modelConfigured(config)) return undefined;
+  const client = new OpenAI({
+    baseURL: config.llmBaseUrl,
+    // Local OpenAI-compatible servers often want no key; the client insists on one.
+    apiKey: config.llmApiKey ?? 'none',
+    timeout: config.llmTimeoutMs,
+    maxRetries: config.llmMaxRetries,
+  });
+  const model = config.llmModel;
+
+  async function once(messages: ChatMessage[], tools: ChatCompletionTool[]) {
+    // One deadline for the whole stream: the client's timeout covers the request, not a stalled body.
+    const signal = AbortSignal.timeout(config.llmTimeoutMs);
+    const requestSentAt = performance.now();
+    const stream = await client.chat.completions.create(
+      { model, messages, stream: true, stream_options: { include_usage: true }, ...(tools.length > 0 ? { tools } : {}) },
+      { signal },
+    );
+    return { stream, requestSentAt };
+  }
+
+  return {
+    name: model,
+    async complete(messages, tools) {
+      const attempts = config.llmMaxRetries + 1;
+      let lastError: unknown;
+      for (let attempt = 1; attempt <= attempts; attempt++) {
+        // A request the client gave up on (after its own retries) is final: retrying it here would multiply them.
+        let started: Awaited<ReturnType<typeof once>>;
+        try {
+          started = await once(messages, tools);
+        } catch (error) {
+          throw new ModelFailure(describe(error), attempt);
+        }
+        try {
+          let text = '';
+          let answeredBy = model;
+          let usage: ModelAnswer['usage'];
+          const calls = new Map<number, { name: string; args: string }>();
+          for await (const chunk of started.stream) {
+            if (chunk.model) answeredBy = chunk.model;
+            if (chunk.usage) usage = { prompt_tokens: chunk.usage.prompt_tokens, completion_tokens: chunk.usage.completion_tokens, total_tokens: chunk.usage.total_tokens };
+            const delta = chunk.choices?.[0]?.delta;
+            if (!delta) continue;
+            if (delta.content) text += delta.content;
+            for (const call of delta.tool_calls ?? []) {
+              const entry = calls.get(call.index) ?? { name: '', args: '' };
+              if (call.function?.name) entry.name += call.function.name;
+              if (call.function?.arguments) entry.args += call.function.arguments;
+              calls.set(call.index, entry);
+            }
+          }
+          const lastTokenAt = performance.now();
+          const toolCalls = [...calls.values()].filter((c) => c.name !== '').map((c) => ({ name: c.name, arguments: parseArguments(c.args) }));
+          if (text.trim() === '' && toolCalls.length === 0) throw new EmptyAnswer('The model returned an empty answer.');
+          return { text: text.trim(), toolCalls, model: answeredBy, usage, attempts: attempt, requestSentAt: started.requestSentAt, lastTokenAt };
+        } catch (error) {
+          lastError = error;
+          if (attempt < attempts) await sleep(Math.min(8000, 250 * 2 ** (attempt - 1)) * (0.75 + Math.random() / 2));
+        }
+      }
+      throw new ModelFailure(describe(lastError), attempts);
+    },
+  };
+}
+
+function parseArguments(raw: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(raw || '{}');
+    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+function describe(error: unknown): string {
+  if (error instanceof OpenAI.APIError && error.status !== undefined) return `The model endpoint answered ${error.status}: ${error.message}`;
+  if (error instanceof Error) return error.name === 'TimeoutError' ? 'The model did not finish in time.' : error.message;
+  return String(error);
+}

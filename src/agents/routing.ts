@@ -1,0 +1,88 @@
+/**
+ * Handoff to a human operator. A handed-off conversation goes `pending`, gets a
+ * `system` item saying why, and joins the queue (`agent_handoffs`). Queued
+ * conversations are offered, oldest first, to an operator whose OperatorStatus
+ * is `available`, who holds no other pending conversation, and who has been
+ * idle longest (since the later of their last status change and their last
+ * offer). The offer is recorded in the conversation's metadata as
+ * `assigned_operator` (the user id behind the SIP user) with `assigned_at`.
+ * With nobody available the conversation waits; the runtime looks at the queue
+ * on every poll, so it is offered as soon as an operator becomes available.
+ */
+import { sql } from 'kysely';
+import { inTransaction, type Database } from '../db/connection.js';
+import { systemActor } from '../jsonapi/actor.js';
+import type { Records } from '../jsonapi/records.js';
+
+/** Inside the turn's transaction: the system item, the pending status, the queue entry. */
+export async function handOff(
+  trx: Database,
+  records: Records,
+  conversation: { id: string; organisation_id: string; metadata: Record<string, unknown> },
+  reason: string,
+  itemId: string,
+  metadata: Record<string, unknown>,
+): Promise<void> {
+  const actor = systemActor(conversation.organisation_id, 'agent');
+  await records.create(actor, 'ConversationItem', {
+    conversation_id: conversation.id, role: 'system', content: `Handed to an operator: ${reason}`, item_id: itemId,
+    metadata: { handoff: { reason, ...metadata } },
+  });
+  const { assigned_operator: _a, assigned_at: _b, ...rest } = conversation.metadata;
+  await records.update(actor, 'Conversation', conversation.id, { status: 'pending', metadata: { ...rest, handoff_reason: reason } });
+  await sql`
+    INSERT INTO agent_handoffs (conversation_id, organisation_id, reason, requested_at)
+    VALUES (${conversation.id}, ${conversation.organisation_id}, ${reason}, now())
+    ON CONFLICT (conversation_id) DO UPDATE SET reason = EXCLUDED.reason, requested_at = now(), assigned_user_id = NULL, assigned_at = NULL`.execute(trx);
+}
+
+/**
+ * Offers queued conversations to available operators, one conversation per
+ * transaction; several workers may run it at once (queue rows and operators are
+ * claimed with SKIP LOCKED). Returns how many were assigned.
+ */
+export async function assignQueued(db: Database, makeRecords: (trx: Database) => Records, limit = 20): Promise<number> {
+  let assigned = 0;
+  for (let i = 0; i < limit; i++) {
+    const done = await inTransaction(db, async (trx) => {
+      const queued = await sql<{ conversation_id: string; organisation_id: string }>`
+        SELECT h.conversation_id, h.organisation_id FROM agent_handoffs h
+        JOIN conversations c ON c.id = h.conversation_id AND c.status = 'pending'
+        WHERE h.assigned_user_id IS NULL
+          AND EXISTS (SELECT 1 FROM operator_statuses os JOIN sip_users s ON s.id = os.sip_user_id AND s.user_id IS NOT NULL
+                      WHERE os.organisation_id = h.organisation_id AND os.status = 'available'
+                        AND NOT EXISTS (SELECT 1 FROM agent_handoffs b JOIN conversations bc ON bc.id = b.conversation_id
+                                        WHERE b.assigned_user_id = s.user_id AND bc.status = 'pending'))
+        ORDER BY h.requested_at, h.conversation_id
+        LIMIT 1 FOR UPDATE OF h SKIP LOCKED`.execute(trx);
+      const entry = queued.rows[0];
+      if (!entry) return false;
+      const operator = await sql<{ id: string; user_id: string }>`
+        SELECT os.id, s.user_id FROM operator_statuses os
+        JOIN sip_users s ON s.id = os.sip_user_id AND s.user_id IS NOT NULL
+        WHERE os.organisation_id = ${entry.organisation_id} AND os.status = 'available'
+          AND NOT EXISTS (SELECT 1 FROM agent_handoffs h JOIN conversations c ON c.id = h.conversation_id
+                          WHERE h.assigned_user_id = s.user_id AND c.status = 'pending')
+        ORDER BY GREATEST(
+                   COALESCE((SELECT max(e.occurred_at) FROM operator_status_events e WHERE e.operator_status_id = os.id), os.updated_at),
+                   COALESCE((SELECT max(h.assigned_at) FROM agent_handoffs h WHERE h.assigned_user_id = s.user_id), '-infinity'::timestamptz)),
+                 os.id
+        LIMIT 1 FOR UPDATE OF os SKIP LOCKED`.execute(trx);
+      const chosen = operator.rows[0];
+      // Every available operator holds a handed-off conversation already: the queue waits.
+      if (!chosen) return false;
+      const now = new Date();
+      const records = makeRecords(trx);
+      const actor = systemActor(entry.organisation_id, 'agent');
+      const current = await sql<{ metadata: Record<string, unknown> }>`SELECT metadata FROM conversations WHERE id = ${entry.conversation_id}`.execute(trx);
+      await records.update(actor, 'Conversation', entry.conversation_id, {
+        metadata: { ...current.rows[0].metadata, assigned_operator: chosen.user_id, assigned_at: now.toISOString() },
+      });
+      await sql`UPDATE agent_handoffs SET assigned_user_id = ${chosen.user_id}, assigned_at = ${now} WHERE conversation_id = ${entry.conversation_id}`.execute(trx);
+      return true;
+    });
+    if (done !== true) break;
+    assigned++;
+  }
+  return assigned;
+}

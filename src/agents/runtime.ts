@@ -1,0 +1,501 @@
+/**
+ * The agent runtime (CONTRACT section 10; docs/agents.md). It finds
+ * conversations with work directly in the database, by polling every
+ * `AGENT_POLL_MS` (writes made in this process can also wake it at once through
+ * `wake()`), and claims each one through its `agent_turns` row: a lease taken
+ * with `FOR UPDATE SKIP LOCKED`, so any number of workers run a conversation's
+ * turns one at a time and never twice. The lease is renewed while a turn runs;
+ * a worker that dies mid-turn loses it when it runs out, and another worker
+ * runs the turn again. A turn's reply, the conversation's changes and the moved
+ * cursor commit in one transaction, and only while the worker still holds its
+ * lease (checked under lock), so a turn takes effect exactly once. The reply's
+ * `item_id` is derived from the user item's id (`reply_<id>`), so even a repeat
+ * of the same write would find the existing item instead of adding one.
+ */
+import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
+import type { Logger } from 'pino';
+import type { Config } from '../config/index.js';
+import { inTransaction, type Database } from '../db/connection.js';
+import { systemActor } from '../jsonapi/actor.js';
+import { createRecords, type Records } from '../jsonapi/records.js';
+import type { Registry } from '../jsonapi/query/parse.js';
+import { buildRegistry } from '../jsonapi/routes.js';
+import type { AppServices } from '../jsonapi/services.js';
+import type { Workflow } from '../resources/ai-agent-workflow.js';
+import { resources } from '../resources/index.js';
+import { checkGuardrails, parseGuardrails, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
+import { createChatModel, HANDOFF_TOOL, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
+import { assignQueued, handOff } from './routing.js';
+import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
+
+export interface TurnTiming {
+  conversationId: string;
+  userItemId: string;
+  /** performance.now() marks: turn started (claimed), model request sent, last token, reply committed. */
+  startedAt: number;
+  requestSentAt?: number;
+  lastTokenAt?: number;
+  committedAt: number;
+}
+
+export interface RuntimeOptions {
+  db: Database;
+  services: AppServices;
+  config: Config;
+  logger?: Logger;
+  /** The model; default: the one the configuration names (none without LLM_BASE_URL / LLM_API_KEY). */
+  model?: ChatModel | null;
+  /** Called after each committed turn (benchmarks). */
+  onTurn?: (timing: TurnTiming) => void;
+}
+
+interface Conversation {
+  id: string;
+  organisation_id: string;
+  status: string;
+  mode: string;
+  metadata: Record<string, unknown>;
+  ai_agent_id: string | null;
+}
+
+interface Agent {
+  id: string;
+  published: boolean;
+  name: string;
+  tone: string | null;
+  languages: string[];
+  workflow: Workflow;
+  system_prompt: string | null;
+  safety_guardrails: string | null;
+}
+
+interface Item {
+  id: string;
+  item_id: string;
+  role: string;
+  modality: string;
+  content: string;
+  content_index: number;
+}
+
+/** What a turn decided, before anything is stored. */
+export interface TurnResult {
+  userItem: Item;
+  /** The assistant item (a reply or a refusal); absent when a failure hands off without one. */
+  reply?: { content: string; metadata: Record<string, unknown> };
+  handoff?: { reason: string; metadata: Record<string, unknown>; system?: string };
+  answers: Record<string, string>;
+  close: boolean;
+  state: WorkflowState;
+  requestSentAt?: number;
+  lastTokenAt?: number;
+}
+
+class LeaseLost extends Error {}
+
+const PAUSED = (metadata: Record<string, unknown>) => metadata.agent_paused === true;
+/** Characters per token, for bounding the history without a tokenizer. */
+const CHARS_PER_TOKEN = 4;
+
+export class AgentRuntime {
+  private readonly db: Database;
+  private readonly registry: Registry;
+  private readonly model: ChatModel | undefined;
+  private readonly inFlight = new Set<string>();
+  private running = false;
+  private loop?: Promise<void>;
+  private wakeUp?: () => void;
+  private woken = false;
+  /** Crashed (tests): stop renewing leases and never commit, as a killed process would. */
+  private dead = false;
+  /** Where failed polls and turns are logged (`serve` sets the server's logger once it is built). */
+  logger: Logger | undefined;
+
+  constructor(private readonly options: RuntimeOptions) {
+    this.db = options.db;
+    this.logger = options.logger;
+    this.registry = buildRegistry(resources);
+    this.model = options.model === undefined ? createChatModel(options.config) : (options.model ?? undefined);
+  }
+
+  private records(trx: Database): Records {
+    return createRecords({ db: trx, registry: this.registry, services: this.options.services });
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  /** Finishes the turns in flight, then stops. */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wakeUp?.();
+    await this.loop;
+    while (this.inFlight.size > 0) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  /** As if the process were killed: nothing more is committed and leases are left to expire. */
+  crash(): void {
+    this.dead = true;
+    this.running = false;
+    this.wakeUp?.();
+  }
+
+  /** Look for work now instead of at the next poll. */
+  wake(): void {
+    this.woken = true;
+    this.wakeUp?.();
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      // A wake-up during the tick is kept for after it (none is lost between the tick and the wait).
+      this.woken = false;
+      let found = 0;
+      try {
+        found = await this.tick();
+      } catch (error) {
+        this.logger?.error({ err: error }, 'agent runtime: poll failed');
+      }
+      if (!this.running) break;
+      if (found > 0 && this.inFlight.size < this.options.config.agentConcurrency) continue;
+      if (this.woken) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, this.options.config.agentPollMs);
+        this.wakeUp = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+  }
+
+  /** One poll: offer queued handoffs, then claim conversations with work and run them in the background. */
+  async tick(): Promise<number> {
+    const queued = await sql`SELECT 1 FROM agent_handoffs WHERE assigned_user_id IS NULL LIMIT 1`.execute(this.db);
+    if (queued.rows.length > 0) await assignQueued(this.db, (trx) => this.records(trx));
+    const room = this.options.config.agentConcurrency - this.inFlight.size;
+    if (room <= 0) return 0;
+    const claimed = await this.claim(room);
+    for (const turn of claimed) {
+      this.inFlight.add(turn.conversation_id);
+      void this.runConversation(turn.conversation_id, turn.lease_token)
+        .catch((error) => this.logger?.error({ err: error, conversation: turn.conversation_id }, 'agent runtime: turn failed'))
+        .finally(() => {
+          this.inFlight.delete(turn.conversation_id);
+          this.wake();
+        });
+    }
+    return claimed.length;
+  }
+
+  /**
+   * Conversations with an item past their cursor, whose agent is published
+   * (or which are pending or paused: then the cursor just follows, see
+   * docs/agents.md), not leased by anyone. A conversation seen for the first
+   * time starts its cursor at its last non-user item: what came before the
+   * runtime took it up is history, answered already.
+   */
+  private async claim(limit: number): Promise<{ conversation_id: string; lease_token: string }[]> {
+    const busy = [...this.inFlight];
+    const candidates = await sql<{ id: string; organisation_id: string; has_turn: boolean }>`
+      SELECT c.id, c.organisation_id, t.conversation_id IS NOT NULL AS has_turn
+      FROM conversations c
+      JOIN ai_agents a ON a.id = c.ai_agent_id
+      LEFT JOIN agent_turns t ON t.conversation_id = c.id
+      WHERE c.ai_agent_id IS NOT NULL
+        AND c.next_content_index - 1 > COALESCE(t.last_handled_index, -1)
+        AND (t.lease_until IS NULL OR t.lease_until < now())
+        AND (a.published OR c.status = 'pending' OR c.metadata->>'agent_paused' = 'true')
+        AND c.status <> 'closed'
+        ${busy.length > 0 ? sql`AND c.id NOT IN (${sql.join(busy)})` : sql``}
+      ORDER BY t.updated_at NULLS FIRST
+      LIMIT ${limit}`.execute(this.db);
+    if (candidates.rows.length === 0) return [];
+    for (const c of candidates.rows.filter((r) => !r.has_turn)) {
+      await sql`
+        INSERT INTO agent_turns (conversation_id, organisation_id, last_handled_index)
+        VALUES (${c.id}, ${c.organisation_id},
+                (SELECT COALESCE(max(content_index), -1) FROM conversation_items WHERE conversation_id = ${c.id} AND role <> 'user'))
+        ON CONFLICT (conversation_id) DO NOTHING`.execute(this.db);
+    }
+    const token = randomUUID();
+    const ids = candidates.rows.map((r) => r.id);
+    const claimed = await sql<{ conversation_id: string }>`
+      UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond',
+             lease_token = ${token}, attempts = attempts + 1, updated_at = now()
+      WHERE conversation_id IN (
+        SELECT conversation_id FROM agent_turns
+        WHERE conversation_id IN (${sql.join(ids)}) AND (lease_until IS NULL OR lease_until < now())
+        FOR UPDATE SKIP LOCKED)
+      RETURNING conversation_id`.execute(this.db);
+    return claimed.rows.map((r) => ({ conversation_id: r.conversation_id, lease_token: token }));
+  }
+
+  /** Runs a claimed conversation's turns one at a time until it is caught up, then lets the lease go. */
+  private async runConversation(conversationId: string, token: string): Promise<void> {
+    const renew = setInterval(() => {
+      if (this.dead) return;
+      void sql`UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond'
+               WHERE conversation_id = ${conversationId} AND lease_token = ${token}`
+        .execute(this.db)
+        .catch(() => {});
+    }, Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3)));
+    try {
+      for (;;) {
+        if (this.dead) return;
+        const more = await this.step(conversationId, token);
+        if (!more) break;
+      }
+      if (this.dead) return;
+      await sql`UPDATE agent_turns SET lease_until = NULL, lease_token = NULL, attempts = 0, updated_at = now()
+                WHERE conversation_id = ${conversationId} AND lease_token = ${token}`.execute(this.db);
+    } catch (error) {
+      if (error instanceof LeaseLost) return;
+      await sql`UPDATE agent_turns SET last_error = ${String((error as Error)?.message ?? error)} WHERE conversation_id = ${conversationId}`
+        .execute(this.db)
+        .catch(() => {});
+      throw error;
+    } finally {
+      clearInterval(renew);
+    }
+  }
+
+  private async load(conversationId: string) {
+    // One read for the conversation, its agent and its turn state, one for the items past the cursor.
+    const { rows } = await sql<Conversation & { last_handled_index: number | null; workflow_state: WorkflowState | null } & { agent: Agent | null }>`
+      SELECT c.id, c.organisation_id, c.status, c.mode, c.metadata, c.ai_agent_id, t.last_handled_index, t.workflow_state,
+             CASE WHEN a.id IS NULL THEN NULL ELSE json_build_object('id', a.id, 'published', a.published, 'name', a.name, 'tone', a.tone,
+               'languages', a.languages, 'workflow', a.workflow, 'system_prompt', a.system_prompt, 'safety_guardrails', a.safety_guardrails) END AS agent
+      FROM conversations c
+      LEFT JOIN agent_turns t ON t.conversation_id = c.id
+      LEFT JOIN ai_agents a ON a.id = c.ai_agent_id
+      WHERE c.id = ${conversationId}`.execute(this.db);
+    const row = rows[0];
+    if (!row) return { conversation: undefined, agent: undefined, cursor: -1, state: {}, pending: [] as Item[] };
+    const { last_handled_index, workflow_state, agent, ...conversation } = row;
+    const cursor = last_handled_index ?? -1;
+    const pending = await sql<Item>`
+      SELECT id, item_id, role, modality, content, content_index FROM conversation_items
+      WHERE conversation_id = ${conversationId} AND content_index > ${cursor}
+      ORDER BY content_index LIMIT 50`.execute(this.db);
+    return { conversation: conversation as Conversation, agent: agent ?? undefined, cursor, state: workflow_state ?? {}, pending: pending.rows };
+  }
+
+  /** Deals with the items past the cursor up to and including the next turn; false when there is nothing left. */
+  private async step(conversationId: string, token: string): Promise<boolean> {
+    const { conversation, agent, state, pending } = await this.load(conversationId);
+    if (!conversation || pending.length === 0) return false;
+    const last = pending[pending.length - 1].content_index;
+    // Pending, paused, closed or unpublished: nothing to answer; the cursor follows the conversation.
+    if (conversation.status !== 'active' || PAUSED(conversation.metadata) || !agent?.published) {
+      if (conversation.status === 'active' && !PAUSED(conversation.metadata)) return false; // unpublished: keep the items for later
+      await this.commit(conversationId, token, last, state, async () => {});
+      return true;
+    }
+    const firstUser = pending.findIndex((i) => i.role === 'user' || i.role === 'operator');
+    if (firstUser === -1) {
+      await this.commit(conversationId, token, last, state, async () => {});
+      return false;
+    }
+    const item = pending[firstUser];
+    if (item.role === 'operator') {
+      // An operator wrote: they took the conversation over, and the agent stays quiet until it is handed back.
+      await this.commit(conversationId, token, item.content_index, state, async (trx, records) => {
+        const current = await sql<{ metadata: Record<string, unknown> }>`SELECT metadata FROM conversations WHERE id = ${conversationId}`.execute(trx);
+        await records.update(systemActor(conversation.organisation_id, 'agent'), 'Conversation', conversationId, {
+          metadata: { ...current.rows[0].metadata, agent_paused: true },
+        });
+      });
+      return true;
+    }
+    const startedAt = performance.now();
+    const result = await this.turn(conversation, agent, state, item);
+    if (this.dead) throw new LeaseLost();
+    await this.store(conversation, token, result);
+    this.options.onTurn?.({
+      conversationId, userItemId: item.id, startedAt, requestSentAt: result.requestSentAt, lastTokenAt: result.lastTokenAt, committedAt: performance.now(),
+    });
+    return true;
+  }
+
+  /** Decides the reply to one user item (no writes): guardrails, the workflow, the model. */
+  async turn(conversation: Conversation, agent: Agent, state: WorkflowState, item: Item): Promise<TurnResult> {
+    const guardrails = parseGuardrails(agent.safety_guardrails);
+    const base = { userItem: item, answers: {}, close: false, state };
+    const inputTrip = checkGuardrails(guardrails, item.content, 'input');
+    if (inputTrip) return { ...base, reply: refusal(inputTrip) };
+
+    const plan = planTurn({ workflow: agent.workflow ?? {}, state, message: item.content, metadata: conversation.metadata, modelConfigured: this.model !== undefined });
+    const scripted = plan.decision.texts;
+    const out = { userItem: item, answers: plan.answers, state: plan.state, close: false };
+    const source = { source: 'workflow', step: (plan.state.step ?? 0) - 1 };
+    switch (plan.decision.kind) {
+      case 'scripted':
+        return { ...out, close: plan.decision.close, reply: { content: scripted.join('\n\n'), metadata: source } };
+      case 'handoff':
+        return {
+          ...out,
+          reply: { content: [...scripted, HANDOFF_TEXT].join('\n\n'), metadata: source },
+          handoff: { reason: plan.decision.reason, metadata: { rule: plan.decision.rule } },
+        };
+      case 'model':
+        break;
+    }
+
+    const model = this.model!;
+    const messages = await this.prompt(conversation, agent, item, { ...conversation.metadata, ...plan.answers }, guardrails.instructions, plan.decision.instructions);
+    const started = performance.now();
+    let answer: ModelAnswer;
+    try {
+      answer = await model.complete(messages, [HANDOFF_TOOL]);
+    } catch (error) {
+      if (!(error instanceof ModelFailure)) throw error;
+      // The user item keeps no assistant reply: the system item says what happened and an operator takes over.
+      return {
+        ...out,
+        state, // the workflow stays where it was
+        handoff: {
+          reason: 'The AI model did not answer; an operator will take over.',
+          metadata: { rule: 'model_failure', error: error.message, attempts: error.attempts },
+        },
+      };
+    }
+    const modelMetadata = {
+      source: 'model', model: answer.model, latency_ms: Math.round(performance.now() - started), attempts: answer.attempts,
+      ...(answer.usage ? { usage: answer.usage } : {}),
+    };
+    const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
+    const outputTrip = answer.text === '' ? undefined : checkGuardrails(guardrails, answer.text, 'output');
+    if (outputTrip) return { ...out, ...timing, reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } } };
+    const handoffCall = answer.toolCalls.find((c) => c.name === 'handoff_to_operator');
+    const content = [...scripted, answer.text || (handoffCall ? HANDOFF_TEXT : '')].filter(Boolean).join('\n\n');
+    if (handoffCall) {
+      const reason = typeof handoffCall.arguments.reason === 'string' && handoffCall.arguments.reason.trim() !== '' ? handoffCall.arguments.reason.trim().slice(0, 500) : 'The model asked for an operator.';
+      return { ...out, ...timing, reply: { content, metadata: modelMetadata }, handoff: { reason, metadata: { rule: 'model_tool' } } };
+    }
+    return { ...out, ...timing, reply: { content, metadata: modelMetadata } };
+  }
+
+  /** The prompt: the agent's instructions, then as much recent history as the token budget holds. */
+  private async prompt(conversation: Conversation, agent: Agent, item: Item, metadata: Record<string, unknown>, rules: string[], stepInstructions?: string): Promise<ChatMessage[]> {
+    const lines = [agent.system_prompt?.trim() || `You are ${agent.name}, a helpful assistant.`];
+    if (agent.tone) lines.push(`Tone: ${agent.tone}.`);
+    if (agent.languages.length > 0) lines.push(`Answer in the user's language when it is one of: ${agent.languages.join(', ')}; otherwise in ${agent.languages[0]}.`);
+    if (rules.length > 0) lines.push('Safety rules you must follow:', ...rules.map((r) => `- ${r}`));
+    if (stepInstructions) lines.push(stepInstructions);
+    const known = Object.entries(metadata).filter(([k, v]) => typeof v === 'string' && !['handoff_reason', 'assigned_operator', 'assigned_at'].includes(k));
+    if (known.length > 0) lines.push('What you know about this conversation:', ...known.map(([k, v]) => `- ${k}: ${String(v)}`));
+    lines.push('Call handoff_to_operator when the user asks for a human or you cannot help.');
+
+    const recent = await sql<Item>`
+      SELECT id, item_id, role, modality, content, content_index FROM conversation_items
+      WHERE conversation_id = ${conversation.id} AND content_index <= ${item.content_index} AND role IN ('user', 'assistant', 'operator')
+      ORDER BY content_index DESC LIMIT 200`.execute(this.db);
+    let budget = this.options.config.llmHistoryTokens;
+    const history: ChatMessage[] = [];
+    for (const row of recent.rows) {
+      const cost = Math.ceil(row.content.length / CHARS_PER_TOKEN) + 4;
+      // The user's message itself always goes, however long.
+      if (history.length > 0 && cost > budget) break;
+      budget -= cost;
+      history.unshift(row.role === 'user' ? { role: 'user', content: row.content } : { role: 'assistant', content: row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content });
+    }
+    return [{ role: 'system', content: lines.join('\n') }, ...history];
+  }
+
+  /** Stores a turn: items, conversation changes, workflow state and cursor, in one transaction under the lease. */
+  private async store(conversation: Conversation, token: string, result: TurnResult): Promise<void> {
+    const actor = systemActor(conversation.organisation_id, 'agent');
+    const key = result.userItem.id.replaceAll('-', '');
+    await this.commit(conversation.id, token, result.userItem.content_index, result.state, async (trx, records) => {
+      let handled: number | undefined;
+      if (result.reply) {
+        const written = await records.create(actor, 'ConversationItem', {
+          conversation_id: conversation.id, role: 'assistant', modality: result.userItem.modality, content: result.reply.content,
+          item_id: `reply_${key}`, metadata: { ...result.reply.metadata, in_reply_to: result.userItem.item_id },
+        });
+        // The cursor may pass the reply itself when no user or operator item came in between (saves a round).
+        const replyIndex = (written.record.attributes as { content_index: number }).content_index;
+        const between = await sql`SELECT 1 FROM conversation_items WHERE conversation_id = ${conversation.id}
+          AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex} AND role IN ('user', 'operator') LIMIT 1`.execute(trx);
+        if (between.rows.length === 0) handled = replyIndex;
+      }
+      if (Object.keys(result.answers).length === 0 && !result.handoff && !result.close) return handled;
+      const current = await sql<{ metadata: Record<string, unknown> }>`SELECT metadata FROM conversations WHERE id = ${conversation.id}`.execute(trx);
+      const metadata = { ...current.rows[0].metadata, ...result.answers };
+      if (Object.keys(result.answers).length > 0) await records.update(actor, 'Conversation', conversation.id, { metadata });
+      if (result.handoff) {
+        await handOff(trx, records, { ...conversation, metadata }, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
+      } else if (result.close) {
+        await records.update(actor, 'Conversation', conversation.id, { status: 'closed' });
+      }
+      return handled;
+    });
+    if (result.handoff) await assignQueued(this.db, (trx) => this.records(trx));
+  }
+
+  private async commit(
+    conversationId: string,
+    token: string,
+    handledIndex: number,
+    state: WorkflowState,
+    /** The writes; may return a later index the cursor can move to. */
+    work: (trx: Database, records: Records) => Promise<number | void>,
+  ): Promise<void> {
+    await inTransaction(this.db, async (trx) => {
+      const held = await sql<{ lease_token: string | null }>`
+        SELECT lease_token FROM agent_turns WHERE conversation_id = ${conversationId} FOR UPDATE`.execute(trx);
+      if (this.dead || held.rows[0]?.lease_token !== token) throw new LeaseLost();
+      const further = await work(trx, this.records(trx));
+      await sql`UPDATE agent_turns SET last_handled_index = GREATEST(last_handled_index, ${Math.max(handledIndex, further ?? -1)}),
+                workflow_state = ${JSON.stringify(state)}::jsonb, last_error = NULL, updated_at = now()
+                WHERE conversation_id = ${conversationId}`.execute(trx);
+    });
+  }
+
+  /** The reply the next unanswered user item would get, without storing anything (`agent run`). */
+  async dryRun(conversationId: string): Promise<TurnResult | { nothing: string }> {
+    const existing = await sql`SELECT 1 FROM agent_turns WHERE conversation_id = ${conversationId}`.execute(this.db);
+    const { conversation, agent, state, pending } = await this.load(conversationId);
+    if (!conversation) return { nothing: 'No such conversation.' };
+    if (!agent) return { nothing: 'The conversation has no agent.' };
+    let items = pending;
+    if (existing.rows.length === 0) {
+      const lastOther = Math.max(-1, ...pending.filter((i) => i.role !== 'user').map((i) => i.content_index));
+      items = pending.filter((i) => i.content_index > lastOther);
+    }
+    const item = items.find((i) => i.role === 'user');
+    if (!item) return { nothing: 'No user item is waiting for a reply.' };
+    return this.turn(conversation, agent, state, item);
+  }
+}
+
+function refusal(trip: GuardrailTrip) {
+  return { content: REFUSAL_TEXT, metadata: { source: 'guardrail', guardrail: { rule: trip.rule, stage: trip.stage } } };
+}
+
+/**
+ * The in-process wake-up hook: a records service that wakes the runtime after
+ * each committed ConversationItem or OperatorStatus write made through it (the
+ * HTTP API's, in `serve`), so that turns and queued handoffs in this process do
+ * not wait for the next poll. Other processes' writes are found by polling.
+ */
+export function wakingRecords(records: Records, runtime: AgentRuntime): Records {
+  return {
+    ...records,
+    async create(actor, type, values, options) {
+      const written = await records.create(actor, type, values, options);
+      if (type === 'ConversationItem' || type === 'OperatorStatus') runtime.wake();
+      return written;
+    },
+    async update(actor, type, id, values, options) {
+      const written = await records.update(actor, type, id, values, options);
+      if (type === 'Conversation' || type === 'AiAgent') runtime.wake();
+      return written;
+    },
+  };
+}
