@@ -7,7 +7,7 @@
 import { sql } from 'kysely';
 import { createApiKey } from '../src/auth/api-keys.js';
 import { hashPassword } from '../src/auth/passwords.js';
-import { loadSigningKey } from '../src/auth/signing-key.js';
+import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config/index.js';
 import { openDatabase, type Database } from '../src/db/connection.js';
 import { migrate } from '../src/db/migrate.js';
@@ -111,10 +111,10 @@ export async function generate(databaseUrl: string, scale = 1): Promise<BenchDat
 
     const { rows } = await sql<{ id: string; owner: string; email: string }>`
       SELECT o.id, u.id AS owner, u.email FROM bench_orgs o JOIN users u ON u.email = 'user0.' || o.n || '@bench.example' WHERE o.n = 1`.execute(db);
-    const services = { config, signingKey: await loadSigningKey(db, config) };
+    const records = (await createServices(database, config)).records!;
     const big = rows[0];
-    const secret = await createApiKey(db, services, { organisationId: big.id, userId: big.owner, keyType: 'secret', name: 'bench' });
-    const publishable = await createApiKey(db, services, { organisationId: big.id, userId: big.owner, keyType: 'publishable', name: 'bench widget' });
+    const secret = await createApiKey(records, { organisationId: big.id, userId: big.owner, keyType: 'secret', name: 'bench' });
+    const publishable = await createApiKey(records, { organisationId: big.id, userId: big.owner, keyType: 'publishable', name: 'bench widget' });
     return { organisationId: big.id, secretKey: secret.token, publishableKey: publishable.token, email: big.email, password: BENCH_PASSWORD };
   } finally {
     await database.close();

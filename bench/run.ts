@@ -2,7 +2,8 @@
  * npm run bench: generates the data set in PostgreSQL, starts Parley and the
  * hand-written baseline, drives both with autocannon at several concurrencies,
  * and prints requests/s, latencies, errors, server RSS and Parley/baseline ratios.
- * Then the same on the embedded database, smaller. Figures, not assertions.
+ * Then the same on the embedded database, smaller, and the agent runtime's
+ * turn overhead (bench/agents.ts, runnable alone). Figures, not assertions.
  *
  *   npm run bench                       full run (about 10 minutes)
  *   npm run bench -- --reuse            keep an already generated database
@@ -15,6 +16,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import pg from 'pg';
+import { agentBenchmark, agentChecks } from './agents.js';
 import { generate, type BenchData } from './generate.js';
 
 const { values: args } = parseArgs({
@@ -296,4 +298,6 @@ const data = await prepareData();
 await postgresScenarios(data);
 await embeddedScenarios();
 report();
+// The agent runtime's turn overhead (issue 12): in-process, its own database next to the generated one.
+console.log(`\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`);
 console.log(`\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`);

@@ -1,13 +1,17 @@
 /** Starting and stopping the service: database, migrations, signing key, demo data, HTTP server. */
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
+import { AgentRuntime, wakingRecords } from './agents/runtime.js';
 import { loadSigningKey } from './auth/signing-key.js';
-import { isEmpty, seedDemo, type DemoResult } from './cli/demo.js';
 import type { Config } from './config/index.js';
 import { openDatabase, type DatabaseHandle } from './db/connection.js';
 import { migrate } from './db/migrate.js';
+import { isEmpty, seedDemo, type DemoResult } from './demo/demo.js';
 import { buildServer } from './http/server.js';
-import type { AppServices } from './jsonapi/resource.js';
+import { createRecords } from './jsonapi/records.js';
+import { buildRegistry } from './jsonapi/routes.js';
+import type { AppServices } from './jsonapi/services.js';
+import { resources } from './resources/index.js';
 
 export interface RunningApp {
   app: FastifyInstance;
@@ -15,6 +19,8 @@ export interface RunningApp {
   services: AppServices;
   url: string;
   demo?: DemoResult;
+  /** The agent runtime, unless AGENT_RUNTIME=false (then a `worker` process answers). */
+  agents?: AgentRuntime;
   close(): Promise<void>;
 }
 
@@ -25,14 +31,26 @@ export function connectRedis(url: string | undefined): Redis | undefined {
   return redis;
 }
 
+/** The process's services on an open, migrated database: signing key, Redis, and the records service. */
+export async function createServices(database: DatabaseHandle, config: Config, redis?: Redis): Promise<AppServices> {
+  const services: AppServices = { config, signingKey: await loadSigningKey(database.db, config), redis };
+  services.records = createRecords({ db: database.db, registry: buildRegistry(resources), services });
+  return services;
+}
+
 export async function startApp(config: Config): Promise<RunningApp> {
-  const database = await openDatabase(config);
+  const database = await openDatabase(config, { shareLocally: true });
   await migrate(database.db);
-  const services: AppServices = { config, signingKey: await loadSigningKey(database.db, config), redis: connectRedis(config.redisUrl) };
+  const services = await createServices(database, config, connectRedis(config.redisUrl));
   const firstStart = database.kind === 'pglite' && config.demoOnFirstStart && (await isEmpty(database.db));
-  const demo = firstStart ? await seedDemo(database.db, services) : undefined;
-  const app = await buildServer({ ...services, database });
+  const demo = firstStart ? await seedDemo(database.db, services.records!) : undefined;
+  const agents = config.agentRuntime ? new AgentRuntime({ db: database.db, services, config }) : undefined;
+  const app = await buildServer({ ...services, records: agents ? wakingRecords(services.records!, agents) : services.records, database });
   await app.listen({ port: config.port, host: config.host });
+  if (agents) {
+    agents.logger = app.log as unknown as NonNullable<AgentRuntime['logger']>;
+    agents.start();
+  }
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   const url = config.publicUrl ?? `http://${config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host}:${port}`;
@@ -42,7 +60,9 @@ export async function startApp(config: Config): Promise<RunningApp> {
     services,
     url,
     demo,
+    agents,
     async close() {
+      await agents?.stop();
       await app.close();
       await database.close();
       services.redis?.disconnect();
@@ -50,12 +70,24 @@ export async function startApp(config: Config): Promise<RunningApp> {
   };
 }
 
-/** How to sign in to the demo organisation, as a ready-to-paste curl line. */
+/**
+ * The console's link for an organisation: its publishable key rides in the fragment, which browsers never
+ * send to a server (RFC 3986 section 3.5), so no access log records it; the console clears it after reading.
+ */
+export function consoleLink(url: string, publishableKey: string): string {
+  return `${url}/console#key=${publishableKey}`;
+}
+
+/** How to sign in to the demo organisation: the console link, and a ready-to-paste curl line. */
 export function loginHint(url: string, demo: DemoResult): string {
   const user = demo.users[0];
   const body = JSON.stringify({ data: { type: 'User', attributes: { email: user.email, password: user.password } } });
+  const operator = demo.users.find((u) => u.role === 'operator') ?? user;
   return [
-    'Demo organisation created. Sign in with:',
+    'Demo organisation created.',
+    `Operator console (sign in as ${operator.email}):`,
+    `  ${consoleLink(url, demo.publishable_key)}`,
+    'Or sign in over the API:',
     `  curl -s -X POST ${url}/api/users/login \\`,
     `    -H 'Authorization: Bearer ${demo.publishable_key}' \\`,
     `    -H 'Content-Type: application/vnd.api+json' \\`,

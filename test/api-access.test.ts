@@ -80,7 +80,8 @@ describe('API keys', () => {
     expect(text).not.toContain(tenant.publishableKey);
     expect(text).not.toMatch(/token_hash|password/);
     for (const key of response.body.data) {
-      expect(Object.keys(key.attributes).sort()).toEqual(['expires_at', 'key_type', 'name', 'organisation_id', 'user_id']);
+      expect(Object.keys(key.attributes).sort()).toEqual(['expires_at', 'key_type', 'name', 'organisation_id', 'revoked_at', 'token', 'user_id']);
+      expect(key.attributes.token).toBeNull();
     }
   });
 

@@ -75,9 +75,23 @@ describe('POST /api/conversation_items', () => {
     expect((await api.post('/api/conversation_items', item(conversationId, { content: '\u{1F600}'.repeat(8192) }))).status).toBe(201);
   });
 
+  it('lets no client request use up a conversation\'s numbering: a given content_index is at most the next plus 1000', async () => {
+    const conversationId = await newConversation();
+    const exhausting = await api.post('/api/conversation_items', item(conversationId, { content_index: 2_147_483_646 }));
+    expect(exhausting.status).toBe(422);
+    expect(pointers(exhausting)).toEqual(['/data/attributes/content_index']);
+    expect((await api.post('/api/conversation_items', item(conversationId, { content_index: 1001 }))).status).toBe(422);
+    expect((await api.post('/api/conversation_items', item(conversationId, { content_index: 1000 }))).status).toBe(201);
+    // The server's numbering goes on after the highest index, and earlier free indexes stay usable.
+    expect((await api.post('/api/conversation_items', item(conversationId))).body.data.attributes.content_index).toBe(1001);
+    expect((await api.post('/api/conversation_items', item(conversationId, { content_index: 3 }))).status).toBe(201);
+  });
+
   it('refuses an item once the conversation has no index left, with a pointer', async () => {
     const conversationId = await newConversation();
-    expect((await api.post('/api/conversation_items', item(conversationId, { content_index: 2_147_483_646 }))).status).toBe(201);
+    // A conversation numbered to the end (two billion items, or indexes given ahead over time).
+    await t.db.updateTable('conversations').set({ next_content_index: 2_147_483_646 }).where('id', '=', conversationId).execute();
+    expect((await api.post('/api/conversation_items', item(conversationId))).status).toBe(201);
     const full = await api.post('/api/conversation_items', item(conversationId));
     expect(full.status).toBe(422);
     expect(pointers(full)).toEqual(['/data/attributes/content_index']);

@@ -22,7 +22,7 @@ describe('media types', () => {
   it('accepts application/vnd.api+json and application/json bodies', async () => {
     expect((await api.post('/api/conversations', body)).status).toBe(201);
     expect((await api.post('/api/conversations', body, { 'content-type': 'application/json' })).status).toBe(201);
-    expect((await api.post('/api/conversations', body, { 'content-type': 'application/vnd.api+json; ext="https://example.com/ext"' })).status).toBe(201);
+    expect((await api.post('/api/conversations', body, { 'content-type': 'application/vnd.api+json; profile="https://example.com/profile"' })).status).toBe(201);
   });
 
   it('refuses other content types and media type parameters with 415', async () => {

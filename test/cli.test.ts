@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -8,6 +8,7 @@ import { sql } from 'kysely';
 import { loadConfig } from '../src/config/index.js';
 import { openDatabase } from '../src/db/connection.js';
 import { freshPostgresDatabase } from './support/app.js';
+import { expectJsonApi } from './support/conformance.js';
 
 const run = promisify(execFile);
 const cli = path.resolve('src/cli/main.ts');
@@ -25,7 +26,7 @@ beforeAll(async () => {
     env = { ...base, DATABASE_URL: '', DATA_DIR: dir };
     cleanup = async () => fs.rmSync(dir, { recursive: true, force: true });
   }
-}, 60_000);
+}, 180_000);
 afterAll(async () => cleanup?.());
 
 /** Runs `parley ...args --json` and returns the one JSON object it prints. */
@@ -69,11 +70,12 @@ describe('parley command line', () => {
     expect(key.token.split('.')).toHaveLength(3);
     const publishable = await parley('key', 'create', '--org', org.id, '--user', user.id, '--type', 'publishable', '--name', 'widget');
     expect(publishable.key_type).toBe('publishable');
+    expect(publishable.console_url).toMatch(new RegExp(`/console#key=${publishable.token.replaceAll('.', '\\.')}$`));
     const agent = await parley('agent', 'create', '--org', org.id, '--name', 'Cli Agent');
     expect(agent).toMatchObject({ name: 'Cli Agent', organisation_id: org.id });
     expect(await parley('key', 'revoke', '--id', key.id)).toEqual({ id: key.id, revoked: true });
     expect(await parley('user', 'revoke-tokens', '--user', user.id)).toMatchObject({ id: user.id });
-  }, 60_000);
+  }, 180_000);
 
   it('seeds the demo organisation', async () => {
     const demo = await parley('demo');
@@ -81,20 +83,27 @@ describe('parley command line', () => {
     expect(demo.publishable_key.split('.')).toHaveLength(3);
     expect(demo.secret_key.split('.')).toHaveLength(3);
     expect(demo.users.map((u: { role: string }) => u.role).sort()).toEqual(['admin', 'operator', 'operator', 'owner']);
-  }, 60_000);
+  }, 180_000);
 
-  it('a second demo fails whole: no second organisation is left behind', async () => {
-    const failed = await failing(['demo', '--json']);
-    expect(failed.code).toBe(1);
-    expect(JSON.parse(failed.stdout)).toEqual({ error: 'a user with e-mail owner@demo.parley.dev exists already' });
+  it('a second demo renews the demo credentials: new passwords and keys, the old keys revoked, no second organisation', async () => {
+    const first = await parley('demo');
+    const second = await parley('demo');
+    expect(second.reset).toBe(true);
+    expect(second.organisation_id).toBe(first.organisation_id);
+    expect(second.publishable_key).not.toBe(first.publishable_key);
+    expect(second.users.map((u: { password: string }) => u.password)).not.toEqual(first.users.map((u: { password: string }) => u.password));
     const database = await openDatabase(loadConfig(env));
     try {
       const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM organisations WHERE name = 'Demo'`.execute(database.db);
       expect(rows[0].n).toBe(1);
+      const keys = await sql<{ active: number; revoked: number }>`
+        SELECT count(*) FILTER (WHERE revoked_at IS NULL)::int AS active, count(*) FILTER (WHERE revoked_at IS NOT NULL)::int AS revoked
+        FROM api_keys WHERE organisation_id = ${second.organisation_id}`.execute(database.db);
+      expect(keys.rows[0]).toEqual({ active: 2, revoked: 4 });
     } finally {
       await database.close();
     }
-  }, 60_000);
+  }, 180_000);
 
   it('refuses to open the embedded database that another process holds', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-lock-'));
@@ -110,7 +119,56 @@ describe('parley command line', () => {
     // Released on close: the command works now.
     expect(JSON.parse((await run(process.execPath, ['--import', 'tsx', cli, 'org', 'create', '--name', 'Second', '--json'], { env: holderEnv })).stdout).id).toBeDefined();
     fs.rmSync(dir, { recursive: true, force: true });
-  }, 60_000);
+  }, 180_000);
+
+  it.skipIf(Boolean(process.env.DATABASE_URL))('works while `serve` runs on the same embedded database, through its socket', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-shared-'));
+    const sharedEnv = { ...env, DATABASE_URL: '', DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', DEMO_ON_FIRST_START: 'false' };
+    const server = spawn(process.execPath, ['--import', 'tsx', cli, 'serve', '--json'], { env: sharedEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    server.stdout.on('data', (chunk) => (stdout += chunk));
+    server.stderr.on('data', (chunk) => (stderr += chunk));
+    const exited = new Promise((resolve) => server.once('exit', resolve));
+    try {
+      const deadline = Date.now() + 120_000;
+      while (!stdout.includes('\n')) {
+        if (Date.now() > deadline || server.exitCode !== null) throw new Error(`serve did not start\n${stdout}\n${stderr}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      const { url } = JSON.parse(stdout.split('\n')[0]) as { url: string };
+      const command = async (...args: string[]) => {
+        const { stdout: out } = await run(process.execPath, ['--import', 'tsx', cli, ...args, '--json'], { env: sharedEnv });
+        return JSON.parse(out) as Record<string, any>;
+      };
+      const org = await command('org', 'create', '--name', 'Beside Serve');
+      const user = await command('user', 'create', '--org', org.id, '--email', 'beside@example.com', '--password', 'beside-password', '--full-name', 'B', '--role', 'admin');
+      const key = await command('key', 'create', '--org', org.id, '--user', user.id, '--type', 'secret', '--name', 'beside');
+      // The running server sees what the commands wrote: it authenticates the new key, and lists for the new organisation.
+      const response = await fetch(`${url}/api/conversations`, { headers: { authorization: `Bearer ${key.token}`, accept: 'application/vnd.api+json' } });
+      expect(response.status).toBe(200);
+      const document = (await response.json()) as { data: unknown[] };
+      expectJsonApi(document);
+      expect(document.data).toEqual([]);
+      // The server's own writes go on after the commands.
+      const created = await fetch(`${url}/api/conversations`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key.token}`, 'content-type': 'application/vnd.api+json', accept: 'application/vnd.api+json' },
+        body: JSON.stringify({ data: { type: 'Conversation', attributes: {} } }),
+      });
+      expect(created.status).toBe(201);
+      expectJsonApi(await created.json());
+    } finally {
+      server.kill('SIGTERM');
+      await exited;
+    }
+    // Stopped: the socket and the lock are gone, and commands open the database themselves again.
+    expect(fs.existsSync(path.join(dir, '.s.PGSQL.5432'))).toBe(false);
+    expect(fs.existsSync(path.join(dir, 'parley.lock'))).toBe(false);
+    const { stdout: orgs } = await run(process.execPath, ['--import', 'tsx', cli, 'org', 'create', '--name', 'After', '--json'], { env: sharedEnv });
+    expect(JSON.parse(orgs).name).toBe('After');
+    fs.rmSync(dir, { recursive: true, force: true });
+  }, 240_000);
 
   it('prints usage errors as one JSON object with --json', async () => {
     for (const args of [['org', 'create'], ['frobnicate']]) {
@@ -118,11 +176,11 @@ describe('parley command line', () => {
       expect(failed.code, args.join(' ')).toBe(1);
       expect(Object.keys(JSON.parse(failed.stdout))).toEqual(['error']);
     }
-  }, 60_000);
+  }, 180_000);
 
   it('refuses bad input with a message and a non-zero exit', async () => {
     expect(await fails('user', 'create', '--org', '00000000-0000-7000-8000-000000000000', '--email', 'x@y.z', '--password', 'long-enough', '--full-name', 'X', '--role', 'admin')).toMatch(/no organisation/);
     expect(await fails('user', 'create', '--org', 'x', '--email', 'x@y.z', '--password', 'p', '--full-name', 'X', '--role', 'king')).toMatch(/role/);
     expect(await fails('org', 'create')).toMatch(/--name/);
-  }, 60_000);
+  }, 180_000);
 });

@@ -1,9 +1,13 @@
 /**
  * Real JSON:API client libraries drive a listening server over HTTP:
  * Kitsu reads (query serialisation, deserialising, linking includes),
- * Jsona serialises write documents and deserialises their answers.
+ * Jsona serialises write documents and deserialises their answers, and
+ * Kitsu, Jsona, devour-client and jsonapi-serializer each make their normal
+ * create call, with the conversation as relationship linkage.
  */
 import type { AddressInfo } from 'node:net';
+import JsonApi from 'devour-client';
+import { Deserializer, Serializer } from 'jsonapi-serializer';
 import Kitsu from 'kitsu';
 import { Jsona } from 'jsona';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -92,5 +96,89 @@ describe('JSON:API client libraries over HTTP', () => {
     expect(refused.status).toBe(422);
     expect(refused.document.errors[0]).toMatchObject({ status: '422', code: 'invalid_attribute', source: { pointer: '/data/attributes/channel' } });
     await expect(kitsu.get('conversations', { params: { sort: 'colour' } })).rejects.toMatchObject({ response: { status: 400 } });
+  });
+});
+
+describe('creates with relationship linkage, as each client library sends it', () => {
+  let conversationId: string;
+  beforeAll(async () => {
+    conversationId = (await write('POST', '/api/conversations', { type: 'Conversation' })).record!.id;
+  });
+
+  /** The item as the API shows it afterwards. */
+  async function stored(id: string) {
+    const response = await fetch(`${base}/api/conversation_items/${id}`, { headers: { Authorization: `Bearer ${tenant.admin.token}` } });
+    const document = (await response.json()) as any;
+    expectJsonApi(document);
+    return document.data;
+  }
+
+  it('Kitsu', async () => {
+    // Kitsu sends its model name as the type and derives the URL from it; the URL is mapped to the collection.
+    const typed = new Kitsu({
+      baseURL: `${base}/api`,
+      headers: { Authorization: `Bearer ${tenant.admin.token}` },
+      camelCaseTypes: false,
+      resourceCase: 'none',
+      pluralize: false,
+    });
+    // Kitsu names the collection after the type; ours is the spec's snake_case path.
+    typed.axios.interceptors.request.use((config) => {
+      if ((config as { url?: string }).url === 'ConversationItem') (config as { url?: string }).url = 'conversation_items';
+      return config;
+    });
+    const response = await typed.create('ConversationItem', {
+      content: 'from kitsu',
+      role: 'user',
+      conversation: { data: { type: 'Conversation', id: conversationId } },
+    });
+    expect(response.data).toMatchObject({ content: 'from kitsu', conversation: { data: { id: conversationId } } });
+    expect((await stored(response.data.id)).attributes.conversation_id).toBe(conversationId);
+  });
+
+  it('Jsona', async () => {
+    const created = await write('POST', '/api/conversation_items', {
+      type: 'ConversationItem',
+      content: 'from jsona',
+      role: 'user',
+      conversation: { type: 'Conversation', id: conversationId },
+      relationshipNames: ['conversation'],
+    });
+    expect(created.document.data?.attributes?.conversation_id, JSON.stringify(created.document)).toBe(conversationId);
+    expect(created.status).toBe(201);
+  });
+
+  it('devour-client', async () => {
+    const devour = new JsonApi({ apiUrl: `${base}/api`, pluralize: false, bearer: tenant.admin.token, logger: false });
+    devour.define(
+      'ConversationItem',
+      { content: '', role: '', conversation_id: '', conversation: { jsonApi: 'hasOne', type: 'Conversation' } },
+      { collectionPath: 'conversation_items', readOnly: ['conversation_id'] },
+    );
+    devour.define('Conversation', { status: '' }, { collectionPath: 'conversations' });
+    const { data } = await devour.create('ConversationItem', { content: 'from devour', role: 'user', conversation: { id: conversationId } });
+    expect(data).toMatchObject({ content: 'from devour', conversation_id: conversationId });
+    expect((await stored(data.id)).attributes.content).toBe('from devour');
+  });
+
+  it('jsonapi-serializer', async () => {
+    const serializer = new Serializer('ConversationItem', {
+      attributes: ['content', 'role', 'conversation'],
+      conversation: { ref: 'id' },
+      keyForAttribute: 'snake_case',
+      pluralizeType: false,
+      typeForAttribute: (attribute: string) => (attribute === 'conversation' ? 'Conversation' : attribute),
+    });
+    const body = serializer.serialize({ content: 'from jsonapi-serializer', role: 'user', conversation: { id: conversationId } });
+    const response = await fetch(`${base}/api/conversation_items`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${tenant.admin.token}`, 'Content-Type': 'application/vnd.api+json' },
+      body: JSON.stringify(body),
+    });
+    const document = (await response.json()) as any;
+    expectJsonApi(document);
+    expect(response.status, JSON.stringify(document)).toBe(201);
+    const item = await new Deserializer({ keyForAttribute: 'snake_case' }).deserialize(document);
+    expect(item).toMatchObject({ content: 'from jsonapi-serializer', conversation_id: conversationId });
   });
 });

@@ -8,7 +8,7 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { createUserInOrganisation, createOrganisation } from '../src/auth/accounts.js';
 import { createApiKey } from '../src/auth/api-keys.js';
-import { loadSigningKey } from '../src/auth/signing-key.js';
+import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config/index.js';
 import { openDatabase, type DatabaseHandle } from '../src/db/connection.js';
 import { migrate } from '../src/db/migrate.js';
@@ -39,17 +39,16 @@ describe.runIf(enabled)('PostgreSQL goes away and comes back', () => {
     const config = loadConfig({ DATABASE_URL: cluster.url, DATABASE_TIMEOUT_MS: String(TIMEOUT_MS), LOG_LEVEL: 'silent', RATE_LIMIT_PER_MINUTE: '1000000' } as NodeJS.ProcessEnv);
     database = await openDatabase(config);
     await migrate(database.db);
-    const signingKey = await loadSigningKey(database.db, config);
-    const services = { config, signingKey };
-    const organisation = await createOrganisation(database.db, { name: 'Fault' });
-    const user = await createUserInOrganisation(database.db, {
+    const services = await createServices(database, config);
+    const organisation = await createOrganisation(services.records!, { name: 'Fault' });
+    const user = await createUserInOrganisation(services.records!, {
       organisationId: organisation.id,
       email: 'fault@example.com',
       password: 'fault-password',
       fullName: 'Fault Owner',
       role: 'owner',
     });
-    token = (await createApiKey(database.db, services, { organisationId: organisation.id, userId: user.id, keyType: 'secret', name: 'load' })).token;
+    token = (await createApiKey(services.records!, { organisationId: organisation.id, userId: user.id, keyType: 'secret', name: 'load' })).token;
     app = await buildServer({ ...services, database });
     await app.ready();
   }, 120_000);

@@ -11,7 +11,7 @@ const LIMIT = 20;
 
 async function burst(app: FastifyInstance, token: string, count: number) {
   const statuses: number[] = [];
-  let last;
+  let last: Awaited<ReturnType<FastifyInstance['inject']>> | undefined;
   for (let i = 0; i < count; i++) {
     last = await app.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${token}` } });
     statuses.push(last.statusCode);
@@ -61,7 +61,7 @@ describe.runIf(process.env.REDIS_TEST_URL)('rate limit shared through Redis by t
   });
   afterAll(async () => {
     await Promise.all((nodes ?? []).map((n) => n.close()));
-    redis?.forEach((r) => r.disconnect());
+    for (const r of redis ?? []) r.disconnect();
     await t?.close();
   });
 
@@ -88,6 +88,23 @@ describe.runIf(process.env.REDIS_TEST_URL)('rate limit shared through Redis by t
     for (let i = 0; i < 12; i++) statuses.push((await attempt(nodes[i % 2])).statusCode);
     expect(statuses.slice(0, 10).every((s) => s === 401)).toBe(true);
     expect(statuses.slice(10)).toEqual([429, 429]);
+  });
+
+  it('reserves login attempts atomically in Redis: of 15 parallel wrong logins on two nodes, 10 are checked', async () => {
+    const responses = await Promise.all(
+      Array.from({ length: 15 }, (_, i) =>
+        nodes[i % 2].inject({
+          method: 'POST',
+          url: '/api/users/login',
+          remoteAddress: `10.8.${i}.${Math.floor(Math.random() * 250)}`,
+          headers: { authorization: `Bearer ${tenant.publishableKey}`, 'content-type': 'application/vnd.api+json' },
+          payload: { data: { type: 'User', attributes: { email: tenant.owner.email, password: 'wrong-password' } } },
+        }),
+      ),
+    );
+    const statuses = responses.map((r) => r.statusCode);
+    expect(statuses.filter((s) => s === 401)).toHaveLength(10);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(5);
   });
 });
 

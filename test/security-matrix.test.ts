@@ -11,8 +11,13 @@ import { seedTenant, type Tenant } from './support/seed.js';
 import { client, resourceDocument } from './helpers/http.js';
 import { insertAgent, insertCall, insertParticipant } from './helpers/telephony.js';
 
-type Credential = 'none' | 'malformed' | 'alg_none' | 'wrong_secret' | 'expired' | 'revoked' | 'publishable' | 'operator' | 'admin' | 'other_admin';
-const CREDENTIALS: Credential[] = ['none', 'malformed', 'alg_none', 'wrong_secret', 'expired', 'revoked', 'publishable', 'operator', 'admin', 'other_admin'];
+type Credential =
+  | 'none' | 'malformed' | 'alg_none' | 'wrong_secret' | 'expired' | 'revoked' | 'publishable' | 'operator' | 'admin' | 'other_admin'
+  | 'visitor' | 'visitor_of_revoked_key';
+const CREDENTIALS: Credential[] = [
+  'none', 'malformed', 'alg_none', 'wrong_secret', 'expired', 'revoked', 'publishable', 'operator', 'admin', 'other_admin',
+  'visitor', 'visitor_of_revoked_key',
+];
 
 let t: TestApp;
 let tenant: Tenant;
@@ -44,10 +49,16 @@ beforeAll(async () => {
   ids.participant = await insertParticipant(t.db, tenant.organisationId, ids.call);
   ids.operatorKey = (await client(t.app, tenant.operator.token).get('/api/api_keys')).body.data[0].id;
 
-  const expiring = await createApiKey(t.db, t.services, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'expiring' });
+  const expiring = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'expiring' });
   await t.db.updateTable('api_keys').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', expiring.id).execute();
-  const revoked = await createApiKey(t.db, t.services, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'revoked' });
-  await revokeApiKey(t.db, revoked.id);
+  const revoked = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'revoked' });
+  await revokeApiKey(t.db, t.services.records!, revoked.id);
+  // A website visitor: its credential is bound to a conversation of its own, none of the records above.
+  const visitor = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
+  ids.visitorConversation = visitor.body.data.id;
+  const doomed = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.owner.id, keyType: 'publishable', name: 'doomed' });
+  const orphan = await client(t.app, doomed.token).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
+  await revokeApiKey(t.db, t.services.records!, doomed.id);
   const [, payload] = tenant.secretKey.split('.');
   Object.assign(tokens, {
     none: undefined,
@@ -62,6 +73,8 @@ beforeAll(async () => {
     operator: tenant.operator.token,
     admin: tenant.admin.token,
     other_admin: other.admin.token,
+    visitor: visitor.body.meta.token,
+    visitor_of_revoked_key: orphan.body.meta.token,
   });
   secrets.push(tenant.secretKey, tenant.publishableKey, tenant.admin.token, tenant.operator.token, tenant.owner.password);
 });
@@ -72,7 +85,8 @@ interface Endpoint {
   method: 'GET' | 'POST' | 'PATCH';
   url: () => string;
   body?: () => unknown;
-  /** Expected status for operator, admin and another organisation's admin. */
+  /** Expected status for operator, admin and another organisation's admin (and a visitor, when not 403). */
+  visitor?: number;
   operator: number;
   admin: number;
   other: number;
@@ -84,10 +98,10 @@ const ENDPOINTS: Endpoint[] = [
   { name: 'get api key', method: 'GET', url: () => `/api/api_keys/${ids.operatorKey}`, operator: 200, admin: 200, other: 404 },
   { name: 'login', method: 'POST', url: () => '/api/users/login', body: () => doc('User', { email: tenant.operator.email, password: tenant.operator.password }), operator: 200, admin: 200, other: 401 },
   { name: 'create conversation', method: 'POST', url: () => '/api/conversations', body: () => doc('Conversation', {}), operator: 201, admin: 201, other: 201 },
-  { name: 'list conversations', method: 'GET', url: () => '/api/conversations', operator: 200, admin: 200, other: 200 },
+  { name: 'list conversations', method: 'GET', url: () => '/api/conversations', operator: 200, admin: 200, other: 200, visitor: 200 },
   { name: 'update conversation', method: 'PATCH', url: () => `/api/conversations/${ids.conversation}`, body: () => doc('Conversation', { mode: 'text' }, ids.conversation), operator: 200, admin: 200, other: 404 },
-  { name: 'create item', method: 'POST', url: () => '/api/conversation_items', body: () => doc('ConversationItem', { content: 'y', role: 'user', conversation_id: ids.conversation }), operator: 201, admin: 201, other: 422 },
-  { name: 'get item', method: 'GET', url: () => `/api/conversation_items/${ids.item}`, operator: 200, admin: 200, other: 404 },
+  { name: 'create item', method: 'POST', url: () => '/api/conversation_items', body: () => doc('ConversationItem', { content: 'y', role: 'user', conversation_id: ids.conversation }), operator: 201, admin: 201, other: 422, visitor: 422 },
+  { name: 'get item', method: 'GET', url: () => `/api/conversation_items/${ids.item}`, operator: 200, admin: 200, other: 404, visitor: 404 },
   { name: 'update agent', method: 'PATCH', url: () => `/api/ai_agents/${ids.agent}`, body: () => doc('AiAgent', { published: true }, ids.agent), operator: 403, admin: 200, other: 404 },
   { name: 'create gateway', method: 'POST', url: () => '/api/gateways', body: () => doc('Gateway', { realm: `g${randomBytes(4).toString('hex')}.example.com`, username: 'g' }), operator: 403, admin: 201, other: 201 },
   { name: 'update gateway', method: 'PATCH', url: () => `/api/gateways/${ids.gateway}`, body: () => doc('Gateway', { register: false }, ids.gateway), operator: 403, admin: 200, other: 404 },
@@ -102,12 +116,16 @@ const ENDPOINTS: Endpoint[] = [
   { name: 'list participants', method: 'GET', url: () => '/api/call_participants', operator: 200, admin: 200, other: 200 },
   { name: 'update participant', method: 'PATCH', url: () => `/api/call_participants/${ids.participant}`, body: () => doc('CallParticipant', { left_at: '2030-01-01T00:00:00Z' }, ids.participant), operator: 403, admin: 200, other: 404 },
   { name: 'list transcripts', method: 'GET', url: () => '/api/call_transcripts', operator: 200, admin: 200, other: 200 },
+  // Beyond the spec's 22: the chat widget's visitor credential is opened with a publishable key only.
+  { name: 'open visitor session', method: 'POST', url: () => '/api/visitor_sessions', body: () => doc('Conversation', {}), operator: 403, admin: 403, other: 403 },
 ];
 
 function expected(endpoint: Endpoint, credential: Credential): number {
   switch (credential) {
     case 'publishable':
-      return endpoint.name === 'login' ? 200 : 403;
+      return endpoint.name === 'login' ? 200 : endpoint.name === 'open visitor session' ? 201 : 403;
+    case 'visitor':
+      return endpoint.visitor ?? 403;
     case 'operator':
       return endpoint.operator;
     case 'admin':
@@ -121,9 +139,11 @@ function expected(endpoint: Endpoint, credential: Credential): number {
 
 describe('security matrix', () => {
   it(`${ENDPOINTS.length} endpoints x ${CREDENTIALS.length} credentials answer as expected`, async () => {
-    expect(ENDPOINTS).toHaveLength(22);
+    expect(ENDPOINTS).toHaveLength(23);
     const failures: string[] = [];
     const ourIds = new Set([tenant.organisationId, ...Object.values(ids)]);
+    // The visitor may see its own conversation, and nothing else of the organisation.
+    const hiddenFromVisitor = new Set([...ourIds].filter((id) => id !== ids.visitorConversation));
     for (const endpoint of ENDPOINTS) {
       for (const credential of CREDENTIALS) {
         const api = client(t.app, tokens[credential]);
@@ -133,9 +153,9 @@ describe('security matrix', () => {
         if (want === 401 && response.headers['www-authenticate'] !== 'Bearer') failures.push(`${endpoint.name} as ${credential}: no WWW-Authenticate`);
         const text = JSON.stringify(response.body ?? '');
         for (const secret of secrets) if (text.includes(secret)) failures.push(`${endpoint.name} as ${credential} revealed a secret`);
-        if (credential === 'other_admin') {
+        if (credential === 'other_admin' || credential === 'visitor') {
           for (const record of [...[response.body?.data ?? []].flat(), ...(response.body?.included ?? [])]) {
-            if (ourIds.has(record.id)) failures.push(`${endpoint.name} as other_admin revealed ${record.type} ${record.id}`);
+            if ((credential === 'visitor' ? hiddenFromVisitor : ourIds).has(record.id)) failures.push(`${endpoint.name} as ${credential} revealed ${record.type} ${record.id}`);
           }
         }
       }

@@ -126,7 +126,6 @@ function loggedErrors(stdout: string): string[] {
 }
 
 /** The parsed body of a fetch response (a JSON:API document, checked by the caller). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 async function readJson(response: globalThis.Response): Promise<any> {
   return response.json();
 }
@@ -243,6 +242,8 @@ describe('parley serve on an empty embedded database', () => {
     expect(login.publishableKey.split('.')).toHaveLength(3);
     expect(login.email).toBe('owner@demo.parley.dev');
     expect(login.password.length).toBeGreaterThanOrEqual(8);
+    // The operator console's link, with the organisation's publishable key in the fragment.
+    expect(stdout).toContain(`Operator console (sign in as ana@demo.parley.dev):\n  http://127.0.0.1:${port}/console#key=${login.publishableKey}\n`);
     // Every demo user is listed with its password.
     expect(stdout).toMatch(new RegExp(`owner +owner@demo\\.parley\\.dev +${login.password.replace(/[-]/g, '\\-')}`));
   }, GIVE_UP_MS + 30_000);

@@ -20,7 +20,6 @@ interface Timed {
   status: number;
   ms: number;
   headers: Record<string, unknown>;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   body: any;
 }
 

@@ -1,8 +1,9 @@
 import { sql } from 'kysely';
 import type { Database } from '../db/connection.js';
 import { unauthenticated } from '../jsonapi/errors.js';
-import type { AppServices, Principal, Role } from '../jsonapi/resource.js';
-import { tokenHash, verifyToken } from './tokens.js';
+import type { Principal, Role } from '../jsonapi/principal.js';
+import type { AppServices } from '../jsonapi/services.js';
+import { tokenHash, verifyToken, type TokenClaims } from './tokens.js';
 
 /**
  * Resolves `Authorization: Bearer <jwt>` to a principal. The signature,
@@ -16,6 +17,7 @@ export async function authenticate(db: Database, services: AppServices, header: 
   const token = match[1];
   const claims = await verifyToken(token, services.signingKey);
   if (!claims) throw unauthenticated('The bearer token is invalid or expired.');
+  if (claims.typ === 'visitor') return authenticateVisitor(db, claims);
 
   const record =
     claims.typ === 'api_key'
@@ -37,5 +39,27 @@ export async function authenticate(db: Database, services: AppServices, header: 
     role: row.role,
     credential: claims.typ === 'user' ? 'user_token' : row.kind === 'publishable' ? 'publishable_key' : 'secret_key',
     credentialId: claims.jti,
+  };
+}
+
+/**
+ * A visitor credential (issued to the chat widget with a publishable key) lives as long as its JWT, the
+ * publishable key that issued it (not revoked, not expired, its user still a member) and its conversation.
+ */
+async function authenticateVisitor(db: Database, claims: TokenClaims): Promise<Principal> {
+  const { rows } = await sql<{ ok: number }>`
+    SELECT 1 AS ok FROM api_keys k
+    JOIN memberships m ON m.organisation_id = k.organisation_id AND m.user_id = k.user_id
+    JOIN conversations c ON c.organisation_id = k.organisation_id AND c.id = ${claims.cnv}
+    WHERE k.id = ${claims.jti} AND k.organisation_id = ${claims.org} AND k.key_type = 'publishable'
+      AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`.execute(db);
+  if (rows.length === 0) throw unauthenticated('The bearer token is invalid or expired.');
+  return {
+    organisationId: claims.org,
+    userId: claims.sub,
+    role: 'visitor',
+    credential: 'visitor',
+    credentialId: claims.sub,
+    conversationId: claims.cnv,
   };
 }

@@ -1,41 +1,62 @@
 import { sql } from 'kysely';
 import { ApiError } from '../jsonapi/errors.js';
-import type { ActionContext, ActionResult, AppServices } from '../jsonapi/resource.js';
-import { verifyAgainstDummy, verifyPassword } from './passwords.js';
+import type { AppServices } from '../jsonapi/services.js';
+import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
+import { createCounter } from './counters.js';
+import { HashGate, verifyAgainstDummy, verifyPassword } from './passwords.js';
 import { createLoginThrottle, type LoginThrottle } from './throttle.js';
 import { issueUserToken } from './user-tokens.js';
 
-/** One throttle per server (keyed by its services), so that separate servers in one process stay apart. */
-const throttles = new WeakMap<AppServices, LoginThrottle>();
-function throttleFor(services: AppServices): LoginThrottle {
-  let throttle = throttles.get(services);
-  if (!throttle) throttles.set(services, (throttle = createLoginThrottle(services.config, services.redis)));
-  return throttle;
+/** One throttle and one hash gate per server (keyed by its services), so that separate servers in one process stay apart. */
+const guards = new WeakMap<AppServices, { throttle: LoginThrottle; gate: HashGate }>();
+function guardsFor(services: AppServices) {
+  let guard = guards.get(services);
+  if (!guard) {
+    const { config } = services;
+    guard = {
+      throttle: createLoginThrottle(config, createCounter(services.redis)),
+      gate: new HashGate(config.loginHashConcurrency, config.loginHashQueue),
+    };
+    guards.set(services, guard);
+  }
+  return guard;
 }
 
 const invalidCredentials = () =>
   ApiError.of(401, 'invalid_credentials', 'The e-mail or password is wrong.', undefined, { 'WWW-Authenticate': 'Bearer' });
 
+const busy = () =>
+  ApiError.of(503, 'unavailable', 'Too many sign-ins are being checked right now; try again shortly.', undefined, { 'Retry-After': '1' });
+
 /**
  * POST /api/users/login: a member of the credential's organisation signs in
  * with e-mail and password and receives a user access token in meta.token.
- * Unknown e-mail and wrong password answer alike, in similar time.
+ * Unknown e-mail and wrong password answer alike, in similar time. The attempt
+ * is counted before the password is checked (see throttle.ts) and given back
+ * when it succeeds.
  */
 export async function login(ctx: ActionContext & { clientAddress: string }): Promise<ActionResult & { meta: Record<string, unknown> }> {
   const email = String(ctx.values.email);
   const password = String(ctx.values.password);
-  const throttle = throttleFor(ctx.services);
-  await throttle.check(email, ctx.clientAddress);
-  const { rows } = await sql<{ id: string; password_hash: string }>`
-    SELECT u.id, u.password_hash FROM users u
-    JOIN memberships m ON m.user_id = u.id AND m.organisation_id = ${ctx.principal.organisationId}
-    WHERE lower(u.email) = ${email.toLowerCase()}`.execute(ctx.db);
-  const user = rows[0];
-  const valid = user ? await verifyPassword(user.password_hash, password) : await verifyAgainstDummy(password);
-  if (!user || !valid) {
-    await throttle.fail(email, ctx.clientAddress);
-    throw invalidCredentials();
+  const organisationId = ctx.principal.organisationId;
+  const { throttle, gate } = guardsFor(ctx.services);
+  const reservation = await throttle.reserve(organisationId, email, ctx.clientAddress);
+  let failed = false;
+  try {
+    const { rows } = await sql<{ id: string; password_hash: string }>`
+      SELECT u.id, u.password_hash FROM users u
+      JOIN memberships m ON m.user_id = u.id AND m.organisation_id = ${organisationId}
+      WHERE lower(u.email) = ${email.toLowerCase()}`.execute(ctx.db);
+    const user = rows[0];
+    const checked = await gate.run(() => (user ? verifyPassword(user.password_hash, password) : verifyAgainstDummy(password)));
+    if (!checked) throw busy();
+    if (!user || !checked.value) {
+      failed = true;
+      throw invalidCredentials();
+    }
+    const { token, expiresAt } = await issueUserToken(ctx.db, ctx.services, { organisationId, userId: user.id });
+    return { id: user.id, status: 200, meta: { token, token_expires_at: expiresAt.toISOString().replace(/\.\d{3}Z$/, 'Z') } };
+  } finally {
+    if (!failed) await reservation.release();
   }
-  const { token, expiresAt } = await issueUserToken(ctx.db, ctx.services, { organisationId: ctx.principal.organisationId, userId: user.id });
-  return { id: user.id, status: 200, meta: { token, token_expires_at: expiresAt.toISOString().replace(/\.\d{3}Z$/, 'Z') } };
 }

@@ -36,3 +36,30 @@ export async function verifyAgainstDummy(password: string): Promise<false> {
   await verifyPassword(await dummy, password);
   return false;
 }
+
+/**
+ * Admission for password checks: at most `concurrency` hashes run at once and at most `queue` wait; anything
+ * beyond is refused at once (503 with Retry-After) instead of joining a queue so long that every login behind
+ * it -- the real ones too -- waits for seconds. scrypt runs on libuv's thread pool (4 threads by default).
+ */
+export class HashGate {
+  private running = 0;
+  private readonly waiting: (() => void)[] = [];
+  constructor(private readonly concurrency: number, private readonly queue: number) {}
+
+  /** Runs `work` when a slot is free; undefined when the queue is full (the caller refuses the request). */
+  async run<T>(work: () => Promise<T>): Promise<{ value: T } | undefined> {
+    if (this.running >= this.concurrency) {
+      if (this.waiting.length >= this.queue) return undefined;
+      await new Promise<void>((resolve) => this.waiting.push(resolve));
+    } else this.running += 1;
+    try {
+      return { value: await work() };
+    } finally {
+      const next = this.waiting.shift();
+      // The slot passes straight to the next waiter, so `running` stays counted.
+      if (next) next();
+      else this.running -= 1;
+    }
+  }
+}

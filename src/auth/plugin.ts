@@ -2,27 +2,75 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type { DatabaseHandle } from '../db/connection.js';
 import { forbidden } from '../jsonapi/errors.js';
-import type { AppServices } from '../jsonapi/resource.js';
+import type { AppServices } from '../jsonapi/services.js';
 import { authenticate } from './authenticate.js';
 
-export interface AuthOptions extends AppServices {
+interface AuthOptions extends AppServices {
   database: DatabaseHandle;
 }
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Why the credential was refused; answered by `refuseUnauthenticated`, after the rate limiter counted it. */
+    authFailure?: unknown;
+  }
+}
+
+/**
+ * The path a request is routed by: its route's pattern when it matched one (the router decodes the URL, so
+ * `/%61pi/conversations` is `/api/conversations`), else the URL's path, taken out of an absolute-form target
+ * (`GET http://host/api/...`, RFC 9112 section 3.2.2) and percent-decoded. Every decision by path (does it
+ * need a credential, is it a JSON:API document) uses this, so no spelling of a path escapes authentication.
+ */
+export function requestPath(request: FastifyRequest): string {
+  const route = request.routeOptions.url;
+  if (route && route !== '*' && route !== '/*') return route;
+  let path = request.url.split('?')[0];
+  const origin = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/]*/.exec(path);
+  if (origin) path = path.slice(origin[0].length) || '/';
+  try {
+    path = decodeURIComponent(path);
+  } catch {
+    // A malformed escape: the router answers it; the path is judged as written.
+  }
+  return path;
+}
+
+export const isApiPath = (request: FastifyRequest) => requestPath(request).startsWith('/api/');
+
 /**
  * Every /api request needs a bearer credential (routes marked public excepted);
- * a publishable key may call only the routes that allow it (login).
+ * a publishable key may call only the routes that allow it (login, visitor sessions), and a visitor
+ * credential only the routes of the resources whose access rules name visitors (its conversation, its items).
  * Unmatched /api paths are authenticated too, so 401 comes before 404.
+ * A refusal is kept on the request and answered by `refuseUnauthenticated`, so
+ * that the request limiter (which runs in between) counts it against the client address.
  */
 export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) => {
   app.addHook('onRequest', async (request: FastifyRequest) => {
-    if (!request.url.startsWith('/api/')) return;
+    if (!isApiPath(request)) return;
     const config = request.routeOptions.config;
     if (config?.public) return;
-    const principal = await authenticate(options.database.db, options, request.headers.authorization);
-    if (principal.credential === 'publishable_key' && !config?.allowPublishable) {
-      throw forbidden('A publishable key may only sign users in.');
+    try {
+      const principal = await authenticate(options.database.db, options, request.headers.authorization);
+      if (principal.credential === 'publishable_key' && !config?.allowPublishable) {
+        request.authFailure = forbidden('A publishable key may only sign users in and open visitor sessions.');
+        return;
+      }
+      if (principal.credential === 'visitor' && !config?.allowVisitor) {
+        request.authFailure = forbidden('A visitor credential may only read its conversation and post its items.');
+        return;
+      }
+      request.principal = principal;
+    } catch (error) {
+      request.authFailure = error;
     }
-    request.principal = principal;
   });
 }, { name: 'parley-auth' });
+
+/** Answers the refusal `authPlugin` recorded; registered after the rate limiter, before the body is parsed. */
+export function refuseUnauthenticated(app: FastifyInstance): void {
+  app.addHook('preParsing', async (request) => {
+    if (request.authFailure !== undefined) throw request.authFailure;
+  });
+}

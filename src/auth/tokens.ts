@@ -4,19 +4,21 @@ import { jwtVerify, SignJWT } from 'jose';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-export const ISSUER = 'parley';
-export const AUDIENCE = 'parley-api';
+const ISSUER = 'parley';
+const AUDIENCE = 'parley-api';
 
 export interface TokenClaims {
-  typ: 'api_key' | 'user';
-  /** user id */
+  typ: 'api_key' | 'user' | 'visitor';
+  /** user id; for a visitor, the visitor's own random id (no user) */
   sub: string;
   /** organisation id */
   org: string;
-  /** id of the api_keys or user_sessions row */
+  /** id of the api_keys or user_sessions row; for a visitor, the publishable key that issued it */
   jti: string;
   /** for API keys: publishable or secret */
   kty?: 'publishable' | 'secret';
+  /** for a visitor: the one conversation it may use */
+  cnv?: string;
 }
 
 export async function signToken(claims: TokenClaims, key: Uint8Array, expiresAt?: Date): Promise<string> {
@@ -43,7 +45,10 @@ const verified = new WeakMap<Uint8Array, Map<string, { claims: TokenClaims; expi
 /** The claims of a valid token, or undefined for anything forged, expired or malformed. */
 export async function verifyToken(token: string, key: Uint8Array): Promise<TokenClaims | undefined> {
   let cache = verified.get(key);
-  if (!cache) verified.set(key, (cache = new Map()));
+  if (!cache) {
+    cache = new Map();
+    verified.set(key, cache);
+  }
   const hit = cache.get(token);
   if (hit && hit.expiresAtMs > Date.now()) return hit.claims;
   if (hit) cache.delete(token);
@@ -58,12 +63,14 @@ export async function verifyToken(token: string, key: Uint8Array): Promise<Token
 async function verifySignedToken(token: string, key: Uint8Array): Promise<{ claims: TokenClaims; expiresAtMs: number } | undefined> {
   try {
     const { payload } = await jwtVerify(token, key, { algorithms: ['HS256'], issuer: ISSUER, audience: AUDIENCE });
-    const { typ, sub, org, jti, kty } = payload as Record<string, unknown>;
-    if ((typ !== 'api_key' && typ !== 'user') || ![sub, org, jti].every((v) => typeof v === 'string' && UUID.test(v))) {
+    const { typ, sub, org, jti, kty, cnv } = payload as Record<string, unknown>;
+    if ((typ !== 'api_key' && typ !== 'user' && typ !== 'visitor') || ![sub, org, jti].every((v) => typeof v === 'string' && UUID.test(v))) {
       return undefined;
     }
     if (typ === 'api_key' && kty !== 'publishable' && kty !== 'secret') return undefined;
+    if (typ === 'visitor' && (typeof cnv !== 'string' || !UUID.test(cnv))) return undefined;
     const claims: TokenClaims = { typ, sub: sub as string, org: org as string, jti: jti as string, kty: kty as TokenClaims['kty'] };
+    if (typ === 'visitor') claims.cnv = cnv as string;
     return { claims, expiresAtMs: payload.exp === undefined ? Infinity : payload.exp * 1000 };
   } catch {
     return undefined;

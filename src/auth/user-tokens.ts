@@ -1,6 +1,6 @@
 import { uuidv7 } from 'uuidv7';
 import type { Database } from '../db/connection.js';
-import type { AppServices } from '../jsonapi/resource.js';
+import type { AppServices } from '../jsonapi/services.js';
 import { signToken } from './tokens.js';
 
 /** A user access token for one organisation, backed by a user_sessions row (for revocation). */

@@ -3,26 +3,30 @@
 import { Command, Option } from 'commander';
 import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
 import { createApiKey, revokeApiKey } from '../auth/api-keys.js';
-import { loadSigningKey } from '../auth/signing-key.js';
 import { revokeUserTokens } from '../auth/user-tokens.js';
-import { loginHint, startApp } from '../app.js';
+import { AgentRuntime } from '../agents/runtime.js';
+import { consoleLink, createServices, loginHint, startApp } from '../app.js';
+import { createLogger } from '../http/logger.js';
 import { loadConfig } from '../config/index.js';
 import { openDatabase, type Database } from '../db/connection.js';
 import { migrate } from '../db/migrate.js';
-import { ROLES, type AppServices, type Role } from '../jsonapi/resource.js';
-import { createAgent } from './agents.js';
-import { seedDemo } from './demo.js';
+import { seedDemo } from '../demo/demo.js';
+import { systemActor } from '../jsonapi/actor.js';
+import { ApiError } from '../jsonapi/errors.js';
+import { ROLES, type Role } from '../jsonapi/principal.js';
+import type { Records } from '../jsonapi/records.js';
+import { addSipCommands } from './sip.js';
 
 type Output = Record<string, unknown>;
 
 /** Opens the configured database (migrated), runs `work`, prints its result, closes. */
-async function withDatabase(json: boolean, work: (db: Database, services: AppServices) => Promise<{ result: Output; text: string }>) {
+async function withDatabase(json: boolean, work: (db: Database, records: Records) => Promise<{ result: Output; text: string }>) {
   const config = loadConfig();
   const database = await openDatabase(config);
   try {
     await migrate(database.db);
-    const services: AppServices = { config, signingKey: await loadSigningKey(database.db, config) };
-    const { result, text } = await work(database.db, services);
+    const services = await createServices(database, config);
+    const { result, text } = await work(database.db, services.records!);
     console.log(json ? JSON.stringify(result) : text);
   } finally {
     await database.close();
@@ -30,7 +34,18 @@ async function withDatabase(json: boolean, work: (db: Database, services: AppSer
 }
 
 function fail(error: unknown, json: boolean): never {
-  const message = error instanceof Error ? error.message : String(error);
+  // A refused write names each problem with the attribute it concerns, as the API would.
+  const message =
+    error instanceof ApiError
+      ? error.errors
+          .map((e) => {
+            const pointer = e.source && 'pointer' in e.source ? e.source.pointer : '';
+            return `${pointer.startsWith('/data/attributes/') ? `${pointer.slice(17)}: ` : ''}${e.detail ?? e.title}`;
+          })
+          .join('; ')
+      : error instanceof Error
+        ? error.message
+        : String(error);
   if (json) console.log(JSON.stringify({ error: message }));
   else console.error(`parley: ${message}`);
   process.exit(1);
@@ -87,6 +102,31 @@ program
   });
 
 program
+  .command('worker')
+  .description('run the agent runtime only (answers conversations; scale it apart from the API)')
+  .action(async () => {
+    const config = loadConfig();
+    const logger = createLogger(config);
+    const database = await openDatabase(config).catch((error: unknown) => fail(error, false));
+    await migrate(database.db);
+    const services = await createServices(database, config);
+    const runtime = new AgentRuntime({ db: database.db, services, config, logger });
+    runtime.start();
+    logger.info({ database: database.kind, pollMs: config.agentPollMs }, 'agent worker running');
+    let stopping = false;
+    const stop = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, 'agent worker: finishing the turns in flight');
+      await runtime.stop();
+      await database.close();
+      process.exit(0);
+    };
+    process.on('SIGTERM', () => void stop('SIGTERM'));
+    process.on('SIGINT', () => void stop('SIGINT'));
+  });
+
+program
   .command('migrate')
   .description('apply pending database migrations')
   .addOption(json())
@@ -110,8 +150,8 @@ org
   .addOption(json())
   .action(
     action(async (o: { name: string; json?: boolean }) =>
-      withDatabase(!!o.json, async (db) => {
-        const created = await createOrganisation(db, { name: o.name });
+      withDatabase(!!o.json, async (_db, records) => {
+        const created = await createOrganisation(records, { name: o.name });
         return { result: created, text: `organisation ${created.id} (${created.name})` };
       }),
     ),
@@ -128,8 +168,8 @@ user
   .addOption(json())
   .action(
     action(async (o: { org: string; email: string; password: string; fullName: string; role: Role; json?: boolean }) =>
-      withDatabase(!!o.json, async (db) => {
-        const created = await createUserInOrganisation(db, { organisationId: o.org, email: o.email, password: o.password, fullName: o.fullName, role: o.role });
+      withDatabase(!!o.json, async (_db, records) => {
+        const created = await createUserInOrganisation(records, { organisationId: o.org, email: o.email, password: o.password, fullName: o.fullName, role: o.role });
         return { result: created, text: `user ${created.id} (${created.email}, ${created.role})` };
       }),
     ),
@@ -160,10 +200,15 @@ key
   .addOption(json())
   .action(
     action(async (o: { org: string; user: string; type: 'publishable' | 'secret'; name: string; expiresAt?: string; json?: boolean }) =>
-      withDatabase(!!o.json, async (db, services) => {
+      withDatabase(!!o.json, async (_db, records) => {
         const expiresAt = o.expiresAt ? new Date(o.expiresAt) : undefined;
-        const created = await createApiKey(db, services, { organisationId: o.org, userId: o.user, keyType: o.type, name: o.name, expiresAt });
-        return { result: created, text: `key ${created.id} (${created.key_type}); token, shown once:\n${created.token}` };
+        const created = await createApiKey(records, { organisationId: o.org, userId: o.user, keyType: o.type, name: o.name, expiresAt });
+        const text = `key ${created.id} (${created.key_type}); token, shown once:\n${created.token}`;
+        if (created.key_type !== 'publishable') return { result: created, text };
+        // A publishable key signs the organisation's users in to the console: print its link.
+        const url = process.env.PUBLIC_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`;
+        const link = consoleLink(url, created.token);
+        return { result: { ...created, console_url: link }, text: `${text}\noperator console:\n${link}` };
       }),
     ),
   );
@@ -173,25 +218,51 @@ key
   .addOption(json())
   .action(
     action(async (o: { id: string; json?: boolean }) =>
-      withDatabase(!!o.json, async (db) => {
-        if (!(await revokeApiKey(db, o.id))) throw new Error(`no active key ${o.id}`);
+      withDatabase(!!o.json, async (db, records) => {
+        if (!(await revokeApiKey(db, records, o.id))) throw new Error(`no active key ${o.id}`);
         return { result: { id: o.id, revoked: true }, text: `key ${o.id} revoked` };
       }),
     ),
   );
 
-program
-  .command('agent')
-  .description('AI agents')
+const agent = program.command('agent').description('AI agents');
+agent
+  .command('run')
+  .description('print the reply the next unanswered user item of a conversation would get, without storing it (dry run)')
+  .requiredOption('--conversation <id>')
+  .addOption(json())
+  .action(
+    action(async (o: { conversation: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db, records) => {
+        const config = loadConfig();
+        const runtime = new AgentRuntime({ db, services: { config, signingKey: new Uint8Array(), records }, config });
+        const result = await runtime.dryRun(o.conversation);
+        if ('nothing' in result) return { result: { conversation_id: o.conversation, reply: null, note: result.nothing }, text: result.nothing };
+        const out = {
+          conversation_id: o.conversation,
+          in_reply_to: result.userItem.item_id,
+          reply: result.reply ?? null,
+          handoff: result.handoff ?? null,
+          answers: result.answers,
+          workflow_state: result.state,
+        };
+        const lines = [result.reply ? result.reply.content : '(no reply)'];
+        if (result.handoff) lines.push(`[handoff] ${result.handoff.reason}`);
+        return { result: out, text: lines.join('\n') };
+      }),
+    ),
+  );
+agent
   .command('create')
   .requiredOption('--org <id>')
   .requiredOption('--name <name>')
   .addOption(json())
   .action(
     action(async (o: { org: string; name: string; json?: boolean }) =>
-      withDatabase(!!o.json, async (db) => {
-        const created = await createAgent(db, { organisationId: o.org, name: o.name });
-        return { result: created, text: `agent ${created.id} (${created.name})` };
+      withDatabase(!!o.json, async (_db, records) => {
+        const { id, record } = await records.create(systemActor(o.org, 'cli'), 'AiAgent', { name: o.name });
+        const created = { id, ...(record.attributes as Record<string, unknown>), organisation_id: o.org };
+        return { result: created, text: `agent ${id} (${o.name})` };
       }),
     ),
   );
@@ -202,11 +273,13 @@ program
   .addOption(json())
   .action(
     action(async (o: { json?: boolean }) =>
-      withDatabase(!!o.json, async (db, services) => {
-        const demo = await seedDemo(db, services);
+      withDatabase(!!o.json, async (db, records) => {
+        const demo = await seedDemo(db, records);
         return { result: { id: demo.organisation_id, ...demo }, text: loginHint(process.env.PUBLIC_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`, demo) };
       }),
     ),
   );
+
+addSipCommands(program, fail);
 
 await program.parseAsync(process.argv);

@@ -17,14 +17,59 @@ export interface Config {
   databaseTimeoutMs: number;
   databasePoolSize: number;
   bodyLimitBytes: number;
+  /** What `include` may add to one response: records, and bytes of their JSON; beyond, 400 invalid_includes. */
+  includeMaxRecords: number;
+  includeMaxBytes: number;
   rateLimitPerMinute: number;
   loginFailuresPerWindow: number;
   loginWindowSeconds: number;
   redisUrl: string | undefined;
   /** Seed the demo organisation on first start of an empty embedded database. */
   demoOnFirstStart: boolean;
-  /** Take the client address from X-Forwarded-For (behind a reverse proxy). */
-  trustProxy: boolean;
+  /** Password checks running at once during login, and waiting for a slot; beyond both, 503. */
+  loginHashConcurrency: number;
+  loginHashQueue: number;
+  /**
+   * Reverse proxies in front of the service: false (none), a number of hops (the client address is that many
+   * entries from the right of X-Forwarded-For), or a comma-separated list of proxy addresses/CIDRs.
+   */
+  trustProxy: boolean | number | string;
+  /** Origins (scheme://host[:port]) whose pages may call the API from a browser (CORS); none by default. */
+  corsAllowedOrigins: string[];
+  /** Lifetime of a visitor credential (the chat widget's), in seconds. */
+  visitorTokenTtlSeconds: number;
+  /** Requests per minute one visitor credential may make. */
+  visitorRateLimitPerMinute: number;
+  /** Requests per minute all visitor credentials together may make from one client address. */
+  visitorAddressRateLimitPerMinute: number;
+  /** Visitor sessions (new widget conversations) one client address may open per hour. */
+  visitorSessionsPerHour: number;
+  /** The agents' model: any OpenAI-compatible Chat Completions endpoint; no base URL and no key means scripted steps only. */
+  llmBaseUrl: string | undefined;
+  llmApiKey: string | undefined;
+  llmModel: string;
+  /** One model request's deadline (the whole stream). */
+  llmTimeoutMs: number;
+  /** Retries of a failed, timed-out, rate-limited or empty model answer before the turn hands off. */
+  llmMaxRetries: number;
+  /** Token budget of the conversation history sent with a model turn (estimated as 4 characters a token). */
+  llmHistoryTokens: number;
+  /** Run the agent runtime inside `serve` (the `worker` command always runs it). */
+  agentRuntime: boolean;
+  /** How often the runtime looks for conversations with work (an in-process write wakes it at once). */
+  agentPollMs: number;
+  /** How long a claimed turn is held; a worker that dies mid-turn loses it after this long. */
+  agentLeaseMs: number;
+  /** Turns one runtime runs at once (different conversations). */
+  agentConcurrency: number;
+}
+
+/** TRUST_PROXY: unset/false, true (one hop: the nearest proxy), a hop count, or proxy addresses. */
+function trustProxy(raw: string | undefined): boolean | number | string {
+  if (raw === undefined || raw === 'false' || raw === '0') return false;
+  if (raw === 'true') return 1;
+  if (/^\d+$/.test(raw)) return Number(raw);
+  return raw;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -45,6 +90,24 @@ function dataDir(raw: string | undefined): string {
   return raw?.startsWith('memory://') ? raw : path.resolve(raw ?? 'data');
 }
 
+/** A comma-separated list of origins; each must be scheme://host[:port] (an origin as browsers send it, RFC 6454). */
+function origins(raw: string | undefined): string[] {
+  if (!raw) return [];
+  return raw.split(',').map((entry) => {
+    const origin = entry.trim().replace(/\/+$/, '');
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(origin);
+    } catch {
+      parsed = undefined;
+    }
+    if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.origin !== origin) {
+      throw new Error(`CORS_ALLOWED_ORIGINS: "${entry.trim()}" is not an origin like https://www.example.com`);
+    }
+    return origin;
+  });
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const databaseUrl = text(env, 'DATABASE_URL');
   const signingSecret = text(env, 'SIGNING_SECRET');
@@ -63,11 +126,30 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     databaseTimeoutMs: int(env, 'DATABASE_TIMEOUT_MS', 5000),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 1024 * 1024),
+    includeMaxRecords: int(env, 'INCLUDE_MAX_RECORDS', 1000),
+    includeMaxBytes: int(env, 'INCLUDE_MAX_BYTES', 8 * 1024 * 1024),
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 1200),
     loginFailuresPerWindow: int(env, 'LOGIN_FAILURES_PER_WINDOW', 10),
     loginWindowSeconds: int(env, 'LOGIN_WINDOW_SECONDS', 15 * 60),
     redisUrl: text(env, 'REDIS_URL'),
     demoOnFirstStart: (text(env, 'DEMO_ON_FIRST_START') ?? 'true') !== 'false',
-    trustProxy: text(env, 'TRUST_PROXY') === 'true',
+    loginHashConcurrency: Math.max(1, int(env, 'LOGIN_HASH_CONCURRENCY', 4)),
+    loginHashQueue: int(env, 'LOGIN_HASH_QUEUE', 32),
+    trustProxy: trustProxy(text(env, 'TRUST_PROXY')),
+    corsAllowedOrigins: origins(text(env, 'CORS_ALLOWED_ORIGINS')),
+    visitorTokenTtlSeconds: int(env, 'VISITOR_TOKEN_TTL_SECONDS', 2 * 3600),
+    visitorRateLimitPerMinute: int(env, 'VISITOR_RATE_LIMIT_PER_MINUTE', 60),
+    visitorAddressRateLimitPerMinute: int(env, 'VISITOR_ADDRESS_RATE_LIMIT_PER_MINUTE', 600),
+    visitorSessionsPerHour: int(env, 'VISITOR_SESSIONS_PER_HOUR', 30),
+    llmBaseUrl: text(env, 'LLM_BASE_URL')?.replace(/\/+$/, ''),
+    llmApiKey: text(env, 'LLM_API_KEY'),
+    llmModel: text(env, 'LLM_MODEL') ?? 'gpt-4o-mini',
+    llmTimeoutMs: int(env, 'LLM_TIMEOUT_MS', 30_000),
+    llmMaxRetries: int(env, 'LLM_MAX_RETRIES', 2),
+    llmHistoryTokens: int(env, 'LLM_HISTORY_TOKENS', 4000),
+    agentRuntime: (text(env, 'AGENT_RUNTIME') ?? 'true') !== 'false',
+    agentPollMs: int(env, 'AGENT_POLL_MS', 200),
+    agentLeaseMs: int(env, 'AGENT_LEASE_MS', 60_000),
+    agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
   };
 }

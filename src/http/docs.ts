@@ -19,6 +19,12 @@ export async function registerDocs(app: FastifyInstance, resources: ResourceDef[
       route.config = { ...(route.config as object), public: true };
     });
     await scope.register(swagger, { mode: 'static', specification: { document: document as never } });
-    await scope.register(swaggerUi, { routePrefix: '/docs', staticCSP: true });
+    await scope.register(swaggerUi, {
+      routePrefix: '/docs',
+      staticCSP: true,
+      // The default policy ends in upgrade-insecure-requests, which makes a browser fetch the assets over https
+      // and leaves /docs blank on any plain-http host but localhost; everything is served from 'self' anyway.
+      transformStaticCSP: (header) => header.replace(/\s*upgrade-insecure-requests;?/g, ''),
+    });
   });
 }

@@ -20,7 +20,7 @@ function isUnavailable(error: DatabaseError): boolean {
 }
 
 /** Maps any thrown error to a JSON:API error; unknown ones become a 500 that leaks nothing. */
-export function toApiError(error: unknown): ApiError {
+function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
   const fastify = error as FastifyError & DatabaseError;
   switch (fastify.code) {
@@ -47,7 +47,9 @@ export function toApiError(error: unknown): ApiError {
 function send(reply: FastifyReply, error: ApiError) {
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
   reply.header('Content-Type', 'application/vnd.api+json');
-  return reply.code(error.status).send(errorDocument(error.errors));
+  // Errors of the router (frameworkError) skip the onSend hooks that set it elsewhere.
+  reply.header('X-Content-Type-Options', 'nosniff');
+  return reply.code(error.status).send(errorDocument(error.errors, error.total));
 }
 
 /**
@@ -90,6 +92,6 @@ export function connectionError(error: Error & { code?: string }, socket: Socket
   const body = JSON.stringify(errorDocument(ApiError.of(status, code, detail).errors));
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n` +
-      `Content-Type: application/vnd.api+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      `Content-Type: application/vnd.api+json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
 }

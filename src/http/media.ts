@@ -1,24 +1,47 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { isIPv6 } from 'node:net';
 import qs from 'qs';
+import { isApiPath, requestPath } from '../auth/plugin.js';
 import { ApiError } from '../jsonapi/errors.js';
 
-export const JSONAPI_MEDIA_TYPE = 'application/vnd.api+json';
+const JSONAPI_MEDIA_TYPE = 'application/vnd.api+json';
 
 /** Media type parameters JSON:API permits on its media type. */
 const ALLOWED_PARAMETERS = new Set(['ext', 'profile']);
 
 /**
- * Parameter names of one media range, e.g. `application/vnd.api+json; ext="x"` -> ['ext']. In Accept, `q` is a
- * weight (RFC 9110 section 12.4.2), not a media type parameter: it and the accept-ext after it are left out.
+ * Extensions (JSON:API 1.1 `ext` parameter, space-separated URIs) this server supports: none. A request
+ * document using one would need semantics Parley does not have (415), and a client accepting only responses
+ * that use one cannot be served (406). Profiles (`profile`) are ignorable by definition and are ignored.
  */
-function parameterNames(mediaRange: string, { inAccept = false } = {}): string[] {
-  const names = splitOutsideQuotes(mediaRange, ';')
+const SUPPORTED_EXTENSIONS = new Set<string>();
+
+/** The parameters of one media range, names in lower case, quoted values unquoted. */
+function parametersOf(mediaRange: string, { inAccept = false } = {}): [string, string][] {
+  const parameters = splitOutsideQuotes(mediaRange, ';')
     .slice(1)
-    .map((p) => p.split('=')[0].trim().toLowerCase())
-    .filter(Boolean);
-  const weight = inAccept ? names.indexOf('q') : -1;
-  return weight >= 0 ? names.slice(0, weight) : names;
+    .map((p): [string, string] => {
+      const at = p.indexOf('=');
+      const name = (at < 0 ? p : p.slice(0, at)).trim().toLowerCase();
+      let value = at < 0 ? '' : p.slice(at + 1).trim();
+      if (value.startsWith('"') && value.endsWith('"') && value.length >= 2) value = value.slice(1, -1).replace(/\\(.)/g, '$1');
+      return [name, value];
+    })
+    .filter(([name]) => name !== '');
+  const weight = inAccept ? parameters.findIndex(([name]) => name === 'q') : -1;
+  return weight >= 0 ? parameters.slice(0, weight) : parameters;
+}
+
+/** Why a JSON:API media range cannot be honoured: a parameter other than ext/profile, or an unsupported extension. */
+function unusable(mediaRange: string, options: { inAccept?: boolean } = {}): string | undefined {
+  for (const [name, value] of parametersOf(mediaRange, options)) {
+    if (!ALLOWED_PARAMETERS.has(name)) return `the parameter \`${name}\``;
+    if (name === 'ext') {
+      const unsupported = value.split(/\s+/).filter((uri) => uri !== '' && !SUPPORTED_EXTENSIONS.has(uri));
+      if (unsupported.length > 0) return `the extension ${unsupported.map((u) => `\`${u}\``).join(', ')}, which this server does not support`;
+    }
+  }
+  return undefined;
 }
 
 /** Splits a header value on `separator`, except inside quoted strings (`ext="a,b"`). */
@@ -46,13 +69,17 @@ function splitOutsideQuotes(value: string, separator: string): string[] {
 const mediaTypeOf = (value: string) => value.split(';')[0].trim().toLowerCase();
 const isJsonApi = (mediaRange: string) => mediaTypeOf(mediaRange) === JSONAPI_MEDIA_TYPE;
 
-/** 406 only when every JSON:API media range in Accept carries forbidden parameters (a `q` weight is none). */
+/**
+ * 406 only when every JSON:API media range in Accept is unusable: it carries parameters other than ext and
+ * profile, or names an extension this server does not support (a `q` weight is no media type parameter).
+ */
 function checkAccept(request: FastifyRequest): void {
   const accept = request.headers.accept;
   if (!accept) return;
   const ranges = splitOutsideQuotes(accept, ',').filter(isJsonApi);
-  if (ranges.length > 0 && ranges.every((r) => parameterNames(r, { inAccept: true }).some((p) => !ALLOWED_PARAMETERS.has(p)))) {
-    throw ApiError.of(406, 'not_acceptable', `Accept ${JSONAPI_MEDIA_TYPE} without media type parameters.`, { header: 'Accept' });
+  const problems = ranges.map((r) => unusable(r, { inAccept: true }));
+  if (ranges.length > 0 && problems.every((p) => p !== undefined)) {
+    throw ApiError.of(406, 'not_acceptable', `Accept ${JSONAPI_MEDIA_TYPE} without ${problems[0]}.`, { header: 'Accept' });
   }
 }
 
@@ -79,7 +106,7 @@ function checkHost(request: FastifyRequest, publicUrl: string | undefined): void
   if (headers.host === undefined && request.raw.httpVersion === '1.1') {
     throw ApiError.of(400, 'bad_request', 'An HTTP/1.1 request needs a Host header.', { header: 'Host' });
   }
-  if (!request.url.startsWith('/api/')) return;
+  if (!isApiPath(request)) return;
   const forwarded = headers['x-forwarded-host'] !== undefined && request.host !== (headers.host ?? '');
   const header = forwarded ? 'X-Forwarded-Host' : 'Host';
   const host = request.host;
@@ -93,7 +120,7 @@ function checkHost(request: FastifyRequest, publicUrl: string | undefined): void
 }
 
 /** Deepest nesting a request body may have; deeper documents are refused before any work. */
-export const MAX_JSON_DEPTH = 32;
+const MAX_JSON_DEPTH = 32;
 
 function depthExceeds(value: unknown, limit: number): boolean {
   const stack: [unknown, number][] = [[value, 1]];
@@ -125,9 +152,9 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
     });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSONAPI_MEDIA_TYPE, { parseAs: 'string' }, (request, body, done) => {
-    const names = parameterNames(request.headers['content-type'] ?? '');
-    if (names.some((p) => !ALLOWED_PARAMETERS.has(p))) {
-      done(ApiError.of(415, 'unsupported_media_type', `${JSONAPI_MEDIA_TYPE} takes no parameters but ext and profile.`, { header: 'Content-Type' }), undefined);
+    const problem = unusable(request.headers['content-type'] ?? '');
+    if (problem) {
+      done(ApiError.of(415, 'unsupported_media_type', `${JSONAPI_MEDIA_TYPE} with ${problem}: only ext (of supported extensions) and profile are accepted.`, { header: 'Content-Type' }), undefined);
       return;
     }
     parseJson(request, body as string, done);
@@ -137,15 +164,15 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
   // Registered before authentication, so a malformed Host or Accept is refused before anything else runs.
   app.addHook('onRequest', async (request) => {
     checkHost(request, options.publicUrl);
-    if (request.url.startsWith('/api/')) checkAccept(request);
+    if (isApiPath(request)) checkAccept(request);
   });
   // Every JSON:API document, wherever its URL, is exactly application/vnd.api+json (Fastify would append a
   // charset) with Vary: Accept; so is everything under /api but the OpenAPI document.
   app.addHook('onSend', async (request, reply, payload) => {
     const contentType = reply.getHeader('content-type');
     const jsonApi = typeof contentType === 'string' && isJsonApi(contentType);
-    const openApi = request.url === '/api/open_api' || request.url.startsWith('/api/open_api?');
-    if (jsonApi || (request.url.startsWith('/api/') && !openApi)) {
+    const path = requestPath(request);
+    if (jsonApi || (path.startsWith('/api/') && path !== '/api/open_api')) {
       reply.header('Content-Type', JSONAPI_MEDIA_TYPE);
       const vary = reply.getHeader('vary');
       const values = (Array.isArray(vary) ? vary.join(',') : String(vary ?? '')).split(',').map((v) => v.trim()).filter(Boolean);

@@ -1,12 +1,17 @@
+import { METHODS } from 'node:http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { DatabaseHandle } from '../db/connection.js';
-import { authPlugin } from '../auth/plugin.js';
+import { authPlugin, refuseUnauthenticated, requestPath } from '../auth/plugin.js';
+import { registerWebAssets } from '../web/assets.js';
+import { registerCors } from './cors.js';
 import { registerDocs } from './docs.js';
 import { connectionError, frameworkError, registerErrorHandling } from './errors.js';
 import { parseQueryString, registerMedia } from './media.js';
 import { registerOps } from './ops.js';
 import { registerResources } from '../jsonapi/routes.js';
-import type { AppServices } from '../jsonapi/resource.js';
+import { verifyResources } from '../jsonapi/verify.js';
+import { schemaSql } from '../db/migrate.js';
+import type { AppServices } from '../jsonapi/services.js';
 import { resources } from '../resources/index.js';
 import { createLogger } from './logger.js';
 import { registerRateLimit } from './rate-limit.js';
@@ -25,7 +30,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     bodyLimit: config.bodyLimitBytes,
     routerOptions: { querystringParser: parseQueryString, maxParamLength: 200, ignoreTrailingSlash: true },
     frameworkErrors: frameworkError,
-    trustProxy: config.trustProxy,
+    trustProxy: trustedHops(config.trustProxy),
     requestIdHeader: false,
     // While closing, requests already on open connections are still served (with Connection: close below).
     return503OnClosing: false,
@@ -37,14 +42,54 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     http: { requireHostHeader: false },
   });
   registerErrorHandling(app);
+  routeEveryMethod(app);
+  securityHeaders(app);
   closeConnectionsWhenDone(app);
   registerMedia(app, { publicUrl: config.publicUrl });
+  await registerCors(app, config);
   await registerOps(app, options);
   await app.register(authPlugin, options);
   await registerRateLimit(app, config, options.redis);
+  verifyResources(resources, { schemaSql: schemaSql() });
+  refuseUnauthenticated(app);
   registerResources(app, resources, options);
   await registerDocs(app, resources, options);
+  await registerWebAssets(app);
   return app;
+}
+
+/**
+ * A hop count becomes "trust the nearest n addresses" (what Fastify does with a number, which its types do not
+ * admit): the client address is then the n-th entry from the right of X-Forwarded-For, never one the client
+ * chose itself at the left.
+ */
+function trustedHops(trust: boolean | number | string): boolean | string | ((address: string, hop: number) => boolean) {
+  return typeof trust === 'number' ? (_address, hop) => hop < trust : trust;
+}
+
+/**
+ * Fastify routes a fixed set of methods and answers any other (TRACE, PROPFIND, ...) as an unknown route, a
+ * 404. Registering every method Node parses lets a path that exists answer 405 with `Allow` to each method it
+ * does not offer (RFC 9110 section 15.5.6). They take no body here (none of them is offered anywhere).
+ * CONNECT is left out: Node hands it to the server's 'connect' event, never to a route.
+ */
+function routeEveryMethod(app: FastifyInstance): void {
+  const known = new Set(app.supportedMethods);
+  for (const method of METHODS) if (!known.has(method) && method !== 'CONNECT') app.addHttpMethod(method);
+}
+
+/**
+ * Every response: `X-Content-Type-Options: nosniff`, so a browser never reads a JSON document as HTML or script.
+ * Everything under /api/ but the OpenAPI document answers for a credential and may carry secrets (a login's
+ * token, SIP passwords): `Cache-Control: no-store` keeps it out of every cache (RFC 9111 section 5.2.2.5).
+ */
+function securityHeaders(app: FastifyInstance): void {
+  app.addHook('onSend', async (request, reply, payload) => {
+    reply.header('X-Content-Type-Options', 'nosniff');
+    const path = requestPath(request);
+    if (path.startsWith('/api/') && path !== '/api/open_api') reply.header('Cache-Control', 'no-store');
+    return payload;
+  });
 }
 
 /**

@@ -56,14 +56,26 @@ export function errorObject(
   return error;
 }
 
+/**
+ * Most error objects one document carries: a hostile body (100,000 unknown attributes in 1 MiB) would
+ * otherwise make a response twenty times its size. The document's `meta.errors` then gives the total.
+ */
+export const MAX_ERRORS_PER_DOCUMENT = 100;
+
 /** Thrown anywhere in a request; rendered as a JSON:API error document. */
 export class ApiError extends Error {
+  /** The first MAX_ERRORS_PER_DOCUMENT problems. */
   readonly errors: ErrorObject[];
+  /** How many problems were found in all. */
+  readonly total: number;
   readonly headers: Record<string, string>;
 
-  constructor(errors: ErrorObject[], headers: Record<string, string> = {}) {
-    super(errors.map((e) => e.detail ?? e.title).join('; '));
-    this.errors = errors;
+  /** `total`: how many problems there were, when the caller stopped collecting them at the bound. */
+  constructor(errors: ErrorObject[], headers: Record<string, string> = {}, total = errors.length) {
+    const shown = errors.slice(0, MAX_ERRORS_PER_DOCUMENT);
+    super(shown.slice(0, 10).map((e) => e.detail ?? e.title).join('; '));
+    this.errors = shown;
+    this.total = Math.max(total, errors.length);
     this.headers = headers;
   }
 
@@ -79,12 +91,6 @@ export class ApiError extends Error {
   }
 }
 
-export const badParameter = (code: string, parameter: string, detail: string) =>
-  ApiError.of(400, code, detail, { parameter });
-
-export const invalidAttribute = (pointer: string, detail: string, code = 'invalid_attribute') =>
-  errorObject(422, code, detail, { pointer });
-
 export const notFound = (detail = 'The record does not exist.') => ApiError.of(404, 'not_found', detail);
 
 export const forbidden = (detail = 'This credential may not perform this operation.') =>
@@ -93,6 +99,9 @@ export const forbidden = (detail = 'This credential may not perform this operati
 export const unauthenticated = (detail = 'A valid bearer token is required.') =>
   ApiError.of(401, 'unauthenticated', detail, { header: 'Authorization' }, { 'WWW-Authenticate': 'Bearer' });
 
-export function errorDocument(errors: ErrorObject[]) {
-  return { errors, jsonapi: { version: '1.0' } };
+/** An error document; when problems were left out, `meta.errors` says how many there were. */
+export function errorDocument(errors: ErrorObject[], total = errors.length) {
+  const shown = errors.slice(0, MAX_ERRORS_PER_DOCUMENT);
+  if (total <= shown.length) return { errors: shown, jsonapi: { version: '1.0' } };
+  return { errors: shown, meta: { errors: { total, shown: shown.length } }, jsonapi: { version: '1.0' } };
 }

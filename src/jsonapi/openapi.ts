@@ -1,4 +1,5 @@
 /** The OpenAPI 3.1 document, derived from the same resource definitions as the routes. */
+import type { PrincipalRole } from './principal.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
 
 type Schema = Record<string, unknown>;
@@ -9,7 +10,7 @@ const nullable = (schema: Schema, isNullable?: boolean): Schema =>
   isNullable ? { ...schema, type: [schema.type as string, 'null'] } : schema;
 
 /** JSON Schema of one attribute's value. */
-export function attributeSchema(def: AttributeDef, role: 'read' | 'write'): Schema {
+function attributeSchema(def: AttributeDef, role: 'read' | 'write'): Schema {
   const base: Schema = (() => {
     switch (def.kind) {
       case 'string':
@@ -41,7 +42,8 @@ export function attributeSchema(def: AttributeDef, role: 'read' | 'write'): Sche
         };
     }
   })();
-  const schema = nullable(base, def.nullable);
+  // A value shown only in the response that creates the record is null in every other response.
+  const schema = nullable(base, def.nullable || (role === 'read' && def.revealedOnCreate));
   if (role === 'write' && def.default !== undefined && typeof def.default !== 'function') schema.default = def.default;
   if (def.writeOnly) schema.writeOnly = true;
   if (def.description) schema.description = def.description;
@@ -115,27 +117,85 @@ function resourceSchemas(resource: ResourceDef): Record<string, Schema> {
   return schemas;
 }
 
-/** The request document of a write: `data.type`, `data.attributes` (and `data.id` for updates). */
+/** The request document of a write: `data.type`, `data.attributes` (and `data.id` for updates), closed like the server. */
 function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 'create' | 'update' | 'action'): Schema {
   const properties: Record<string, Schema> = {};
+  const relationships: Record<string, Schema> = {};
   const required: string[] = [];
   for (const [name, def] of Object.entries(input)) {
     const flag = kind === 'update' ? def.update : def.create;
     if (!flag) continue;
     properties[name] = attributeSchema(def, 'write');
     if (flag === 'required') required.push(name);
+    // Every accepted reference `x_id` may also be sent as the linkage of the to-one relationship `x`.
+    if (def.kind === 'uuid' && def.references && name.endsWith('_id')) {
+      const linkage: Schema = {
+        type: 'object',
+        required: ['type', 'id'],
+        additionalProperties: false,
+        properties: { type: { const: def.references }, id: { type: 'string', format: 'uuid' }, meta: { type: 'object' } },
+      };
+      relationships[name.slice(0, -3)] = {
+        type: 'object',
+        required: ['data'],
+        properties: { data: def.nullable ? { oneOf: [linkage, { type: 'null' }] } : linkage, links: { type: 'object' }, meta: { type: 'object' } },
+        additionalProperties: false,
+        description: `The same as the attribute \`${name}\`; both may be given when they agree.`,
+      };
+    }
   }
   const data: Schema = {
     type: 'object',
     required: kind === 'update' ? ['type', 'id'] : ['type'],
+    additionalProperties: false,
     properties: {
       type: { const: type },
       ...(kind === 'update' ? { id: { type: 'string', format: 'uuid' } } : {}),
       attributes: { type: 'object', additionalProperties: false, properties, ...(required.length ? { required } : {}) },
-      relationships: { type: 'object', maxProperties: 0 },
+      relationships: { type: 'object', additionalProperties: false, properties: relationships },
+      meta: { type: 'object' },
+      links: { type: 'object' },
+      ...(kind === 'update' ? {} : { lid: { type: 'string' } }),
     },
   };
-  return { type: 'object', required: ['data'], properties: { data } };
+  return { type: 'object', required: ['data'], additionalProperties: false, properties: { data, meta: { type: 'object' }, jsonapi: { type: 'object' } } };
+}
+
+/** A value of the attribute that the server accepts, for examples. */
+function sampleValue(name: string, def: AttributeDef): unknown {
+  if (def.default !== undefined && typeof def.default !== 'function') return def.default;
+  switch (def.kind) {
+    case 'enum':
+      return def.values![0];
+    case 'uuid':
+      return '00000000-0000-7000-8000-000000000000';
+    case 'integer':
+      return def.minimum ?? 0;
+    case 'boolean':
+      return true;
+    case 'timestamp':
+      return '2026-01-31T12:00:00Z';
+    case 'object':
+      return {};
+    case 'string_array':
+      return name === 'languages' ? ['en'] : name === 'inbound_acl' ? ['192.0.2.0/24'] : [];
+    default:
+      if (name === 'email') return 'owner@example.com';
+      if (name === 'realm') return 'sip.example.com';
+      if (name.includes('password')) return 'correct-horse-battery';
+      if (def.pattern) return 'example-1';
+      return 'Example';
+  }
+}
+
+/** A request body built from the operation's required attributes (and ids to replace with your own). */
+function requestExample(type: string, input: Record<string, AttributeDef>, kind: 'create' | 'update' | 'action'): Schema {
+  const attributes: Record<string, unknown> = {};
+  for (const [name, def] of Object.entries(input)) {
+    const flag = kind === 'update' ? def.update : def.create;
+    if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && def.kind !== 'uuid')) attributes[name] = sampleValue(name, def);
+  }
+  return { data: { type, ...(kind === 'update' ? { id: '00000000-0000-7000-8000-000000000000' } : {}), attributes } };
 }
 
 const ERROR_RESPONSES: Record<number, string> = {
@@ -154,54 +214,194 @@ const ERROR_RESPONSES: Record<number, string> = {
   503: 'Database unavailable',
 };
 
+/** Every operation under /api may answer these: credentials, Accept, method, limits, failures. */
+const COMMON_ERRORS = [400, 401, 405, 406, 429, 500, 503];
+
 function errors(statuses: number[]): Record<string, Schema> {
-  return Object.fromEntries(statuses.map((s) => [String(s), { $ref: `#/components/responses/Error${s}` }]));
+  const all = [...new Set([...COMMON_ERRORS, ...statuses])].sort();
+  return Object.fromEntries(all.map((s) => [String(s), { $ref: `#/components/responses/Error${s}` }]));
 }
 
-const jsonApi = (schema: Schema) => ({ 'application/vnd.api+json': { schema } });
+const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
+const RATE_LIMIT_HEADERS = { 'RateLimit-Limit': header('RateLimit-Limit'), 'RateLimit-Remaining': header('RateLimit-Remaining'), 'RateLimit-Reset': header('RateLimit-Reset') };
 
-function queryParameters(resource: ResourceDef, list: boolean): Schema[] {
+/** Headers of each error response beyond the rate-limit ones. */
+const ERROR_HEADERS: Record<number, Record<string, Schema>> = {
+  401: { 'WWW-Authenticate': header('WWW-Authenticate') },
+  405: { Allow: header('Allow') },
+  429: { 'Retry-After': header('Retry-After') },
+  503: { 'Retry-After': header('Retry-After') },
+};
+
+const HEADERS: Record<string, Schema> = {
+  'RateLimit-Limit': { description: 'Requests allowed per minute for this credential (IETF RateLimit header draft).', schema: { type: 'integer' } },
+  'RateLimit-Remaining': { description: 'Requests left in the current window.', schema: { type: 'integer' } },
+  'RateLimit-Reset': { description: 'Seconds until the window resets.', schema: { type: 'integer' } },
+  'Retry-After': { description: 'Seconds to wait before retrying (RFC 9110 section 10.2.3).', schema: { type: 'integer' } },
+  'WWW-Authenticate': { description: 'Always `Bearer` (RFC 6750).', schema: { type: 'string' } },
+  Allow: { description: 'The methods the path offers.', schema: { type: 'string' } },
+  Location: { description: 'The new record\'s URL (`data.links.self`).', schema: { type: 'string', format: 'uri' } },
+};
+
+const ok = (description: string, schema: Schema, extra: Record<string, Schema> = {}) => ({
+  description,
+  headers: { ...RATE_LIMIT_HEADERS, ...extra },
+  content: jsonApi(schema),
+});
+
+const SECURITY = {
+  userToken: {
+    type: 'http',
+    scheme: 'bearer',
+    bearerFormat: 'JWT',
+    description: 'A user access token from POST /api/users/login: acts as that user with the role of their membership (owner, admin or operator).',
+  },
+  secretKey: {
+    type: 'http',
+    scheme: 'bearer',
+    bearerFormat: 'JWT',
+    description: 'A secret API key (server to server), issued by the command line: acts as the key\'s user with their role. Keep it secret.',
+  },
+  publishableKey: {
+    type: 'http',
+    scheme: 'bearer',
+    bearerFormat: 'JWT',
+    description: 'A publishable API key (may appear in a web page): only signs users in (POST /api/users/login); 403 everywhere else.',
+  },
+};
+const MEMBER_SECURITY = [{ userToken: [] }, { secretKey: [] }];
+
+const rolesText = (roles: readonly PrincipalRole[] | undefined) => (roles && (roles.length < 3 || roles.includes('visitor')) ? `Roles: ${roles.join(', ')}.` : 'Roles: owner, admin, operator.');
+
+const jsonApi = (schema: Schema, example?: unknown) => ({ 'application/vnd.api+json': example === undefined ? { schema } : { schema, example } });
+
+type Registry = ReadonlyMap<string, ResourceDef>;
+
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+/** `^(a|b)(,(a|b))*$`: a comma-separated list of the given words. */
+const listPattern = (words: string[], prefix = '') => {
+  const one = `${prefix}(${words.map(escapeRegExp).join('|')})`;
+  return `^${one}(,${one})*$`;
+};
+
+/** Relationship paths `include` accepts (one or two levels), as the query parser does. */
+export function includePaths(resource: ResourceDef, registry: Registry): string[] {
+  const step = (r: ResourceDef) =>
+    Object.entries(r.relationships).filter(([, rel]) => (rel.includable ?? rel.cardinality === 'one') && registry.has(rel.type));
+  const paths: string[] = [];
+  for (const [name, rel] of step(resource)) {
+    paths.push(name);
+    for (const [next] of step(registry.get(rel.type)!)) paths.push(`${name}.${next}`);
+  }
+  return paths;
+}
+
+const FILTER_OPERATORS = ['eq', 'not_eq', 'in', 'less_than', 'greater_than', 'less_than_or_equal', 'greater_than_or_equal', 'is_nil', 'contains'];
+
+function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
+  const includes = includePaths(resource, registry);
   const parameters: Schema[] = [
-    { name: 'include', in: 'query', schema: { type: 'string' }, description: 'Comma-separated relationship paths (at most two levels).' },
+    {
+      name: 'include',
+      in: 'query',
+      schema: includes.length ? { type: 'string', pattern: listPattern(includes) } : { type: 'string', maxLength: 0 },
+      description: `Comma-separated relationship paths: ${includes.join(', ') || 'none'}. At most 1000 included records and 8 MiB per response (else 400 invalid_includes).`,
+    },
     {
       name: 'fields',
       in: 'query',
       style: 'deepObject',
       explode: true,
-      schema: { type: 'object', additionalProperties: { type: 'string' } },
+      schema: {
+        type: 'object',
+        additionalProperties: false,
+        properties: Object.fromEntries([...registry.values()].map((r) => [r.type, { type: 'string', pattern: `^(${listPattern(fieldNames(r)).slice(1, -1)})?$` }])),
+      },
       description: `Sparse fieldsets, fields[Type]=a,b. ${resource.type}: ${fieldNames(resource).join(', ')}.`,
     },
   ];
   if (!list) return parameters;
   const sortable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.sortable).map(([n]) => n)];
-  const filterable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.filterable).map(([n]) => n)];
+  const filterable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.filterable && !a.expression && !a.writeOnly).map(([n]) => n)];
+  const condition = (name: string): Schema => {
+    const def = name === 'id' ? ({ kind: 'uuid' } as AttributeDef) : resource.attributes[name];
+    const value = filterValueSchema(def);
+    const operators: Record<string, Schema> = {};
+    for (const operator of FILTER_OPERATORS) {
+      const ordered = !['eq', 'not_eq', 'in', 'is_nil', 'contains'].includes(operator);
+      if (ordered && ['object', 'boolean', 'string_array'].includes(def.kind)) continue;
+      if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) continue;
+      if (def.kind === 'string_array' && !['contains', 'is_nil'].includes(operator)) continue;
+      operators[operator] =
+        operator === 'is_nil'
+          ? { type: 'string', enum: ['true', 'false'] }
+          : operator === 'in'
+            ? { oneOf: [{ type: 'string', description: 'Comma-separated values' }, { type: 'array', minItems: 1, maxItems: 100, items: value }] }
+            : operator === 'contains' && def.kind === 'string_array'
+              ? { type: 'string' }
+              : value;
+    }
+    const eq = def.kind === 'string_array' ? [] : [value];
+    return { oneOf: [...eq, { type: 'object', minProperties: 1, additionalProperties: false, properties: operators }] };
+  };
   parameters.push(
     {
       name: 'filter',
       in: 'query',
       style: 'deepObject',
       explode: true,
-      schema: { type: 'object' },
+      schema: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          ...Object.fromEntries(filterable.map((n) => [n, condition(n)])),
+          and: { type: ['object', 'array'] },
+          or: { type: ['object', 'array'] },
+          not: { type: 'object' },
+        },
+      },
       description:
-        `filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, ` +
-        `greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not]. Filterable: ${filterable.join(', ')}.`,
+        `filter[attr]=v or filter[attr][op]=v with op in ${FILTER_OPERATORS.join(', ')}; nest with filter[and][N], filter[or][N], filter[not] ` +
+        `(4 levels, 50 conditions, 100 \`in\` values). Filterable: ${filterable.join(', ')}.`,
     },
     {
       name: 'sort',
       in: 'query',
-      schema: { type: 'string' },
-      description: `Comma-separated keys of ${sortable.join(', ')}; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last).`,
+      schema: { type: 'string', pattern: listPattern(sortable, '(\\+{1,2}|-{1,2})?') },
+      description: `Comma-separated keys of ${sortable.join(', ')}, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last).`,
     },
-    { name: 'page[limit]', in: 'query', schema: { type: 'integer', minimum: 1, default: 25 }, description: 'Page size; above 100 is clamped to 100.' },
-    { name: 'page[offset]', in: 'query', schema: { type: 'integer', minimum: 0, maximum: 10000 } },
-    { name: 'page[after]', in: 'query', schema: { type: 'string' }, description: 'Keyset cursor from links.next.' },
-    { name: 'page[before]', in: 'query', schema: { type: 'string' }, description: 'Keyset cursor from links.prev.' },
+    { name: 'page[limit]', in: 'query', schema: { type: 'integer', minimum: 1, default: 25 }, description: 'Page size; any larger value is clamped to 100.' },
+    { name: 'page[offset]', in: 'query', schema: { type: 'integer', minimum: 0, maximum: 10000 }, description: 'Offset paging; not with page[after] or page[before].' },
+    { name: 'page[after]', in: 'query', schema: { type: 'string', pattern: CURSOR_PATTERN }, description: 'Keyset cursor from links.next (bound to the sort and the organisation).' },
+    { name: 'page[before]', in: 'query', schema: { type: 'string', pattern: CURSOR_PATTERN }, description: 'Keyset cursor from links.prev.' },
     { name: 'page[count]', in: 'query', schema: { type: 'boolean' }, description: 'Adds meta.page.total.' },
   );
   return parameters;
 }
 
-const idParameter = { name: 'id', in: 'path', required: true, schema: { type: 'string' } };
+/** A filter operand as the query string carries it: text in the attribute's form. */
+function filterValueSchema(def: AttributeDef): Schema {
+  switch (def.kind) {
+    case 'uuid':
+      return { type: 'string', format: 'uuid' };
+    case 'integer':
+      return { type: 'string', pattern: '^-?\\d{1,10}$' };
+    case 'boolean':
+      return { type: 'string', enum: ['true', 'false'] };
+    case 'timestamp':
+      return { type: 'string', format: 'date-time' };
+    case 'enum':
+      return { type: 'string', enum: [...def.values!] };
+    case 'object':
+      return { type: 'string', contentMediaType: 'application/json', description: 'A JSON object (at most 32 levels deep)' };
+    default:
+      return { type: 'string' };
+  }
+}
+
+const CURSOR_PATTERN = '^[A-Za-z0-9_-]{1,4096}\\.[A-Za-z0-9_-]{22}$';
+
+const idParameter = { name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' }, description: 'The record id (a malformed or unknown id is a 404).' };
 
 /** method + path of every operation the definitions yield (the spec's 22). */
 export function openApiOperations(resources: ResourceDef[]): Operation[] {
@@ -220,14 +420,19 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
   return operations;
 }
 
-function actionOperation(resource: ResourceDef, name: string, action: CustomAction): Schema {
+function actionOperation(resource: ResourceDef, name: string, action: CustomAction, registry: Registry): Schema {
   return {
     operationId: name,
     summary: action.summary,
+    description: `${action.summary}. ${action.allowPublishable ? 'Takes a publishable key (the organisation is the key\'s). ' : ''}${rolesText(action.roles)} Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.`,
     tags: [resource.type],
-    parameters: queryParameters(resource, false),
-    requestBody: { required: true, content: jsonApi(requestSchema(resource.type, action.input, 'action')) },
-    responses: { '200': { description: 'OK', content: jsonApi(ref(`${resource.type}Document`)) }, ...errors([400, 401, 403, 409, 415, 422, 429, 500, 503]) },
+    security: action.allowPublishable ? [{ publishableKey: [] }, ...MEMBER_SECURITY] : MEMBER_SECURITY,
+    parameters: queryParameters(resource, false, registry),
+    requestBody: { required: true, content: jsonApi(requestSchema(resource.type, action.input, 'action'), requestExample(resource.type, action.input, 'action')) },
+    responses: {
+      [String(action.status ?? 200)]: ok(action.status === 201 ? 'Created' : 'OK', ref(`${resource.type}Document`)),
+      ...errors([403, 409, 413, 415, 422, 429]),
+    },
   };
 }
 
@@ -273,47 +478,51 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
   const paths: Record<string, Record<string, Schema>> = {};
   const at = (path: string) => (paths[path] ??= {});
 
+  const registry: Registry = new Map(resources.map((r) => [r.type, r]));
   for (const r of resources) {
     Object.assign(schemas, resourceSchemas(r));
-    for (const [name, action] of Object.entries(r.actions ?? {})) at(`/api/${action.path}`).post = actionOperation(r, name, action);
+    for (const [name, action] of Object.entries(r.actions ?? {})) at(`/api/${action.path}`).post = actionOperation(r, name, action, registry);
     if (!r.path) continue;
     const collection = `/api/${r.path}`;
     const member = `${collection}/{id}`;
     const type = r.type;
+    const visible = r.access.visible ? ' Operators see only their own records.' : '';
     if (r.operations.list) {
       at(collection).get = {
         operationId: `list${type}s`,
         summary: `List ${type} records`,
+        description: `The ${type} records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). ${rolesText(r.access.read)}${visible}`,
         tags: [type],
-        parameters: queryParameters(r, true),
-        responses: { '200': { description: 'OK', content: jsonApi(ref(`${type}ListDocument`)) }, ...errors([400, 401, 403, 406, 429, 500, 503]) },
+        security: MEMBER_SECURITY,
+        parameters: queryParameters(r, true, registry),
+        responses: { '200': ok('OK', ref(`${type}ListDocument`)), ...errors([403]) },
       };
     }
     if (r.operations.get) {
       at(member).get = {
         operationId: `get${type}`,
         summary: `Read one ${type}`,
+        description: `One ${type} of the caller's organisation; 404 for an unknown id or another organisation's record. ${rolesText(r.access.read)}${visible}`,
         tags: [type],
-        parameters: [idParameter, ...queryParameters(r, false)],
-        responses: { '200': { description: 'OK', content: jsonApi(ref(`${type}Document`)) }, ...errors([400, 401, 403, 404, 406, 429, 500, 503]) },
+        security: MEMBER_SECURITY,
+        parameters: [idParameter, ...queryParameters(r, false, registry)],
+        responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
     }
     if (r.operations.create) {
-      const extra = r.create ? { '200': { description: 'The existing record (idempotent repeat or update)', content: jsonApi(ref(`${type}Document`)) } } : {};
+      const extra = r.create ? { '200': ok('The existing record (idempotent repeat or update)', ref(`${type}Document`)) } : {};
       at(collection).post = {
         operationId: `create${type}`,
         summary: `Create a ${type}`,
+        description: `Creates a ${type} in the caller's organisation. References may be given as \`x_id\` attributes or as relationship linkage; ids in the example must be replaced with your own records'. ${rolesText(r.access.create)}`,
         tags: [type],
-        parameters: queryParameters(r, false),
-        requestBody: { required: true, content: jsonApi(requestSchema(type, r.attributes, 'create')) },
+        security: MEMBER_SECURITY,
+        parameters: queryParameters(r, false, registry),
+        requestBody: { required: true, content: jsonApi(requestSchema(type, r.attributes, 'create'), requestExample(type, r.attributes, 'create')) },
         responses: {
-          '201': {
-            description: 'Created',
-            headers: { Location: { schema: { type: 'string', format: 'uri' } } },
-            content: jsonApi(ref(`${type}Document`)),
-          },
+          '201': ok('Created', ref(`${type}Document`), { Location: header('Location') }),
           ...extra,
-          ...errors([400, 401, 403, 406, 409, 413, 415, 422, 429, 500, 503]),
+          ...errors([403, 409, 413, 415, 422]),
         },
       };
     }
@@ -321,31 +530,43 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
       at(member).patch = {
         operationId: `update${type}`,
         summary: `Update a ${type}`,
+        description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}`,
         tags: [type],
-        parameters: [idParameter, ...queryParameters(r, false)],
-        requestBody: { required: true, content: jsonApi(requestSchema(type, r.attributes, 'update')) },
-        responses: { '200': { description: 'OK', content: jsonApi(ref(`${type}Document`)) }, ...errors([400, 401, 403, 404, 406, 409, 413, 415, 422, 429, 500, 503]) },
+        security: MEMBER_SECURITY,
+        parameters: [idParameter, ...queryParameters(r, false, registry)],
+        requestBody: { required: true, content: jsonApi(requestSchema(type, r.attributes, 'update'), requestExample(type, r.attributes, 'update')) },
+        responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404, 409, 413, 415, 422]) },
       };
     }
   }
 
   const responses = Object.fromEntries(
-    Object.entries(ERROR_RESPONSES).map(([status, description]) => [`Error${status}`, { description, content: jsonApi(ref('ErrorDocument')) }]),
+    Object.entries(ERROR_RESPONSES).map(([status, description]) => [
+      `Error${status}`,
+      { description, headers: { ...RATE_LIMIT_HEADERS, ...(ERROR_HEADERS[Number(status)] ?? {}) }, content: jsonApi(ref('ErrorDocument')) },
+    ]),
   );
   return prune({
     openapi: '3.1.0',
     info: {
       title: 'Parley API',
       version: options.version ?? '0.1.0',
-      description: 'Conversations, AI agents, operators and SIP telephony for one organisation per credential. JSON:API 1.0.',
+      description:
+        'Conversations, AI agents, operators and SIP telephony for one organisation per credential. JSON:API 1.0 ' +
+        '(application/vnd.api+json; no extensions, profiles ignored). Every request carries `Authorization: Bearer <credential>`: ' +
+        'a user token (from login), a secret key, or a publishable key (login only). Each acts with its user\'s role in the ' +
+        'organisation: owner and admin manage everything, operators read and write conversations and their own SIP user and status. ' +
+        'Every response under /api carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset; a method a path does not ' +
+        'offer answers 405 with Allow.',
     },
     servers: [{ url: options.serverUrl ?? '/' }],
-    security: [{ bearer: [] }],
+    security: MEMBER_SECURITY,
     paths,
     components: {
       schemas,
       responses,
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
+      headers: HEADERS,
+      securitySchemes: SECURITY,
     },
   });
 }

@@ -4,9 +4,11 @@ import type { Database } from '../db/connection.js';
 import type { Registry } from './query/parse.js';
 import { cursorSelectSql, filterSql, keysetSql, orderBySql } from './query/sql.js';
 import type { IncludeTree, ParsedQuery } from './query/types.js';
-import { columnOf, type Principal, type RelationshipDef, type ResourceDef } from './resource.js';
+import type { Principal } from './principal.js';
+import { columnOf, type RelationshipDef, type ResourceDef } from './resource.js';
 import { rowScope, mayPerform } from './scope.js';
-import { identifier, renderResource, type Identifier, type RenderContext, type Row } from './serialize.js';
+import { ApiError, errorObject } from './errors.js';
+import { identifier, renderResource, type Identifier, type IncludeLimits, type RenderContext, type Row } from './serialize.js';
 import { linkageColumn, selectList } from './select.js';
 
 export interface Reader {
@@ -21,7 +23,7 @@ function where(conditions: (RawBuilder<unknown> | undefined)[]): RawBuilder<unkn
   return sql.join(conditions.filter((c): c is RawBuilder<unknown> => c !== undefined), sql` AND `);
 }
 
-export async function fetchByIds(reader: Reader, resource: ResourceDef, ids: string[]): Promise<Row[]> {
+async function fetchByIds(reader: Reader, resource: ResourceDef, ids: string[]): Promise<Row[]> {
   if (ids.length === 0) return [];
   const { rows } = await sql<Row>`
     SELECT ${selectList(resource, reader.principal, reader.registry)} FROM ${sql.table(resource.table)} t
@@ -33,7 +35,7 @@ export async function fetchById(reader: Reader, resource: ResourceDef, id: strin
   return (await fetchByIds(reader, resource, [id]))[0];
 }
 
-export interface ListResult {
+interface ListResult {
   rows: Row[];
   /** Whether more rows exist beyond this page in the direction of travel. */
   hasMore: boolean;
@@ -73,7 +75,7 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
 }
 
 /** Related rows of a to-many relationship, each tagged with its parent's id in `_parent`. */
-async function fetchToMany(reader: Reader, relationship: RelationshipDef, related: ResourceDef, parentIds: string[]) {
+async function fetchToMany(reader: Reader, relationship: RelationshipDef, related: ResourceDef, parentIds: string[], limit: number) {
   if (parentIds.length === 0) return [];
   const columns = selectList(related, reader.principal, reader.registry);
   const scope = rowScope(related, reader.principal);
@@ -85,18 +87,45 @@ async function fetchToMany(reader: Reader, relationship: RelationshipDef, relate
       SELECT ${columns}, ${sql.ref(`j.${from}`)} AS ${sql.id(PARENT)}
       FROM ${sql.table(table)} j JOIN ${sql.table(related.table)} t ON t.id = ${sql.ref(`j.${to}`)}
       WHERE ${sql.ref(`j.${from}`)} = ANY(${parentIds}::uuid[]) AND ${scope}
-      ORDER BY ${orderBy}`.execute(reader.db);
+      ORDER BY ${orderBy} LIMIT ${limit}`.execute(reader.db);
     return rows;
   }
   const key = sql.ref(`t.${relationship.inverseKey!}`);
   const { rows } = await sql<Row>`
     SELECT ${columns}, ${key} AS ${sql.id(PARENT)} FROM ${sql.table(related.table)} t
     WHERE ${key} = ANY(${parentIds}::uuid[]) AND ${scope}
-    ORDER BY ${orderBy}`.execute(reader.db);
+    ORDER BY ${orderBy} LIMIT ${limit}`.execute(reader.db);
   return rows;
 }
 
 const keyOf = (type: string, id: unknown) => `${type}:${String(id)}`;
+
+/**
+ * What included records may cost one response. Past either bound the request is a 400 `invalid_includes`
+ * (never a truncated document, whose to-many linkage would silently be incomplete): the client reads the
+ * relationship through its own paged list instead. Rows are fetched at most one past the record bound.
+ */
+function includeBudget(limits: IncludeLimits | undefined) {
+  let records = 0;
+  let bytes = 0;
+  const refuse = (what: string, limit: number) =>
+    new ApiError([
+      errorObject(400, 'invalid_includes', `The included records would exceed ${limit} ${what} in one response; include less, or read the relationship page by page.`, { parameter: 'include' }, { limit, unit: what }),
+    ]);
+  return {
+    /** Rows a to-many fetch may return: one more than what is left, so that exceeding is seen. */
+    get remaining() {
+      return limits ? Math.max(0, limits.records - records) + 1 : 1_000_000;
+    },
+    spend(rows: Row[]) {
+      if (!limits) return;
+      records += rows.length;
+      if (records > limits.records) throw refuse('records', limits.records);
+      for (const row of rows) bytes += JSON.stringify(row).length;
+      if (bytes > limits.bytes) throw refuse('bytes', limits.bytes);
+    },
+  };
+}
 
 /**
  * Loads everything a request's include tree names, de-duplicated and inside
@@ -111,6 +140,7 @@ export async function renderWithIncludes(
 ): Promise<{ data: Record<string, unknown>[]; included: Record<string, unknown>[] }> {
   const toMany = new Map<string, Map<string, Identifier[]>>();
   const loaded = new Map<string, { resource: ResourceDef; row: Row }>();
+  const budget = includeBudget(ctx.includeLimits);
 
   async function walk(parent: ResourceDef, rows: Row[], tree: IncludeTree): Promise<void> {
     for (const [name, subtree] of Object.entries(tree)) {
@@ -128,7 +158,7 @@ export async function renderWithIncludes(
         const known = [...ids].map((id) => loaded.get(keyOf(related.type, id))?.row).filter((r): r is Row => !!r);
         relatedRows = [...(await fetchByIds(reader, related, missing)), ...known];
       } else {
-        relatedRows = await fetchToMany(reader, relationship, related, rows.map((r) => String(r.id)));
+        relatedRows = await fetchToMany(reader, relationship, related, rows.map((r) => String(r.id)), budget.remaining);
         for (const row of rows) {
           const linkage = relatedRows.filter((r) => String(r[PARENT]) === String(row.id)).map((r) => identifier(related.type, String(r.id)));
           const byRelationship = toMany.get(keyOf(parent.type, row.id)) ?? new Map<string, Identifier[]>();
@@ -136,9 +166,9 @@ export async function renderWithIncludes(
           toMany.set(keyOf(parent.type, row.id), byRelationship);
         }
       }
-      for (const row of relatedRows) {
-        if (!loaded.has(keyOf(related.type, row.id))) loaded.set(keyOf(related.type, row.id), { resource: related, row });
-      }
+      const fresh = relatedRows.filter((row) => !loaded.has(keyOf(related.type, row.id)));
+      budget.spend(fresh);
+      for (const row of fresh) loaded.set(keyOf(related.type, row.id), { resource: related, row });
       await walk(related, relatedRows, subtree);
     }
   }

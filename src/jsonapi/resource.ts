@@ -4,47 +4,12 @@
  * the engine derives routes, validation, queries, serialisation and OpenAPI
  * from that alone.
  */
-import type { Redis } from 'ioredis';
 import type { RawBuilder } from 'kysely';
-import type { Config } from '../config/index.js';
 import type { Database } from '../db/connection.js';
-
-/** Process-wide services an action may need. */
-export interface AppServices {
-  config: Config;
-  /** HS256 key for every JWT the service issues and verifies. */
-  signingKey: Uint8Array;
-  /** Shared counters (rate limits, login throttling) when REDIS_URL is set. */
-  redis?: Redis;
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** Set by the auth layer for every /api request that carries a valid credential. */
-    principal?: Principal;
-  }
-  interface FastifyContextConfig {
-    /** A publishable key may call this route (only login). */
-    allowPublishable?: boolean;
-    /** No credential needed (health, metrics, docs). */
-    public?: boolean;
-  }
-}
-
-export type Role = 'owner' | 'admin' | 'operator';
-export const ROLES: readonly Role[] = ['owner', 'admin', 'operator'];
-
-export type CredentialKind = 'user_token' | 'secret_key' | 'publishable_key';
-
-/** Who is asking: resolved by the auth layer, consumed by the engine. */
-export interface Principal {
-  organisationId: string;
-  userId: string;
-  role: Role;
-  credential: CredentialKind;
-  /** id of the api_keys or user_sessions row behind the credential */
-  credentialId: string;
-}
+import type { Actor } from './actor.js';
+import type { Records } from './records.js';
+import type { Principal, PrincipalRole, Role } from './principal.js';
+import type { AppServices } from './services.js';
 
 /** PostgreSQL type of the column behind an attribute; drives casts in filters and cursors. */
 export type SqlType = 'text' | 'uuid' | 'integer' | 'boolean' | 'timestamptz' | 'jsonb' | 'text[]';
@@ -65,6 +30,11 @@ export interface AttributeDef {
   filterable?: boolean;
   /** Accepted as input but never returned (e.g. gateway password). */
   writeOnly?: boolean;
+  /**
+   * Made by the create action and shown only in the response that creates the
+   * record (API key tokens, webhook secrets); `null` in every later rendering.
+   */
+  revealedOnCreate?: boolean;
   /** Value set for `enum` attributes. */
   values?: readonly string[];
   /** Applied on create when the attribute is omitted. */
@@ -114,9 +84,10 @@ export type Scope = (principal: Principal, alias: string) => RawBuilder<unknown>
 
 export interface AccessRules {
   /** Roles that may read the type at all (others get 403). */
-  read: readonly Role[];
-  create?: readonly Role[];
-  update?: readonly Role[];
+  read: readonly PrincipalRole[];
+  create?: readonly PrincipalRole[];
+  update?: readonly PrincipalRole[];
+  delete?: readonly Role[];
   /** Limits which rows a role sees, beyond the organisation (e.g. operators: their own). */
   visible?: Scope;
 }
@@ -125,7 +96,11 @@ export interface AccessRules {
 export interface ActionContext {
   db: Database;
   services: AppServices;
+  /** The principal the engine scopes by (for a system actor: the organisation, with no user). */
   principal: Principal;
+  actor: Actor;
+  /** The records service inside this write's transaction, for records a write makes along (status history). */
+  records: Records;
   resource: ResourceDef;
   /** Validated attributes of the request, with defaults applied on create. */
   values: Record<string, unknown>;
@@ -140,6 +115,8 @@ export interface ActionResult {
   id: string;
   /** 201 for a new record, 200 for an existing one (idempotent repeats, upserts). */
   status: 200 | 201;
+  /** Values of `revealedOnCreate` attributes, for the response to this create only. */
+  revealed?: Record<string, unknown>;
 }
 
 export interface ResourceDef {
@@ -153,7 +130,7 @@ export interface ResourceDef {
   /** Names accepted in fields[Type]; defaults to every readable attribute and relationship. */
   fields?: readonly string[];
   /** Endpoints this type has. */
-  operations: { list?: boolean; get?: boolean; create?: boolean; update?: boolean };
+  operations: { list?: boolean; get?: boolean; create?: boolean; update?: boolean; delete?: boolean };
   access: AccessRules;
   /**
    * Tenancy: the condition that keeps rows inside the caller's organisation.
@@ -164,6 +141,11 @@ export interface ResourceDef {
   beforeInsert?: (ctx: ActionContext) => Promise<void> | void;
   /** Computes derived columns or checks cross-field rules before an update. */
   beforeUpdate?: (ctx: ActionContext) => Promise<void> | void;
+  /**
+   * Runs before a delete, on the locked row: refuses it (e.g. the last owner) or removes dependants
+   * that the delete means to take along, returning their exact counts by type.
+   */
+  beforeDelete?: (ctx: ActionContext) => Promise<Record<string, number> | undefined> | Record<string, number> | undefined;
   /** Replaces the generic insert (e.g. upserts, idempotent creates). Runs in a transaction. */
   create?: (ctx: ActionContext) => Promise<ActionResult>;
   /** Unique constraint (index) name -> attribute it protects; a violation is a 409 on that pointer. */
@@ -183,8 +165,12 @@ export interface CustomAction {
   input: Record<string, AttributeDef>;
   /** Whether a publishable key may call it (login). */
   allowPublishable?: boolean;
-  /** Roles allowed; default: every role. */
-  roles?: readonly Role[];
+  /** Roles allowed; default: every member role (never a visitor unless named). */
+  roles?: readonly PrincipalRole[];
+  /** Status of a successful call (default 200; 201 when it creates a record). */
+  status?: 200 | 201;
+  /** A tighter request budget for this route, per client address (e.g. issuing visitor credentials). */
+  rateLimitPerAddress?: (services: AppServices) => { max: number; timeWindowMs: number };
   run: (ctx: ActionContext & { clientAddress: string }) => Promise<ActionResult & { meta?: Record<string, unknown> }>;
 }
 

@@ -1,17 +1,20 @@
 /** Derives every HTTP route from the resource definitions. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { DatabaseHandle } from '../db/connection.js';
-import { ApiError, forbidden, notFound } from './errors.js';
+import { ApiError, forbidden, notFound, unauthenticated } from './errors.js';
 import { parseQuery, type QueryLimits, type Registry } from './query/parse.js';
 import { cursorCodec, type CursorCodec } from './query/cursor.js';
 import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
 import { fetchById, listRows, renderWithIncludes, type Reader } from './read.js';
-import type { AppServices, AttributeDef, CustomAction, Principal, ResourceDef } from './resource.js';
+import { ROLES, type Principal } from './principal.js';
+import type { AttributeDef, CustomAction, ResourceDef } from './resource.js';
 import { requirePermission } from './scope.js';
 import { document, queryString, type RenderContext } from './serialize.js';
 import { UUID_PATTERN, validateBody, type WriteKind } from './validate.js';
-import { createRecord, exists, updateRecord, type Writer } from './write.js';
+import { asPrincipal } from './actor.js';
+import { createRecords, type Records } from './records.js';
+import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
   database: DatabaseHandle;
@@ -30,7 +33,8 @@ function baseUrl(request: FastifyRequest, options: EngineOptions): string {
 }
 
 function principalOf(request: FastifyRequest): Principal {
-  if (!request.principal) throw new Error('route reached without a principal');
+  // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
+  if (!request.principal) throw unauthenticated();
   return request.principal;
 }
 
@@ -55,29 +59,40 @@ export function writableAttributes(resource: ResourceDef, kind: 'create' | 'upda
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
   const registry = buildRegistry(resources);
   const db = options.database.db;
-  const cursors = cursorCodec(options.signingKey);
-  const queryOptions = { limits: options.limits, cursors };
+  const queryOptions = { limits: options.limits };
+
+  const records: Records = options.records ?? createRecords({ db, registry, services: options });
 
   const context = (request: FastifyRequest) => {
     const principal = principalOf(request);
     const reader: Reader = { db, principal, registry };
-    const writer: Writer = { ...reader, services: options };
-    return { principal, reader, writer };
+    return { principal, reader, actor: asPrincipal(principal) };
   };
   const renderContext = (request: FastifyRequest, principal: Principal, query: ParsedQuery): RenderContext => ({
     baseUrl: baseUrl(request, options),
     principal,
     registry,
     fields: query.fields,
+    includeLimits: { records: options.config.includeMaxRecords, bytes: options.config.includeMaxBytes },
   });
 
   /** Renders one record as a single-resource document (404 when it is not visible). */
-  async function single(request: FastifyRequest, resource: ResourceDef, id: string, query: ParsedQuery, meta = {}, on = db) {
+  async function single(
+    request: FastifyRequest,
+    resource: ResourceDef,
+    id: string,
+    query: ParsedQuery,
+    meta = {},
+    on = db,
+    revealed?: Record<string, unknown>,
+  ) {
     const { principal } = context(request);
     const reader: Reader = { db: on, principal, registry };
     const row = await fetchById(reader, resource, id);
     if (!row) throw notFound();
-    const { data, included } = await renderWithIncludes(reader, resource, [row], query.include, renderContext(request, principal, query));
+    const ctx = renderContext(request, principal, query);
+    if (revealed) ctx.revealed = new Map([[id, revealed]]);
+    const { data, included } = await renderWithIncludes(reader, resource, [row], query.include, ctx);
     return document(data[0], included, meta);
   }
 
@@ -95,13 +110,17 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const createInput = inputOf(resource.attributes, 'create');
     const updateInput = inputOf(resource.attributes, 'update');
     const allowed = { [collection]: [] as string[], [member]: [] as string[] };
+    /** Route options: a visitor credential reaches only what the resource's access rules grant visitors. */
+    const visitorMay = (operation: 'read' | 'create' | 'update') => ({ config: { allowVisitor: resource.access[operation]?.includes('visitor') ?? false } });
 
     if (resource.operations.list) {
       allowed[collection].push('GET');
-      app.get(collection, async (request) => {
+      app.get(collection, visitorMay('read'), async (request) => {
         const { principal, reader } = context(request);
         requirePermission(resource, principal, 'read');
-        const query = parseQuery(request.query as Query, resource, registry, 'list', queryOptions);
+        // Cursors are bound to the caller's organisation: another organisation's cursor does not verify.
+        const cursors = cursorCodec(options.signingKey, principal.organisationId);
+        const query = parseQuery(request.query as Query, resource, registry, 'list', { ...queryOptions, cursors });
         const result = await listRows(reader, resource, query);
         const ctx = renderContext(request, principal, query);
         const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
@@ -115,7 +134,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
     if (resource.operations.get) {
       allowed[member].push('GET');
-      app.get(member, async (request) => {
+      app.get(member, visitorMay('read'), async (request) => {
         const { principal } = context(request);
         requirePermission(resource, principal, 'read');
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
@@ -125,29 +144,46 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
     if (resource.operations.create) {
       allowed[collection].push('POST');
-      app.post(collection, async (request, reply) => {
-        const { principal, writer } = context(request);
+      app.post(collection, visitorMay('create'), async (request, reply) => {
+        const { principal, actor } = context(request);
         requirePermission(resource, principal, 'create');
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
         const values = validateBody(request.body, { type: resource.type, kind: 'create', ...createInput });
-        const { status, rendered } = await createRecord(writer, resource, values, (trx, result) =>
-          single(request, resource, result.id, query, {}, trx),
-        );
-        return created(reply, rendered, status);
+        const { status, record } = await records.create(actor, resource.type, values, {
+          render: (trx, result) => single(request, resource, result.id, query, {}, trx, result.revealed),
+        });
+        return created(reply, record, status);
       });
     }
 
     if (resource.operations.update) {
       allowed[member].push('PATCH');
-      app.patch(member, async (request) => {
-        const { principal, writer } = context(request);
+      app.patch(member, visitorMay('update'), async (request) => {
+        const { principal, actor } = context(request);
         requirePermission(resource, principal, 'read');
         const id = idParam(request);
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        if (!(await exists(writer, resource, id))) throw notFound();
+        // 404 for an invisible record comes before 403 and before the body's own problems.
+        if (!(await fetchById({ db, principal, registry }, resource, id))) throw notFound();
         requirePermission(resource, principal, 'update');
         const values = validateBody(request.body, { type: resource.type, kind: 'update', id, ...updateInput });
-        return updateRecord(writer, resource, id, values, (trx) => single(request, resource, id, query, {}, trx));
+        const { record } = await records.update(actor, resource.type, id, values, {
+          render: (trx) => single(request, resource, id, query, {}, trx),
+        });
+        return record;
+      });
+    }
+
+    if (resource.operations.delete) {
+      allowed[member].push('DELETE');
+      app.delete(member, async (request) => {
+        const { principal, actor } = context(request);
+        requirePermission(resource, principal, 'read');
+        const id = idParam(request);
+        parseQuery(request.query as Query, resource, registry, 'delete', queryOptions);
+        const { removed } = await records.delete(actor, resource.type, id);
+        // 200 with a meta-only document (JSON:API 1.1 section 9.3.3), so the exact counts of a cascade are told.
+        return { meta: { removed }, jsonapi: { version: '1.0' } };
       });
     }
 
@@ -157,22 +193,26 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   function registerAction(resource: ResourceDef, action: CustomAction) {
     const url = `/api/${action.path}`;
     const input = inputOf(action.input, 'create');
-    app.post(url, { config: { allowPublishable: action.allowPublishable ?? false } }, async (request, reply) => {
+    const addressBudget = action.rateLimitPerAddress?.(options);
+    const config = { allowPublishable: action.allowPublishable ?? false, allowVisitor: action.roles?.includes('visitor') ?? false, ...(addressBudget ? { addressBudget } : {}) };
+    app.post(url, { config }, async (request, reply) => {
       const { principal } = context(request);
-      if (action.roles && !action.roles.includes(principal.role)) throw forbidden();
+      if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
       const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
       const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
       const result = await action.run({
         db,
         services: options,
         principal,
+        actor: asPrincipal(principal),
+        records,
         resource,
         values,
         provided: new Set(Object.keys(values)),
         clientAddress: request.ip,
       });
       const doc = await single(request, resource, result.id, query, result.meta ?? {});
-      return reply.code(result.status).send(doc);
+      return created(reply, doc, result.status);
     });
     methodNotAllowed(app, url, ['POST']);
   }
@@ -180,8 +220,6 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   return registry;
 }
 
-/** Every method a route may be asked for; those a path does not offer answer 405. */
-const ALL_METHODS = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE', 'OPTIONS'];
 
 /**
  * 405 with `Allow` for the methods `url` does not offer (HEAD comes with GET).
@@ -190,7 +228,8 @@ const ALL_METHODS = ['GET', 'POST', 'PATCH', 'PUT', 'DELETE', 'OPTIONS'];
 export function methodNotAllowed(app: FastifyInstance, url: string, methods: string[], options: { public?: boolean } = {}): void {
   const allow = [...methods, ...(methods.includes('GET') ? ['HEAD'] : [])].join(', ');
   app.route({
-    method: ALL_METHODS.filter((m) => !methods.includes(m)),
+    // Every method the server routes (the HTTP server registers all that Node parses); HEAD comes with GET.
+    method: app.supportedMethods.filter((m) => !methods.includes(m) && !(m === 'HEAD' && methods.includes('GET'))),
     url,
     config: { public: options.public ?? false },
     handler: async (_request, reply) => {

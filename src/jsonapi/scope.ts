@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { forbidden } from './errors.js';
-import type { Principal, ResourceDef, Role } from './resource.js';
+import type { Principal, PrincipalRole } from './principal.js';
+import type { ResourceDef } from './resource.js';
 
 /** The condition that keeps rows of `alias` inside the caller's organisation. */
 export function tenancyScope(resource: ResourceDef, principal: Principal, alias = 't'): RawBuilder<unknown> {
@@ -16,10 +17,10 @@ export function rowScope(resource: ResourceDef, principal: Principal, alias = 't
   return visible ? sql`(${tenancy} AND ${visible})` : tenancy;
 }
 
-export type Operation = 'read' | 'create' | 'update';
+export type Operation = 'read' | 'create' | 'update' | 'delete';
 
 export function mayPerform(resource: ResourceDef, principal: Principal, operation: Operation): boolean {
-  const roles: readonly Role[] | undefined = resource.access[operation];
+  const roles: readonly PrincipalRole[] | undefined = resource.access[operation];
   return roles?.includes(principal.role) ?? false;
 }
 

@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Registry } from './query/parse.js';
-import { columnOf, type Principal, type ResourceDef } from './resource.js';
+import type { Principal } from './principal.js';
+import { columnOf, type ResourceDef } from './resource.js';
 import { rowScope } from './scope.js';
 
 /** Column alias under which a relationship's linkage id is selected. */
@@ -13,7 +14,7 @@ export const linkageColumn = (relationship: string) => `_rel_${relationship}`;
 export function selectList(resource: ResourceDef, principal: Principal, registry: Registry): RawBuilder<unknown> {
   const parts: RawBuilder<unknown>[] = [sql`t.id`];
   for (const [name, def] of Object.entries(resource.attributes)) {
-    if (def.writeOnly) continue;
+    if (def.writeOnly || def.revealedOnCreate) continue;
     const value = def.expression ? def.expression(principal) : sql.ref(`t.${columnOf(name, def)}`);
     parts.push(sql`${value} AS ${sql.id(name)}`);
   }

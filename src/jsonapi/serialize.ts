@@ -1,7 +1,8 @@
 /** Rendering rows as JSON:API resource objects and documents. */
 import qs from 'qs';
 import type { Registry } from './query/parse.js';
-import type { AttributeDef, Principal, ResourceDef } from './resource.js';
+import type { Principal } from './principal.js';
+import type { AttributeDef, ResourceDef } from './resource.js';
 import { linkageColumn } from './select.js';
 
 export type Row = Record<string, unknown>;
@@ -13,11 +14,20 @@ export interface RenderContext {
   registry: Registry;
   /** Sparse fieldsets: type -> names; absent type = every field. */
   fields: Map<string, Set<string>>;
+  /** Values of `revealedOnCreate` attributes by record id: only in the response that creates the record. */
+  revealed?: Map<string, Record<string, unknown>>;
+  /** Bounds on what `include` may add to one response (records, and bytes of their JSON); none when absent. */
+  includeLimits?: IncludeLimits;
+}
+
+export interface IncludeLimits {
+  records: number;
+  bytes: number;
 }
 
 export const identifier = (type: string, id: string): Identifier => ({ id, type, meta: {} });
 
-export function selfLink(resource: ResourceDef, id: string, baseUrl: string): string | undefined {
+function selfLink(resource: ResourceDef, id: string, baseUrl: string): string | undefined {
   return resource.path ? `${baseUrl}/api/${resource.path}/${id}` : undefined;
 }
 
@@ -51,8 +61,10 @@ export function renderResource(
   const show = (name: string) => wanted === undefined || wanted.has(name);
 
   const attributes: Record<string, unknown> = {};
+  const revealed = ctx.revealed?.get(id);
   for (const [name, def] of Object.entries(resource.attributes)) {
-    if (!def.writeOnly && show(name)) attributes[name] = renderValue(def, row[name]);
+    if (def.writeOnly || !show(name)) continue;
+    attributes[name] = renderValue(def, def.revealedOnCreate ? revealed?.[name] : row[name]);
   }
 
   const relationships: Record<string, unknown> = {};

@@ -1,5 +1,5 @@
 /** Request document validation: every problem of a body is reported together. */
-import { ApiError, errorObject, type ErrorObject } from './errors.js';
+import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, type ErrorObject } from './errors.js';
 import type { AttributeDef } from './resource.js';
 
 export const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -62,70 +62,171 @@ function documentData(body: unknown, expected: BodyExpectation): Record<string, 
   return data;
 }
 
-/** Validates a request document and returns its attributes, converted (timestamps to Date, uuids lower-cased). */
+/**
+ * The to-one relationships a body may set through linkage, by name: each accepted reference attribute
+ * `x_id` (a uuid naming an `X`) stands for the relationship `x` of type `X`, as the resources declare them.
+ */
+function writableLinkage(accepted: Record<string, AttributeDef>): Map<string, { attribute: string; type: string }> {
+  const linkage = new Map<string, { attribute: string; type: string }>();
+  for (const [name, def] of Object.entries(accepted)) {
+    if (def.kind === 'uuid' && def.references && name.endsWith('_id')) linkage.set(name.slice(0, -3), { attribute: name, type: def.references });
+  }
+  return linkage;
+}
+
+/**
+ * `data.relationships` as JSON:API clients send it: `{x: {data: {type: 'X', id}}}` (or `{data: null}`) for
+ * every to-one reference the operation accepts, read as the attribute `x_id`. Problems are collected into
+ * `errors` with their pointers; returns the raw id (or null) by attribute name.
+ */
+function linkageValues(data: Record<string, unknown>, expected: BodyExpectation, errors: ErrorObject[]): Record<string, unknown> {
+  const writable = writableLinkage(expected.accepted);
+  const values: Record<string, unknown> = {};
+  for (const [name, member] of Object.entries((data.relationships as Record<string, unknown> | undefined) ?? {})) {
+    const at = `/data/relationships/${name}`;
+    const target = writable.get(name);
+    if (!target) {
+      const settable = [...writable.keys()].map((n) => `\`${n}\``).join(', ') || 'none';
+      errors.push(errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`, { pointer: at }));
+      continue;
+    }
+    if (!isPlainObject(member) || !('data' in member)) {
+      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`, { pointer: at }));
+      continue;
+    }
+    const linkage = member.data;
+    if (linkage === null) {
+      values[target.attribute] = null;
+      continue;
+    }
+    if (!isPlainObject(linkage) || typeof linkage.type !== 'string' || typeof linkage.id !== 'string') {
+      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, { pointer: `${at}/data` }));
+      continue;
+    }
+    if (linkage.type !== target.type) {
+      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, { pointer: `${at}/data/type` }));
+      continue;
+    }
+    values[target.attribute] = linkage.id;
+  }
+  return values;
+}
+
+/**
+ * Validates a request document and returns its attributes, converted (timestamps to Date, uuids lower-cased).
+ * To-one references may come as attributes (`conversation_id`, as the spec shows) or as relationship linkage
+ * (as JSON:API clients send them), or both when they agree.
+ */
 export function validateBody(body: unknown, expected: BodyExpectation): Record<string, unknown> {
   const data = documentData(body, expected);
   const errors: ErrorObject[] = [];
-  for (const name of Object.keys((data.relationships as object | undefined) ?? {})) {
-    errors.push(
-      errorObject(422, 'unknown_attribute', `Relationships are not writable; set the \`${name}_id\` attribute instead.`, {
-        pointer: `/data/relationships/${name}`,
-      }),
-    );
-  }
+  const linked = linkageValues(data, expected, errors);
   const attributes = (data.attributes as Record<string, unknown> | undefined) ?? {};
   const values: Record<string, unknown> = {};
+  for (const [name, raw] of Object.entries(linked)) {
+    const relationship = `/data/relationships/${name.slice(0, -3)}`;
+    const result = convertValue(expected.accepted[name], raw);
+    if (!result.ok) {
+      errors.push(errorObject(422, 'invalid_attribute', `\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, { pointer: `${relationship}/data${raw === null ? '' : '/id'}` }));
+      continue;
+    }
+    const attribute = Object.hasOwn(attributes, name) ? convertValue(expected.accepted[name], attributes[name]) : undefined;
+    if (attribute?.ok && attribute.value !== result.value) {
+      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, { pointer: relationship }));
+    } else {
+      values[name] = result.value;
+    }
+  }
+  // Unknown attributes past the error document's bound are only counted (a 1 MiB body can name 100,000).
+  let uncounted = 0;
   for (const [name, value] of Object.entries(attributes)) {
     const def = Object.hasOwn(expected.accepted, name) ? expected.accepted[name] : undefined;
+    if (!def) {
+      if (errors.length >= MAX_ERRORS_PER_DOCUMENT) uncounted += 1;
+      else errors.push(errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
+      continue;
+    }
+    const result = convertValue(def, value);
+    if (result.ok) values[name] = result.value;
+    else errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
+  }
+  for (const name of expected.required) {
+    const viaRelationship = name.endsWith('_id') && Object.hasOwn((data.relationships as object | undefined) ?? {}, name.slice(0, -3));
+    if (!(name in attributes) && !viaRelationship) errors.push(errorObject(422, 'required', `\`${name}\` is required.`, pointer(name)));
+  }
+  if (errors.length > 0) throw new ApiError(errors, {}, errors.length + uncounted);
+  return values;
+}
+
+/**
+ * Validates attribute values given by name (the records service's input, from
+ * any writer): unknown names, invalid values and missing required ones are
+ * reported together, each on its `/data/attributes/<name>` pointer.
+ */
+export function validateAttributes(
+  input: Record<string, unknown>,
+  accepted: Record<string, AttributeDef>,
+  required: readonly string[],
+): Record<string, unknown> {
+  const errors: ErrorObject[] = [];
+  const values: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(input)) {
+    if (value === undefined) continue;
+    const def = Object.hasOwn(accepted, name) ? accepted[name] : undefined;
     if (!def) {
       errors.push(errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
       continue;
     }
     const result = convertValue(def, value);
-    if (typeof result === 'object' && result !== null && 'problem' in result) {
-      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
-    } else {
-      values[name] = result;
-    }
+    if (result.ok) values[name] = result.value;
+    else errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
   }
-  for (const name of expected.required) {
-    if (!(name in attributes)) errors.push(errorObject(422, 'required', `\`${name}\` is required.`, pointer(name)));
+  for (const name of required) {
+    if (input[name] === undefined) errors.push(errorObject(422, 'required', `\`${name}\` is required.`, pointer(name)));
   }
   if (errors.length > 0) throw new ApiError(errors);
   return values;
 }
 
-type Converted = unknown | { problem: string };
+/**
+ * The outcome of converting one value: the stored form, or why it cannot be.
+ * A tagged union, so that a valid value that happens to look like a problem
+ * (an object attribute `{"problem": "late delivery"}`) is never mistaken for one.
+ */
+export type Conversion<T = unknown> = { ok: true; value: T } | { ok: false; problem: string };
+export const converted = <T>(value: T): Conversion<T> => ({ ok: true, value });
+export const invalid = (problem: string): Conversion<never> => ({ ok: false, problem });
 
 /** Checks one value against its attribute definition; returns the stored form or a problem. */
-export function convertValue(def: AttributeDef, value: unknown): Converted {
-  if (value === null) return def.nullable ? null : { problem: 'must not be null' };
-  const converted = convertByKind(def, value);
-  if (typeof converted === 'object' && converted !== null && 'problem' in converted) return converted;
-  const extra = def.check?.(converted);
-  return extra ? { problem: extra } : converted;
+export function convertValue(def: AttributeDef, value: unknown): Conversion {
+  if (value === null) return def.nullable ? converted(null) : invalid('must not be null');
+  const result = convertByKind(def, value);
+  if (!result.ok) return result;
+  const extra = def.check?.(result.value);
+  return extra ? invalid(extra) : result;
 }
 
-function convertByKind(def: AttributeDef, value: unknown): Converted {
+function convertByKind(def: AttributeDef, value: unknown): Conversion {
   switch (def.kind) {
     case 'string':
       return checkString(def, value);
     case 'enum':
-      return typeof value === 'string' && def.values!.includes(value)
-        ? value
-        : { problem: `must be one of: ${def.values!.join(', ')}` };
+      return typeof value === 'string' && def.values!.includes(value) ? converted(value) : invalid(`must be one of: ${def.values!.join(', ')}`);
     case 'uuid':
-      return typeof value === 'string' && UUID_PATTERN.test(value) ? value.toLowerCase() : { problem: 'must be a UUID' };
+      return typeof value === 'string' && UUID_PATTERN.test(value) ? converted(value.toLowerCase()) : invalid('must be a UUID');
     case 'integer': {
       const min = def.minimum ?? -INT4_MAX - 1;
       const max = def.maximum ?? INT4_MAX;
-      if (typeof value !== 'number' || !Number.isInteger(value)) return { problem: 'must be an integer' };
-      return value < min || value > max ? { problem: `must be between ${min} and ${max}` } : value;
+      if (typeof value !== 'number' || !Number.isInteger(value)) return invalid('must be an integer');
+      return value < min || value > max ? invalid(`must be between ${min} and ${max}`) : converted(value);
     }
     case 'boolean':
-      return typeof value === 'boolean' ? value : { problem: 'must be true or false' };
-    case 'timestamp':
-      return parseTimestamp(value, def.precision === 'seconds') ?? { problem: 'must be an RFC 3339 date-time with offset, such as 2026-01-31T12:00:00Z' };
+      return typeof value === 'boolean' ? converted(value) : invalid('must be true or false');
+    case 'timestamp': {
+      // Writers inside the process (agent runtime, SIP edge) may pass Dates; they get the same bounds as text.
+      const date = value instanceof Date ? parseTimestamp(Number.isNaN(value.getTime()) ? '' : value.toISOString(), def.precision === 'seconds') : parseTimestamp(value, def.precision === 'seconds');
+      return date ? converted(date) : invalid('must be an RFC 3339 date-time with offset, such as 2026-01-31T12:00:00Z');
+    }
     case 'object':
       return checkObject(def, value);
     case 'string_array':
@@ -144,32 +245,32 @@ function textProblem(def: { minLength?: number; maxLength?: number; maxBytes?: n
   return undefined;
 }
 
-function checkString(def: AttributeDef, value: unknown): Converted {
-  if (typeof value !== 'string') return { problem: 'must be a string' };
+function checkString(def: AttributeDef, value: unknown): Conversion {
+  if (typeof value !== 'string') return invalid('must be a string');
   const problem = textProblem(def, value);
-  return problem ? { problem } : value;
+  return problem ? invalid(problem) : converted(value);
 }
 
-function checkObject(def: AttributeDef, value: unknown): Converted {
-  if (!isPlainObject(value)) return { problem: 'must be a JSON object' };
+function checkObject(def: AttributeDef, value: unknown): Conversion {
+  if (!isPlainObject(value)) return invalid('must be a JSON object');
   const text = JSON.stringify(value);
-  if (text.includes('\\u0000')) return { problem: 'must not contain NUL characters' };
-  if (!text.isWellFormed() || /\\ud[89a-f][0-9a-f]{2}/i.test(text)) return { problem: 'must be well-formed Unicode' };
+  if (text.includes('\\u0000')) return invalid('must not contain NUL characters');
+  if (!text.isWellFormed() || /\\ud[89a-f][0-9a-f]{2}/i.test(text)) return invalid('must be well-formed Unicode');
   const limit = def.maxBytes;
-  if (limit !== undefined && Buffer.byteLength(text) > limit) return { problem: `must be at most ${limit} bytes of JSON` };
-  return value;
+  if (limit !== undefined && Buffer.byteLength(text) > limit) return invalid(`must be at most ${limit} bytes of JSON`);
+  return converted(value);
 }
 
-function checkStringArray(def: AttributeDef, value: unknown): Converted {
-  if (!Array.isArray(value)) return { problem: 'must be an array of strings' };
-  if (def.minItems !== undefined && value.length < def.minItems) return { problem: `must have at least ${def.minItems} items` };
-  if (def.maxItems !== undefined && value.length > def.maxItems) return { problem: `must have at most ${def.maxItems} items` };
+function checkStringArray(def: AttributeDef, value: unknown): Conversion {
+  if (!Array.isArray(value)) return invalid('must be an array of strings');
+  if (def.minItems !== undefined && value.length < def.minItems) return invalid(`must have at least ${def.minItems} items`);
+  if (def.maxItems !== undefined && value.length > def.maxItems) return invalid(`must have at most ${def.maxItems} items`);
   for (const [index, item] of value.entries()) {
-    if (typeof item !== 'string') return { problem: `item ${index} must be a string` };
+    if (typeof item !== 'string') return invalid(`item ${index} must be a string`);
     const problem = textProblem(def.items ?? {}, item);
-    if (problem) return { problem: `item ${index} ${problem}` };
+    if (problem) return invalid(`item ${index} ${problem}`);
   }
-  return value;
+  return converted(value);
 }
 
 /** Timestamps outside these years (in UTC) are refused: they cannot round-trip through every driver. */

@@ -1,29 +1,22 @@
-/** Writes: generic insert and update, reference checks, and the create/update/action flows. */
+/** The pieces of a write that the records service (records.ts) composes: insert, defaults, references, transaction. */
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import type { Database } from '../db/connection.js';
-import { ApiError, errorObject, forbidden, notFound, type ErrorObject } from './errors.js';
+import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
+import type { Principal } from './principal.js';
 import type { Registry } from './query/parse.js';
-import {
-  columnOf,
-  type ActionContext,
-  type ActionResult,
-  type AppServices,
-  type AttributeDef,
-  type Principal,
-  type ResourceDef,
-} from './resource.js';
+import { columnOf, type ActionContext, type AttributeDef, type ResourceDef } from './resource.js';
 import { rowScope, tenancyScope } from './scope.js';
 
-export interface Writer {
+/** What a reference check needs: the transaction and whose visibility applies. */
+interface Checker {
   db: Database;
   principal: Principal;
   registry: Registry;
-  services: AppServices;
 }
 
 /** Column values of the attributes present in `values` (jsonb as JSON text). */
-function columnValues(resource: ResourceDef, values: Record<string, unknown>): Record<string, unknown> {
+export function columnValues(resource: ResourceDef, values: Record<string, unknown>): Record<string, unknown> {
   const columns: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(values)) {
     const def = resource.attributes[name];
@@ -50,7 +43,7 @@ export async function insertRow(ctx: ActionContext): Promise<string> {
   return id;
 }
 
-function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {
+export function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {
   for (const [name, def] of Object.entries(resource.attributes)) {
     if (values[name] === undefined && def.default !== undefined) {
       values[name] = typeof def.default === 'function' ? (def.default as () => unknown)() : structuredClone(def.default);
@@ -63,7 +56,7 @@ function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): 
  * see: outside the organisation it is a 422 on its pointer (as if missing);
  * inside it but hidden from the caller's role, a 403.
  */
-async function checkReferences(writer: Writer, attributes: Record<string, AttributeDef>, values: Record<string, unknown>) {
+export async function checkReferences(writer: Checker, attributes: Record<string, AttributeDef>, values: Record<string, unknown>) {
   const errors: ErrorObject[] = [];
   for (const [name, def] of Object.entries(attributes)) {
     const value = values[name];
@@ -106,7 +99,15 @@ function mapConstraintError(error: unknown, resource: ResourceDef): unknown {
  * 503 then says so (meta.outcome "unknown"), so that the client can check or
  * retry idempotently, instead of claiming a rejection.
  */
-async function transaction<T>(db: Database, resource: ResourceDef, work: (trx: Database) => Promise<T>): Promise<T> {
+export async function runTransaction<T>(db: Database, resource: ResourceDef, work: (trx: Database) => Promise<T>): Promise<T> {
+  // Inside a caller's transaction (records.transaction), the write joins it; its commit is the caller's.
+  if (db.isTransaction) {
+    try {
+      return await work(db);
+    } catch (error) {
+      throw mapConstraintError(error, resource);
+    }
+  }
   let committing = false;
   try {
     return await db.transaction().execute(async (trx) => {
@@ -124,66 +125,4 @@ async function transaction<T>(db: Database, resource: ResourceDef, work: (trx: D
     }
     throw mapped;
   }
-}
-
-/**
- * Renders the written record inside the transaction, so that once COMMIT
- * succeeds nothing can fail any more: a write is acknowledged exactly when it
- * is stored.
- */
-export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
-
-/** Creates a record in one transaction; returns the status and the rendered record. */
-export async function createRecord<T>(
-  writer: Writer,
-  resource: ResourceDef,
-  values: Record<string, unknown>,
-  render: RenderWritten<T>,
-): Promise<{ status: ActionResult['status']; rendered: T }> {
-  return transaction(writer.db, resource, async (trx) => {
-    const provided = new Set(Object.keys(values));
-    const ctx: ActionContext = { db: trx, services: writer.services, principal: writer.principal, resource, values, provided };
-    await checkReferences({ ...writer, db: trx }, resource.attributes, values);
-    applyDefaults(resource, values);
-    await resource.beforeInsert?.(ctx);
-    const result = resource.create ? await resource.create(ctx) : { id: await insertRow(ctx), status: 201 as const };
-    return { status: result.status, rendered: await render(trx, result) };
-  });
-}
-
-/** Updates a visible record (locked for the transaction); the caller checked the role. */
-export async function updateRecord<T>(
-  writer: Writer,
-  resource: ResourceDef,
-  id: string,
-  values: Record<string, unknown>,
-  render: RenderWritten<T>,
-): Promise<T> {
-  return transaction(writer.db, resource, async (trx) => {
-    const { rows } = await sql<Record<string, unknown>>`
-      SELECT t.* FROM ${sql.table(resource.table)} t
-      WHERE t.id = ${id} AND ${rowScope(resource, writer.principal)} FOR UPDATE`.execute(trx);
-    const existing = rows[0];
-    if (!existing) throw notFound();
-    const provided = new Set(Object.keys(values));
-    const ctx: ActionContext = { db: trx, services: writer.services, principal: writer.principal, resource, values, provided, existing };
-    await checkReferences({ ...writer, db: trx }, resource.attributes, values);
-    await resource.beforeUpdate?.(ctx);
-    const columns = columnValues(resource, values);
-    if (Object.keys(columns).length > 0) {
-      await trx
-        .updateTable(resource.table)
-        .set({ ...columns, updated_at: new Date() })
-        .where('id', '=', id)
-        .execute();
-    }
-    return render(trx, { id, status: 200 });
-  });
-}
-
-/** Whether a visible record exists (for 404 before 403 on writes). */
-export async function exists(writer: Writer, resource: ResourceDef, id: string): Promise<boolean> {
-  const { rows } = await sql`SELECT 1 FROM ${sql.table(resource.table)} t
-    WHERE t.id = ${id} AND ${rowScope(resource, writer.principal)}`.execute(writer.db);
-  return rows.length > 0;
 }

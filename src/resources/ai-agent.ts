@@ -1,4 +1,5 @@
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { assertWorkflow } from './ai-agent-workflow.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 
 /** BCP 47 language tag, e.g. `en`, `en-GB`, `zh-Hant-TW`. */
@@ -23,5 +24,12 @@ export default defineResource({
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
   },
   operations: { update: true },
+  // The workflow's own schema (docs/agents.md), with every problem at its exact pointer under /data/attributes/workflow.
+  beforeInsert: (ctx) => {
+    if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
+  },
+  beforeUpdate: (ctx) => {
+    if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
+  },
   access: { read: EVERY_ROLE, update: ADMINS },
 });

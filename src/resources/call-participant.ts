@@ -20,7 +20,7 @@ export default defineResource({
     role: attr.enum(PARTICIPANT_ROLES, { sortable: true, filterable: true }),
     joined_at: attr.timestamp({ precision: 'seconds', sortable: true, filterable: true }),
     left_at: attr.timestamp({ precision: 'seconds', nullable: true, update: true, sortable: true, filterable: true }),
-    call_id: attr.uuid({ sortable: true, filterable: true }),
+    call_id: attr.uuid({ sortable: true, filterable: true, references: 'Call' }),
     organisation_id: attr.uuid({ sortable: true, filterable: true }),
   },
   relationships: {

@@ -13,7 +13,7 @@ export default defineResource({
     item_id: attr.string({ sortable: true, filterable: true }),
     content_index: attr.integer({ sortable: true, filterable: true }),
     occurred_at: attr.timestamp({ sortable: true, filterable: true }),
-    call_id: attr.uuid({ sortable: true, filterable: true }),
+    call_id: attr.uuid({ sortable: true, filterable: true, references: 'Call' }),
   },
   relationships: {
     call: rel.belongsTo('Call', 'call_id'),

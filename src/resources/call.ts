@@ -18,7 +18,7 @@ export default defineResource({
     started_at: attr.timestamp({ nullable: true }),
     ended_at: attr.timestamp({ nullable: true }),
     duration_seconds: attr.integer({ nullable: true }),
-    conversation_id: attr.uuid({ nullable: true }),
+    conversation_id: attr.uuid({ nullable: true, references: 'Conversation' }),
   },
   relationships: {
     conversation: rel.belongsTo('Conversation', 'conversation_id'),

@@ -3,13 +3,21 @@ import { sql } from 'kysely';
 import { ApiError, errorObject } from '../jsonapi/errors.js';
 import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
 import { insertRow } from '../jsonapi/write.js';
-import { EVERY_ROLE } from './scopes.js';
+import { rowScope } from '../jsonapi/scope.js';
+import conversation from './conversation.js';
+import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
 import { ITEM_MODALITIES, ITEM_ROLES } from './values.js';
 
 /** Fields compared when an `item_id` is posted again (those the repeat gives): same content means the same item. */
 const IDEMPOTENT_FIELDS = ['content', 'role', 'modality'] as const;
 /** Largest index, so that the next one still fits the integer column. */
 const MAX_CONTENT_INDEX = 2_147_483_646;
+/**
+ * How far ahead of the conversation's next index a client may number an item itself. Each item moves the
+ * next index at most this far, so no single request (or handful) can use up a conversation's numbering,
+ * while clients that number a burst of items themselves still can.
+ */
+export const CONTENT_INDEX_LOOKAHEAD = 1000;
 
 /**
  * Appends an item. The conversation row is locked first, so concurrent posts
@@ -23,11 +31,15 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
       pointer: '/data/attributes/organisation_id',
     });
   }
-  const conversation = await sql<{ status: string; next_content_index: number }>`
-    SELECT status, next_content_index FROM conversations
-    WHERE id = ${values.conversation_id} AND organisation_id = ${ctx.principal.organisationId}
+  if (ctx.principal.role === 'visitor' && values.role !== 'user') {
+    throw ApiError.of(403, 'forbidden', 'A visitor may only post items with role user.', { pointer: '/data/attributes/role' });
+  }
+  // The caller's scope of conversations (a visitor's is its one conversation) decides which it may post to.
+  const target = await sql<{ status: string; next_content_index: number }>`
+    SELECT status, next_content_index FROM conversations c
+    WHERE c.id = ${values.conversation_id} AND ${rowScope(conversation, ctx.principal, 'c')}
     FOR UPDATE`.execute(db);
-  const row = conversation.rows[0];
+  const row = target.rows[0];
   if (!row) throw ApiError.of(422, 'invalid_attribute', 'No such conversation.', { pointer: '/data/attributes/conversation_id' });
 
   if (values.item_id !== undefined) {
@@ -54,6 +66,14 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   }
 
   const contentIndex = (values.content_index as number | undefined) ?? row.next_content_index;
+  if (contentIndex > row.next_content_index + CONTENT_INDEX_LOOKAHEAD) {
+    throw ApiError.of(
+      422,
+      'invalid_attribute',
+      `content_index may be at most ${row.next_content_index + CONTENT_INDEX_LOOKAHEAD} (the next index, ${row.next_content_index}, plus ${CONTENT_INDEX_LOOKAHEAD}); omit it to take the next.`,
+      { pointer: '/data/attributes/content_index' },
+    );
+  }
   if (contentIndex > MAX_CONTENT_INDEX) {
     throw ApiError.of(422, 'invalid_attribute', `The conversation has no content_index left (at most ${MAX_CONTENT_INDEX}).`, {
       pointer: '/data/attributes/content_index',
@@ -89,6 +109,6 @@ export default defineResource({
   defaultSort: ['content_index'],
   uniqueConstraints: { conversation_items_index_key: 'content_index', conversation_items_item_id_key: 'item_id' },
   operations: { create: true, get: true },
-  access: { read: EVERY_ROLE, create: EVERY_ROLE },
+  access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE_AND_VISITORS, visible: ownConversationForVisitors('conversation_id') },
   create: createItem,
 });

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
-import { EVERY_ROLE } from './scopes.js';
+import { openVisitorSession } from '../auth/visitors.js';
+import { EVERY_ROLE, EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
 import { CONVERSATION_CHANNELS, CONVERSATION_MODES, CONVERSATION_STATUSES } from './values.js';
 
 /** 128 random bits, URL-safe: unguessable public handle for a widget. */
@@ -25,5 +26,16 @@ export default defineResource({
     conversation_items: rel.hasMany('ConversationItem', 'conversation_id', { includable: true }),
   },
   operations: { list: true, create: true, update: true },
-  access: { read: EVERY_ROLE, create: EVERY_ROLE, update: EVERY_ROLE },
+  access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE, update: EVERY_ROLE, visible: ownConversationForVisitors('id') },
+  actions: {
+    visitorSession: {
+      path: 'visitor_sessions',
+      summary: 'With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token',
+      allowPublishable: true,
+      status: 201,
+      input: { ai_agent_id: attr.uuid({ create: true, nullable: true }) },
+      rateLimitPerAddress: (services) => ({ max: services.config.visitorSessionsPerHour, timeWindowMs: 3600_000 }),
+      run: openVisitorSession,
+    },
+  },
 });

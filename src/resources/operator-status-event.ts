@@ -12,6 +12,7 @@ export default defineResource({
     ...operatorStatusAttributes,
     previous_status: attr.enum(OPERATOR_STATUSES, { nullable: true, sortable: true, filterable: true }),
     occurred_at: attr.timestamp({ sortable: true, filterable: true }),
+    operator_status_id: attr.uuid({ sortable: true, filterable: true, references: 'OperatorStatus' }),
   },
   relationships: operatorStatusRelationships,
   operations: { list: true, get: true },

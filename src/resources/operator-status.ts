@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
+import { systemActor } from '../jsonapi/actor.js';
 import { attr, defineResource, rel, type ActionContext, type ActionResult, type AttributeDef } from '../jsonapi/resource.js';
 import { EVERY_ROLE } from './scopes.js';
 import { OPERATOR_STATUS_SOURCES, OPERATOR_STATUSES } from './values.js';
@@ -52,11 +53,17 @@ async function setStatus(ctx: ActionContext): Promise<ActionResult> {
       WHERE id = ${id}`.execute(db);
   }
   if (created || previousStatus !== values.status) {
-    await sql`
-      INSERT INTO operator_status_events (id, organisation_id, operator_status_id, sip_user_id, agent_name, status,
-             previous_status, source, changed_by_user_id, occurred_at, created_at, updated_at)
-      VALUES (${uuidv7()}, ${principal.organisationId}, ${id}, ${values.sip_user_id}, ${agentName}, ${values.status},
-              ${previousStatus}, ${values.source}, ${principal.userId}, ${now}, ${now}, ${now})`.execute(db);
+    // The history record is the engine's, written along with the status in this transaction.
+    await ctx.records.create(systemActor(principal.organisationId, 'engine'), 'OperatorStatusEvent', {
+      operator_status_id: id,
+      sip_user_id: values.sip_user_id,
+      agent_name: agentName,
+      status: values.status,
+      previous_status: previousStatus,
+      source: values.source,
+      changed_by_user_id: principal.userId,
+      occurred_at: now,
+    });
   }
   return { id: id!, status: created ? 201 : 200 };
 }

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
-import type { Principal, Role, Scope } from '../jsonapi/resource.js';
+import type { Principal, PrincipalRole, Role } from '../jsonapi/principal.js';
+import type { Scope } from '../jsonapi/resource.js';
 
 export const EVERY_ROLE: readonly Role[] = ['owner', 'admin', 'operator'];
 export const ADMINS: readonly Role[] = ['owner', 'admin'];
@@ -8,4 +9,13 @@ export const ADMINS: readonly Role[] = ['owner', 'admin'];
 export function ownRowsForOperators(column: string): Scope {
   return (p: Principal, alias: string) =>
     p.role === 'operator' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.userId}` : undefined;
+}
+
+/** Members of every role, and website visitors (who see only their one conversation). */
+export const EVERY_ROLE_AND_VISITORS: readonly PrincipalRole[] = [...EVERY_ROLE, 'visitor'];
+
+/** A visitor sees only rows whose `column` names its one conversation; members are not limited here. */
+export function ownConversationForVisitors(column: string): Scope {
+  return (p: Principal, alias: string) =>
+    p.role === 'visitor' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.conversationId ?? null}` : undefined;
 }

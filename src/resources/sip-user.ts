@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
 
@@ -11,8 +12,17 @@ export default defineResource({
   table: 'sip_users',
   attributes: {
     sip_username: attr.string({ create: 'required', sortable: true, filterable: true, pattern: '^[A-Za-z0-9_.+-]{3,64}$' }),
-    sip_password: attr.string({ create: true, update: true, sortable: true, filterable: true, minLength: 12, maxLength: 128, default: newSipPassword }),
+    // A secret: neither filterable nor sortable, so it never appears in a URL, a log line or a paging cursor.
+    sip_password: attr.string({ create: true, update: true, minLength: 12, maxLength: 128, default: newSipPassword }),
     user_id: attr.uuid({ create: true, nullable: true, sortable: true, filterable: true, references: 'User' }),
+    /**
+     * Read only: a registration of this user at the SIP edge has not expired. Kamailio writes
+     * registrations to sip_locations (expiry in Unix seconds); sip_subscriber holds the names it accepts.
+     */
+    registered: attr.boolean({
+      expression: () => sql`EXISTS (SELECT 1 FROM sip_locations l JOIN sip_subscriber s ON s.username = l.username
+        WHERE s.sip_user_id = t.id::text AND l.expires > extract(epoch FROM now()))`,
+    }),
   },
   relationships: {
     organisation: rel.belongsTo('Organisation', 'organisation_id'),

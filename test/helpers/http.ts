@@ -2,10 +2,9 @@ import type { FastifyInstance } from 'fastify';
 import { expect } from 'vitest';
 import { expectJsonApi } from '../support/conformance.js';
 
-export interface Response {
+interface Response {
   status: number;
   headers: Record<string, string | string[] | number | undefined>;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   body: any;
 }
 
@@ -28,7 +27,7 @@ export function client(app: FastifyInstance, token?: string) {
       payload: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
     });
     expect(response.statusCode, `${method} ${url} answered ${response.statusCode}: ${response.body}`).toBeLessThan(500);
-    let parsed: unknown = undefined;
+    let parsed: unknown;
     if (response.body) {
       parsed = JSON.parse(response.body);
       if (url.startsWith('/api/') && !url.startsWith('/api/open_api')) {

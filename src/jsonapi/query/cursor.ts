@@ -2,7 +2,10 @@
  * Opaque keyset cursors: the sort they belong to, the text form of each sort
  * value and the id, as base64url JSON with an HMAC. Only cursors this service
  * issued for the same sort are accepted, so a cursor can never inject a value
- * of the wrong type into a query or page through a different order.
+ * of the wrong type into a query or page through a different order. The HMAC
+ * also covers the organisation the cursor was issued to (not carried in it),
+ * so a cursor is worthless to anyone else. Only sortable attributes' values
+ * ever appear in a cursor, and no secret is sortable.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Cursor, SortKey } from './types.js';
@@ -19,9 +22,10 @@ export interface CursorCodec {
 /** `status:asc:last,id:asc:last`: what a cursor is bound to. */
 const sortSignature = (sort: SortKey[]) => sort.map((k) => `${k.attribute}:${k.direction}:${k.nulls}`).join(',');
 
-export function cursorCodec(secret: Uint8Array): CursorCodec {
+/** A codec for cursors of one organisation (`scope`): a cursor of another scope does not verify. */
+export function cursorCodec(secret: Uint8Array, scope: string): CursorCodec {
   const key = createHmac('sha256', secret).update('parley keyset cursor').digest();
-  const mac = (payload: string) => createHmac('sha256', key).update(payload).digest().subarray(0, MAC_BYTES);
+  const mac = (payload: string) => createHmac('sha256', key).update(`${scope}\n${payload}`).digest().subarray(0, MAC_BYTES);
   return {
     encode(sort, cursor) {
       const payload = Buffer.from(JSON.stringify([sortSignature(sort), cursor.values, cursor.id])).toString('base64url');

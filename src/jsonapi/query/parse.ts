@@ -5,7 +5,7 @@
  */
 import { ApiError, errorObject, type ErrorObject } from '../errors.js';
 import { fieldNames, type AttributeDef, type ResourceDef } from '../resource.js';
-import { parseTimestamp, UUID_PATTERN } from '../validate.js';
+import { converted, invalid, parseTimestamp, UUID_PATTERN, type Conversion } from '../validate.js';
 import type { CursorCodec } from './cursor.js';
 import type { FilterNode, FilterOperator, IncludeTree, PageParams, ParsedQuery, SortKey } from './types.js';
 
@@ -28,6 +28,22 @@ export interface QueryOptions {
 const MAX_FILTER_DEPTH = 4;
 const MAX_FILTER_CONDITIONS = 50;
 const MAX_IN_VALUES = 100;
+/** Nesting of a JSON object given as a filter value (`filter[metadata][contains]={...}`). */
+const MAX_FILTER_JSON_DEPTH = 32;
+
+/** Nesting depth of a parsed JSON value, without recursion (a hostile value may nest thousands deep). */
+function jsonDepth(value: unknown): number {
+  let deepest = 0;
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop()!;
+    if (typeof node !== 'object' || node === null) continue;
+    deepest = Math.max(deepest, depth);
+    if (deepest > MAX_FILTER_JSON_DEPTH) return deepest;
+    for (const child of Object.values(node)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
 
 const OPERATORS: readonly FilterOperator[] = [
   'eq',
@@ -59,11 +75,11 @@ export function parseQuery(
   raw: Record<string, unknown>,
   resource: ResourceDef,
   registry: Registry,
-  kind: 'list' | 'single',
+  kind: 'list' | 'single' | 'delete',
   { limits = DEFAULT_QUERY_LIMITS, cursors }: QueryOptions = {},
 ): ParsedQuery {
   const problems = new Problems();
-  const allowed = kind === 'list' ? ['include', 'fields', 'filter', 'sort', 'page'] : ['include', 'fields'];
+  const allowed = kind === 'list' ? ['include', 'fields', 'filter', 'sort', 'page'] : kind === 'single' ? ['include', 'fields'] : [];
   for (const name of Object.keys(raw)) {
     if (!allowed.includes(name)) problems.add('unknown_parameter', name, `This endpoint does not take \`${name}\`.`);
   }
@@ -192,68 +208,70 @@ function parseConditions(resource: ResourceDef, attribute: string, value: unknow
       problems.add('invalid_filter', where, `Unknown operator \`${operator}\`; use one of ${OPERATORS.join(', ')}.`);
       continue;
     }
-    const converted = convertOperand(def, operator as FilterOperator, operand);
-    if (typeof converted === 'string') problems.add('invalid_filter', where, converted);
-    else nodes.push({ kind: 'condition', attribute, operator: operator as FilterOperator, value: converted.value });
+    const result = convertOperand(def, operator as FilterOperator, operand);
+    if (result.ok) nodes.push({ kind: 'condition', attribute, operator: operator as FilterOperator, value: result.value });
+    else problems.add('invalid_filter', where, result.problem);
   }
   return nodes;
 }
 
 /** The operand converted to the attribute's type, or a message saying why it cannot be. */
-function convertOperand(def: AttributeDef, operator: FilterOperator, operand: unknown): { value: unknown } | string {
+function convertOperand(def: AttributeDef, operator: FilterOperator, operand: unknown): Conversion {
   if (operator === 'is_nil') {
-    return operand === 'true' || operand === 'false' ? { value: operand === 'true' } : '`is_nil` takes true or false.';
+    return operand === 'true' || operand === 'false' ? converted(operand === 'true') : invalid('`is_nil` takes true or false.');
   }
   if (ORDERED_OPERATORS.has(operator) && (def.kind === 'object' || def.kind === 'boolean' || def.kind === 'string_array')) {
-    return `\`${operator}\` does not apply to this attribute.`;
+    return invalid(`\`${operator}\` does not apply to this attribute.`);
   }
   if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) {
-    return '`contains` applies to text, JSON objects and lists only.';
+    return invalid('`contains` applies to text, JSON objects and lists only.');
   }
   if (operator === 'in') {
     const items = typeof operand === 'string' ? operand.split(',') : Array.isArray(operand) ? operand : isObject(operand) ? Object.values(operand) : [];
-    if (items.length === 0 || items.length > MAX_IN_VALUES) return `\`in\` takes 1 to ${MAX_IN_VALUES} values.`;
+    if (items.length === 0 || items.length > MAX_IN_VALUES) return invalid(`\`in\` takes 1 to ${MAX_IN_VALUES} values.`);
     const values: unknown[] = [];
     for (const item of items) {
-      const converted = convertScalar(def, item, false);
-      if (typeof converted === 'string') return converted;
-      values.push(converted.value);
+      const result = convertScalar(def, item, false);
+      if (!result.ok) return result;
+      values.push(result.value);
     }
-    return { value: values };
+    return converted(values);
   }
   return convertScalar(def, operand, operator === 'contains');
 }
 
-function convertScalar(def: AttributeDef, operand: unknown, contains: boolean): { value: unknown } | string {
-  if (typeof operand !== 'string') return 'The value must be a single string.';
-  if (operand.includes('\u0000') || !operand.isWellFormed()) return 'The value contains characters that cannot be stored.';
+function convertScalar(def: AttributeDef, operand: unknown, contains: boolean): Conversion {
+  if (typeof operand !== 'string') return invalid('The value must be a single string.');
+  if (operand.includes('\u0000') || !operand.isWellFormed()) return invalid('The value contains characters that cannot be stored.');
   switch (def.kind) {
     case 'uuid':
-      return UUID_PATTERN.test(operand) ? { value: operand.toLowerCase() } : 'The value must be a UUID.';
+      return UUID_PATTERN.test(operand) ? converted(operand.toLowerCase()) : invalid('The value must be a UUID.');
     case 'integer': {
       const number = Number(operand);
-      return /^-?\d{1,10}$/.test(operand) && Math.abs(number) <= 2_147_483_647 ? { value: number } : 'The value must be an integer.';
+      return /^-?\d{1,10}$/.test(operand) && Math.abs(number) <= 2_147_483_647 ? converted(number) : invalid('The value must be an integer.');
     }
     case 'boolean':
-      return operand === 'true' || operand === 'false' ? { value: operand === 'true' } : 'The value must be true or false.';
+      return operand === 'true' || operand === 'false' ? converted(operand === 'true') : invalid('The value must be true or false.');
     case 'timestamp': {
       const date = parseTimestamp(operand);
-      return date ? { value: date } : 'The value must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z.';
+      return date ? converted(date) : invalid('The value must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z.');
     }
     case 'enum':
-      return def.values!.includes(operand) ? { value: operand } : `The value must be one of: ${def.values!.join(', ')}.`;
+      return def.values!.includes(operand) ? converted(operand) : invalid(`The value must be one of: ${def.values!.join(', ')}.`);
     case 'object': {
       try {
         const parsed: unknown = JSON.parse(operand);
-        return isObject(parsed) ? { value: parsed } : 'The value must be a JSON object.';
+        if (!isObject(parsed)) return invalid('The value must be a JSON object.');
+        // As deep as a request body may nest; deeper values would only exhaust the database's stack.
+        return jsonDepth(parsed) > MAX_FILTER_JSON_DEPTH ? invalid(`The value nests deeper than ${MAX_FILTER_JSON_DEPTH} levels.`) : converted(parsed);
       } catch {
-        return 'The value must be a JSON object.';
+        return invalid('The value must be a JSON object.');
       }
     }
     case 'string_array':
-      return contains ? { value: operand } : 'Lists take `contains` or `is_nil` only.';
+      return contains ? converted(operand) : invalid('Lists take `contains` or `is_nil` only.');
     default:
-      return { value: operand };
+      return converted(operand);
   }
 }
 
@@ -321,7 +339,8 @@ function parsePage(value: unknown, sort: SortKey[], { limits, cursors }: Require
     const text = typeof item === 'string' ? item : undefined;
     switch (key) {
       case 'limit': {
-        const limit = text !== undefined && /^\d{1,9}$/.test(text) ? Number(text) : NaN;
+        // Any positive integer, however long, is clamped to the maximum (it only asks for "as many as allowed").
+        const limit = text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
         if (!(limit >= 1)) problems.add('invalid_pagination', parameter, '`page[limit]` must be a positive integer.');
         else page.limit = Math.min(limit, limits.maxLimit);
         break;

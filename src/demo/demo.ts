@@ -1,0 +1,176 @@
+/** The demo organisation: enough data that every read endpoint shows something, written through the records service. */
+import { randomBytes } from 'node:crypto';
+import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
+import { createApiKey } from '../auth/api-keys.js';
+import type { Database } from '../db/connection.js';
+import { systemActor } from '../jsonapi/actor.js';
+import type { Role } from '../jsonapi/principal.js';
+import type { Records } from '../jsonapi/records.js';
+
+export interface DemoResult {
+  organisation_id: string;
+  publishable_key: string;
+  secret_key: string;
+  users: { email: string; password: string; role: Role; full_name: string }[];
+  /** Whether an existing demo organisation had its passwords and keys renewed instead of being created. */
+  reset?: boolean;
+}
+
+const DEMO_DOMAIN = 'demo.parley.dev';
+const PEOPLE: { email: string; role: Role; full_name: string }[] = [
+  { email: `owner@${DEMO_DOMAIN}`, role: 'owner', full_name: 'Olivia Owner' },
+  { email: `admin@${DEMO_DOMAIN}`, role: 'admin', full_name: 'Adam Admin' },
+  { email: `ana@${DEMO_DOMAIN}`, role: 'operator', full_name: 'Ana Operator' },
+  { email: `omar@${DEMO_DOMAIN}`, role: 'operator', full_name: 'Omar Operator' },
+];
+
+/**
+ * The demo agent's workflow: scripted steps only, so that the agent answers
+ * with no model configured (see docs/agents.md for the schema).
+ */
+export const DEMO_WORKFLOW = {
+  steps: [
+    { id: 'greet', type: 'message', text: 'Hello! I am Ava, the demo agent. I can take a message or find you a human.' },
+    { id: 'ask_name', type: 'question', text: 'What is your name?', store_as: 'visitor_name' },
+    { id: 'ask_topic', type: 'question', text: 'Thanks! What can we help you with?', store_as: 'topic' },
+    { id: 'handoff', type: 'handoff', reason: 'The demo agent hands every conversation to an operator after two questions.' },
+  ],
+};
+
+const minutesAgo = (m: number) => {
+  const date = new Date(Date.now() - m * 60_000);
+  date.setUTCMilliseconds(0);
+  return date;
+};
+const newPassword = () => randomBytes(9).toString('base64url');
+
+/**
+ * Seeds the demo organisation in one transaction (a failure leaves nothing
+ * behind). When it exists already, its users get new passwords and it gets new
+ * keys (the old demo keys are revoked), so the credentials can be printed again.
+ */
+export async function seedDemo(db: Database, records: Records): Promise<DemoResult> {
+  // Read before the transaction: the embedded database has one connection, which the transaction holds.
+  const members = await db
+    .selectFrom('users')
+    .innerJoin('memberships', 'memberships.user_id', 'users.id')
+    .select(['users.id', 'users.email', 'memberships.organisation_id'])
+    .where('users.email', 'in', PEOPLE.map((p) => p.email))
+    .execute();
+  if (members.length === 0) return records.transaction((tx) => seedDemoIn(tx));
+  const org = members[0].organisation_id;
+  const oldKeys = await db
+    .selectFrom('api_keys')
+    .select('id')
+    .where('organisation_id', '=', org)
+    .where('name', 'in', ['Website widget', 'Back office'])
+    .where('revoked_at', 'is', null)
+    .execute();
+  return records.transaction((tx) => resetDemo(tx, org, members, oldKeys.map((k) => k.id)));
+}
+
+async function issueKeys(records: Records, organisationId: string, ownerId: string) {
+  const publishable = await createApiKey(records, { organisationId, userId: ownerId, keyType: 'publishable', name: 'Website widget' });
+  const secret = await createApiKey(records, { organisationId, userId: ownerId, keyType: 'secret', name: 'Back office' });
+  return { publishable_key: publishable.token, secret_key: secret.token };
+}
+
+async function resetDemo(records: Records, org: string, members: { id: string; email: string }[], oldKeys: string[]): Promise<DemoResult> {
+  const actor = systemActor(org, 'demo');
+  const users = [];
+  let ownerId = '';
+  for (const person of PEOPLE) {
+    const member = members.find((m) => m.email === person.email);
+    if (!member) continue;
+    const password = newPassword();
+    await records.update(actor, 'User', member.id, { password });
+    if (person.role === 'owner') ownerId = member.id;
+    users.push({ ...person, password });
+  }
+  for (const id of oldKeys) await records.update(actor, 'ApiKey', id, { revoked_at: new Date() });
+  return { organisation_id: org, ...(await issueKeys(records, org, ownerId)), users, reset: true };
+}
+
+async function seedDemoIn(records: Records): Promise<DemoResult> {
+  const organisation = await createOrganisation(records, { name: 'Demo' });
+  const org = organisation.id;
+  const actor = systemActor(org, 'demo');
+  const people = PEOPLE.map((p) => ({ ...p, password: newPassword() }));
+  const users = [];
+  for (const person of people) {
+    users.push(await createUserInOrganisation(records, { organisationId: org, email: person.email, password: person.password, fullName: person.full_name, role: person.role }));
+  }
+  const [owner, , ana, omar] = users;
+  const keys = await issueKeys(records, org, owner.id);
+
+  const agent = await records.create(actor, 'AiAgent', {
+    name: 'Ava', voice: 'alloy', tone: 'friendly', languages: ['en', 'fr'], workflow: DEMO_WORKFLOW,
+    system_prompt: 'You are Ava, a helpful support agent.', safety_guardrails: 'Never ask for card numbers.', published: true,
+  });
+  await records.create(actor, 'Gateway', {
+    provider: 'generic', username: 'demo-trunk', password: randomBytes(12).toString('base64url'), realm: 'sip.example.com',
+    register: true, inbound_acl: ['203.0.113.0/24'],
+  });
+
+  const sipUsers: string[] = [];
+  for (const [user, name] of [[ana, 'ana'], [omar, 'omar']] as const) {
+    sipUsers.push((await records.create(actor, 'SipUser', { sip_username: name, user_id: user.id })).id);
+  }
+  // Ana's history: available, busy on a call, available again (each change an OperatorStatusEvent).
+  const anaActor = systemActor(org, 'demo');
+  for (const status of ['available', 'busy', 'available']) {
+    await records.create(anaActor, 'OperatorStatus', { sip_user_id: sipUsers[0], status, source: 'widget' });
+  }
+
+  const conversations: string[] = [];
+  const scripts = [
+    ['chat', 'text', 'active', ['Hi, my invoice looks wrong.', 'Sorry to hear that! Which invoice number?', 'INV-1042.', 'Thanks, I have passed INV-1042 to our billing team.']],
+    ['voice', 'voice', 'closed', ['I would like to change my address.', 'Of course, I have updated it.']],
+    ['sms', 'text', 'pending', ['Can a human call me back?']],
+  ] as const;
+  for (const [channel, mode, status, lines] of scripts) {
+    // Created without the agent, which is attached after the items: each seeded user item is followed by a reply, so
+    // the agent runtime takes these conversations up after their history (docs/agents.md) and answers nothing in them.
+    const conversation = await records.create(actor, 'Conversation', { channel, mode, metadata: { source: 'demo' } });
+    conversations.push(conversation.id);
+    for (const [index, content] of lines.entries()) {
+      await records.create(actor, 'ConversationItem', {
+        conversation_id: conversation.id, content, role: index % 2 === 0 ? 'user' : 'assistant', item_id: `demo_${index}`,
+        occurred_at: minutesAgo(30 - index),
+      });
+    }
+    await records.update(actor, 'Conversation', conversation.id, { status, ai_agent_id: agent.id });
+  }
+
+  const calls: [string, number | null, string | null][] = [['completed', 185, conversations[1]], ['in_progress', null, null], ['no_answer', null, null], ['failed', null, null]];
+  for (const [index, [status, duration, conversationId]] of calls.entries()) {
+    const startedAt = minutesAgo(120 - index * 10);
+    const ended = status === 'in_progress' ? null : new Date(startedAt.getTime() + (duration ?? 30) * 1000);
+    const call = await records.create(actor, 'Call', {
+      direction: index % 2 === 0 ? 'inbound' : 'outbound', from_number: '+442071838750', to_number: '+442079460000',
+      sip_username: 'ana', status, call_uuid: `demo-call-${index}`, call_source: 'sip', started_at: startedAt, ended_at: ended,
+      duration_seconds: duration, conversation_id: conversationId,
+    });
+    const roles = status === 'completed' || status === 'in_progress' ? ['caller', 'agent'] : ['caller'];
+    for (const [r, role] of roles.entries()) {
+      await records.create(actor, 'CallParticipant', {
+        call_id: call.id, member_uuid: `member-${index}-${r}`, role, joined_at: startedAt, left_at: ended,
+      });
+    }
+    if (status === 'completed' || status === 'in_progress') {
+      const lines: [string, string][] = [['caller', 'Hello, I need to change my address.'], ['agent', 'Sure, what is the new address?'], ['caller', '12 Market Street.']];
+      for (const [i, [speaker, content]] of lines.entries()) {
+        await records.create(actor, 'CallTranscript', {
+          call_id: call.id, content, speaker, content_index: i, item_id: `demo_t${i}`, occurred_at: new Date(startedAt.getTime() + i * 5000),
+        });
+      }
+    }
+  }
+  return { organisation_id: org, ...keys, users: people };
+}
+
+/** Whether the database holds no organisation yet (a first start). */
+export async function isEmpty(db: Database): Promise<boolean> {
+  const row = await db.selectFrom('organisations').select('id').limit(1).executeTakeFirst();
+  return row === undefined;
+}

@@ -1,0 +1,208 @@
+/**
+ * The one write path. Every writer (HTTP routes, the command line, the demo
+ * seed, the agent runtime, the SIP edge, webhooks) creates, updates and
+ * deletes records through this transport-free service, with an actor that is
+ * a principal or the system. It runs the declared validation, defaults,
+ * reference checks, uniqueness mapping and the transaction, and returns the
+ * stored record rendered as a GET renders it. Nothing else writes to resource
+ * tables, so whatever must happen on every change (events) happens here once.
+ */
+import { sql } from 'kysely';
+import { inTransaction, type Database } from '../db/connection.js';
+import { principalOf, type Actor } from './actor.js';
+import { ApiError, errorObject, forbidden, notFound } from './errors.js';
+import type { Registry } from './query/parse.js';
+import { fetchById, type Reader } from './read.js';
+import type { ActionContext, ActionResult, AttributeDef, ResourceDef } from './resource.js';
+import { mayPerform, requirePermission, rowScope } from './scope.js';
+import { renderResource, type Row } from './serialize.js';
+import type { AppServices } from './services.js';
+import { validateAttributes } from './validate.js';
+import { applyDefaults, checkReferences, columnValues, insertRow, runTransaction } from './write.js';
+
+/** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
+export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
+
+export interface WriteOptions<T> {
+  /** How to render the stored record (HTTP: the request's document); default: the resource object. */
+  render?: RenderWritten<T>;
+}
+
+export interface Written<T = Row> {
+  id: string;
+  /** 201 for a new record, 200 for an existing one (idempotent repeats, upserts, updates). */
+  status: 200 | 201;
+  record: T;
+}
+
+export interface Deleted {
+  id: string;
+  /** Exact counts of the records the delete removed, by type (the record itself and any cascade). */
+  removed: Record<string, number>;
+}
+
+export interface Records {
+  create<T = Row>(actor: Actor, type: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
+  update<T = Row>(actor: Actor, type: string, id: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
+  delete(actor: Actor, type: string, id: string): Promise<Deleted>;
+  /** Several writes in one transaction (e.g. a call with its conversation and participants). */
+  transaction<T>(work: (records: Records) => Promise<T>): Promise<T>;
+}
+
+interface RecordsOptions {
+  db: Database;
+  registry: Registry;
+  services: AppServices;
+}
+
+/** Attributes a write accepts: the declared create/update flags for principals; every stored attribute for the system. */
+export function acceptedAttributes(resource: ResourceDef, kind: 'create' | 'update', system: boolean) {
+  const accepted: Record<string, AttributeDef> = {};
+  const required: string[] = [];
+  for (const [name, def] of Object.entries(resource.attributes)) {
+    const flag = kind === 'update' ? def.update : def.create;
+    if (def.expression || def.revealedOnCreate) continue;
+    if (!flag && !system) continue;
+    accepted[name] = def;
+    if (kind === 'create' && flag === 'required') required.push(name);
+  }
+  return { accepted, required };
+}
+
+export function createRecords(options: RecordsOptions): Records {
+  return bind(options, options.db);
+}
+
+function bind(options: RecordsOptions, db: Database): Records {
+  const { registry, services } = options;
+
+  const resourceOf = (type: string): ResourceDef => {
+    const resource = registry.get(type);
+    if (!resource) throw new Error(`records: no resource type ${type}`);
+    return resource;
+  };
+
+  /** The resource object as a GET renders it, seen by the actor. */
+  const plainRender =
+    (actor: Actor, resource: ResourceDef) =>
+    async (trx: Database, result: ActionResult): Promise<Row> => {
+      const principal = principalOf(actor);
+      const reader: Reader = { db: trx, principal, registry };
+      const row = await fetchById(reader, resource, result.id);
+      if (!row) throw notFound();
+      const baseUrl = services.config.publicUrl ?? `http://127.0.0.1:${services.config.port}`;
+      const revealed = result.revealed ? new Map([[result.id, result.revealed]]) : undefined;
+      return renderResource(resource, row, { baseUrl, principal, registry, fields: new Map(), revealed });
+    };
+
+  const records: Records = {
+    async create<T>(actor: Actor, type: string, input: Record<string, unknown>, opts: WriteOptions<T> = {}) {
+      const resource = resourceOf(type);
+      const principal = principalOf(actor);
+      const system = actor.kind === 'system';
+      if (!system) requirePermission(resource, principal, 'create');
+      const { accepted, required } = acceptedAttributes(resource, 'create', system);
+      const values = validateAttributes(input, accepted, required);
+      const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
+      return runTransaction(db, resource, async (trx) => {
+        const provided = new Set(Object.keys(values));
+        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided };
+        await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
+        applyDefaults(resource, values);
+        await resource.beforeInsert?.(ctx);
+        const result = resource.create ? await resource.create(ctx) : { id: await insertRow(ctx), status: 201 as const };
+        return { id: result.id, status: result.status, record: await render(trx, result) };
+      });
+    },
+
+    async update<T>(actor: Actor, type: string, id: string, input: Record<string, unknown>, opts: WriteOptions<T> = {}) {
+      const resource = resourceOf(type);
+      const principal = principalOf(actor);
+      const system = actor.kind === 'system';
+      if (!system) requirePermission(resource, principal, 'read');
+      const { accepted } = acceptedAttributes(resource, 'update', system);
+      const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
+      return runTransaction(db, resource, async (trx) => {
+        const existing = await lockVisible(trx, resource, principal, id);
+        // 404 before 403: a record the caller cannot see is not revealed by the refusal.
+        if (!system) requirePermission(resource, principal, 'update');
+        const values = validateAttributes(input, accepted, []);
+        const provided = new Set(Object.keys(values));
+        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing };
+        await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
+        await resource.beforeUpdate?.(ctx);
+        const columns = columnValues(resource, values);
+        if (Object.keys(columns).length > 0) {
+          await trx
+            .updateTable(resource.table)
+            .set({ ...columns, updated_at: new Date() })
+            .where('id', '=', id)
+            .execute();
+        }
+        return { id, status: 200 as const, record: await render(trx, { id, status: 200 }) };
+      });
+    },
+
+    async delete(actor: Actor, type: string, id: string) {
+      const resource = resourceOf(type);
+      const principal = principalOf(actor);
+      const system = actor.kind === 'system';
+      if (!system) requirePermission(resource, principal, 'read');
+      return runTransaction(db, resource, async (trx) => {
+        const existing = await lockVisible(trx, resource, principal, id);
+        if (!system && !mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
+        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values: {}, provided: new Set(), existing };
+        const removed: Record<string, number> = (await resource.beforeDelete?.(ctx)) ?? {};
+        await refuseWhileReferenced(trx, registry, resource, id);
+        await trx.deleteFrom(resource.table).where('id', '=', id).execute();
+        removed[resource.type] = (removed[resource.type] ?? 0) + 1;
+        return { id, removed };
+      });
+    },
+
+    async transaction<T>(work: (records: Records) => Promise<T>): Promise<T> {
+      if (db.isTransaction) return work(records);
+      // The writes inside map their own errors; the outer transaction only commits them together.
+      return inTransaction(db, (trx) => work(bind(options, trx)));
+    },
+  };
+  return records;
+}
+
+/** The visible row, locked for the rest of the transaction; 404 when the actor cannot see it. */
+async function lockVisible(trx: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string) {
+  const { rows } = await sql<Record<string, unknown>>`
+    SELECT t.* FROM ${sql.table(resource.table)} t
+    WHERE t.id = ${id} AND ${rowScope(resource, principal)} FOR UPDATE`.execute(trx);
+  if (!rows[0]) throw notFound();
+  return rows[0];
+}
+
+/**
+ * A record that others still name cannot go: 409 naming each referencing type
+ * and how many of its records point here, so the caller knows what to remove
+ * first. Resources whose delete should cascade remove their dependants in
+ * `beforeDelete` (and count them) before this check runs.
+ */
+async function refuseWhileReferenced(trx: Database, registry: Registry, resource: ResourceDef, id: string) {
+  const references: { type: string; count: number; pointer: string }[] = [];
+  for (const other of registry.values()) {
+    for (const [name, def] of Object.entries(other.attributes)) {
+      if (def.references !== resource.type || def.expression) continue;
+      const column = def.column ?? name;
+      const { rows } = await sql<{ count: string }>`
+        SELECT count(*) AS count FROM ${sql.table(other.table)} WHERE ${sql.ref(column)} = ${id}`.execute(trx);
+      const count = Number(rows[0].count);
+      if (count > 0) references.push({ type: other.type, count, pointer: name });
+    }
+  }
+  if (references.length === 0) return;
+  throw new ApiError(
+    references.map((r) =>
+      errorObject(409, 'conflict', `${r.count} ${r.type} record(s) still name this ${resource.type} in \`${r.pointer}\`; remove or change them first.`, undefined, {
+        referenced_by: r.type,
+        count: r.count,
+      }),
+    ),
+  );
+}

@@ -1,0 +1,148 @@
+/**
+ * Checks resource declarations against each other before any route exists, so a typo in a
+ * declaration stops the server at start with every problem named, instead of surfacing as a
+ * 500 (or a silently ignored sort key) on the first request that touches it. Pure: no database.
+ */
+import { fieldNames, readableAttributes, type AttributeDef, type ResourceDef } from './resource.js';
+
+export interface VerifyOptions {
+  /**
+   * The schema's SQL (the migrations' text), when known: then every table and every unique
+   * constraint a declaration names must appear in it.
+   */
+  schemaSql?: string;
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]*$/;
+
+/** Throws one Error listing every problem in the declarations; returns when there is none. */
+export function verifyResources(resources: readonly ResourceDef[], options: VerifyOptions = {}): void {
+  const problems = resourceProblems(resources, options);
+  if (problems.length > 0) {
+    throw new Error(`Invalid resource declarations (${problems.length}):\n${problems.map((p) => `- ${p}`).join('\n')}`);
+  }
+}
+
+/** Every problem in the declarations, one sentence each, prefixed with the type. */
+export function resourceProblems(resources: readonly ResourceDef[], { schemaSql }: VerifyOptions = {}): string[] {
+  const problems: string[] = [];
+  const types = new Map<string, ResourceDef>();
+  const paths = new Map<string, string>();
+  const schemaWords = schemaSql === undefined ? undefined : new Set(schemaSql.toLowerCase().match(/[a-z_][a-z0-9_]*/g) ?? []);
+  for (const r of resources) {
+    if (types.has(r.type)) problems.push(`${r.type}: the type is declared twice.`);
+    types.set(r.type, r);
+    if (r.path !== undefined) {
+      const other = paths.get(r.path);
+      if (other) problems.push(`${r.type}: path \`${r.path}\` is also the path of ${other}.`);
+      paths.set(r.path, r.type);
+    }
+  }
+  for (const r of resources) {
+    const add = (problem: string): void => {
+      problems.push(`${r.type}: ${problem}`);
+    };
+    if (!IDENTIFIER.test(r.table)) add(`table \`${r.table}\` is not a plain SQL name.`);
+    else if (schemaWords && !schemaWords.has(r.table)) add(`table \`${r.table}\` is not in the schema.`);
+
+    for (const [name, a] of Object.entries(r.attributes)) for (const p of attributeProblems(name, a, types)) add(p);
+
+    for (const [name, relation] of Object.entries(r.relationships)) {
+      if (Object.hasOwn(r.attributes, name)) add(`\`${name}\` is both an attribute and a relationship.`);
+      if (!types.has(relation.type)) add(`relationship \`${name}\` names unknown type \`${relation.type}\`.`);
+      const links = [relation.foreignKey, relation.inverseKey, relation.through, relation.resolve].filter((l) => l !== undefined);
+      if (links.length !== 1) {
+        add(`relationship \`${name}\` needs exactly one of foreignKey, inverseKey, through or resolve (has ${links.length}).`);
+      }
+      if (relation.cardinality === 'many' && (relation.foreignKey !== undefined || relation.resolve !== undefined)) {
+        add(`to-many relationship \`${name}\` must be linked by inverseKey or through.`);
+      }
+      const keys = [relation.foreignKey, relation.inverseKey, relation.through?.table, relation.through?.from, relation.through?.to];
+      for (const key of keys)
+        if (key !== undefined && !IDENTIFIER.test(key)) add(`relationship \`${name}\`: \`${key}\` is not a plain SQL name.`);
+      if (relation.through && schemaWords && !schemaWords.has(relation.through.table)) {
+        add(`relationship \`${name}\`: table \`${relation.through.table}\` is not in the schema.`);
+      }
+      // A belongs-to key that is also a declared attribute must hold ids of the related type.
+      const keyAttribute = Object.entries(r.attributes).find(([n, a]) => (a.column ?? n) === relation.foreignKey)?.[1];
+      if (keyAttribute && keyAttribute.kind !== 'uuid')
+        add(`relationship \`${name}\`: key \`${relation.foreignKey}\` is not a uuid attribute.`);
+      if (keyAttribute?.references && keyAttribute.references !== relation.type) {
+        add(`relationship \`${name}\` is of type ${relation.type} but \`${relation.foreignKey}\` references ${keyAttribute.references}.`);
+      }
+    }
+
+    if (r.fields) {
+      const known = new Set(['id', ...readableAttributes(r), ...Object.keys(r.relationships)]);
+      for (const field of r.fields)
+        if (!known.has(field)) add(`\`fields\` names \`${field}\`, which is no readable attribute or relationship.`);
+    }
+    const fields = new Set(fieldNames(r));
+    if (new Set(r.fields ?? []).size !== (r.fields ?? []).length) add('`fields` names a field twice.');
+
+    for (const name of r.defaultSort ?? []) {
+      const a = Object.hasOwn(r.attributes, name) ? r.attributes[name] : undefined;
+      if (!a) add(`defaultSort names \`${name}\`, which is no attribute.`);
+      else if (!canSort(a)) add(`defaultSort names \`${name}\`, which cannot be sorted by (${sortBlocker(a)}).`);
+    }
+
+    for (const [constraint, attribute] of Object.entries(r.uniqueConstraints ?? {})) {
+      if (!Object.hasOwn(r.attributes, attribute))
+        add(`unique constraint \`${constraint}\` maps to \`${attribute}\`, which is no attribute.`);
+      else if (!fields.has(attribute)) add(`unique constraint \`${constraint}\` maps to \`${attribute}\`, which responses do not carry.`);
+      if (schemaWords && !schemaWords.has(constraint.toLowerCase())) add(`unique constraint \`${constraint}\` is not in the schema.`);
+    }
+
+    const operations = r.operations;
+    if ((operations.list || operations.get || operations.create || operations.update || operations.delete) && r.path === undefined) {
+      add('has operations but no path.');
+    }
+    if (operations.create && !r.access.create?.length) add('has a create operation but no role may create.');
+    if (operations.update && !r.access.update?.length) add('has an update operation but no role may update.');
+    if (operations.delete && !r.access.delete?.length) add('has a delete operation but no role may delete.');
+    if (operations.update && !Object.values(r.attributes).some((a) => a.update)) add('has an update operation but no updatable attribute.');
+
+    for (const [name, action] of Object.entries(r.actions ?? {})) {
+      for (const [input, a] of Object.entries(action.input)) {
+        for (const p of attributeProblems(input, a, types)) add(`action \`${name}\`: ${p}`);
+      }
+    }
+  }
+  return problems;
+}
+
+function attributeProblems(name: string, a: AttributeDef, types: ReadonlyMap<string, ResourceDef>): string[] {
+  const problems: string[] = [];
+  const add = (problem: string): void => {
+    problems.push(`attribute \`${name}\` ${problem}`);
+  };
+  if (name === 'id' || name === 'type') add('uses a name JSON:API reserves.');
+  if (!IDENTIFIER.test(a.column ?? name)) add(`has column \`${a.column ?? name}\`, not a plain SQL name.`);
+  if (a.sortable && !canSort(a)) add(`is sortable but cannot be sorted by (${sortBlocker(a)}).`);
+  if (a.filterable && (a.expression || a.writeOnly))
+    add(`is filterable but cannot be filtered by (${a.expression ? 'computed' : 'write-only'}).`);
+  if (a.expression && (a.create || a.update)) add('is computed but accepted as input.');
+  if (a.writeOnly && !a.create && !a.update) add('is write-only but never accepted as input.');
+  if (a.kind === 'enum') {
+    if (!a.values?.length) add('is an enum without values.');
+    else if (a.default !== undefined && typeof a.default !== 'function' && !a.values.includes(String(a.default))) {
+      add(`has default \`${String(a.default)}\`, which is not one of its values.`);
+    }
+  } else if (a.values) add('has values but is no enum.');
+  if (a.references !== undefined) {
+    if (a.kind !== 'uuid') add(`references ${a.references} but is no uuid.`);
+    if (!types.has(a.references)) add(`references unknown type \`${a.references}\`.`);
+  }
+  if (a.precision && a.kind !== 'timestamp') add('has a precision but is no timestamp.');
+  return problems;
+}
+
+/** Sorting reads the column and compares its text form in cursors: computed, write-only and list values cannot. */
+const canSort = (a: AttributeDef) => sortBlocker(a) === undefined;
+
+function sortBlocker(a: AttributeDef): string | undefined {
+  if (a.expression) return 'computed';
+  if (a.writeOnly) return 'write-only';
+  if (a.kind === 'string_array') return 'a list';
+  return undefined;
+}
