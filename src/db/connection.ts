@@ -18,6 +18,12 @@ export function inTransaction<T>(db: Database, work: (trx: Database) => Promise<
 export interface DatabaseHandle {
   db: Database;
   kind: 'postgres' | 'pglite';
+  /**
+   * Subscribes to a PostgreSQL notification channel (LISTEN/NOTIFY; lower-case names). `onNotify` gets each
+   * payload; `onResumed` is called after a lost listening connection is back, since notifications sent while
+   * it was down are gone and the subscriber must catch up from the table itself. Returns the unsubscribe.
+   */
+  listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -41,7 +47,16 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     pool.on('error', () => {});
     pool.on('connect', (client) => client.on('error', () => {}));
     const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
-    return { db, kind: 'postgres', close: () => db.destroy() };
+    const listener = new Listener(config);
+    return {
+      db,
+      kind: 'postgres',
+      listen: (channel, onNotify, onResumed) => listener.listen(channel, onNotify, onResumed),
+      close: async () => {
+        await listener.close();
+        await db.destroy();
+      },
+    };
   }
   const { PGlite } = await import('@electric-sql/pglite');
   const inMemory = config.dataDir.startsWith('memory://');
@@ -63,6 +78,12 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     return {
       db,
       kind: 'pglite',
+      // PGlite delivers the notifications of its own connection, which is every writer in this process.
+      listen: async (channel, onNotify) => {
+        checkChannel(channel);
+        const unsubscribe = await pglite.listen(channel, onNotify);
+        return () => unsubscribe();
+      },
       close: async () => {
         await stopSharing();
         await db.destroy();
@@ -87,7 +108,113 @@ function openShared(config: Config): DatabaseHandle {
   });
   pool.on('error', () => {});
   const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
-  return { db, kind: 'pglite', close: () => db.destroy() };
+  return {
+    db,
+    kind: 'pglite',
+    listen: () => Promise.reject(new Error('A local command cannot listen on the running server\'s embedded database.')),
+    close: () => db.destroy(),
+  };
+}
+
+/** Channel names are written into LISTEN statements (they cannot be bound parameters), so only identifiers pass. */
+function checkChannel(channel: string): void {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel)) throw new Error(`Invalid notification channel name: ${channel}`);
+}
+
+interface Subscription {
+  onNotify: (payload: string) => void;
+  onResumed?: () => void;
+}
+
+/**
+ * One dedicated connection per process for LISTEN (a pooled connection would be handed to other queries).
+ * It is opened on the first subscription and, when lost, reopened with growing pauses; then every channel is
+ * listened to again and its subscribers told to catch up.
+ */
+class Listener {
+  private client?: pg.Client;
+  private connecting?: Promise<pg.Client>;
+  private readonly channels = new Map<string, Set<Subscription>>();
+  private closed = false;
+  private retryMs = 250;
+  private timer?: NodeJS.Timeout;
+
+  constructor(private readonly config: Config) {}
+
+  async listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void): Promise<() => Promise<void>> {
+    checkChannel(channel);
+    const subscription: Subscription = { onNotify, onResumed };
+    let subscribers = this.channels.get(channel);
+    if (!subscribers) {
+      subscribers = new Set();
+      this.channels.set(channel, subscribers);
+      subscribers.add(subscription);
+      const client = await this.connect();
+      await client.query(`LISTEN ${channel}`);
+    } else {
+      subscribers.add(subscription);
+    }
+    return async () => {
+      const set = this.channels.get(channel);
+      set?.delete(subscription);
+      if (set && set.size === 0) {
+        this.channels.delete(channel);
+        await this.client?.query(`UNLISTEN ${channel}`).catch(() => {});
+      }
+    };
+  }
+
+  private connect(): Promise<pg.Client> {
+    if (this.client) return Promise.resolve(this.client);
+    this.connecting ??= (async () => {
+      const client = new pg.Client({ connectionString: this.config.databaseUrl, connectionTimeoutMillis: this.config.databaseTimeoutMs });
+      client.on('notification', (message) => {
+        for (const subscription of this.channels.get(message.channel) ?? []) subscription.onNotify(message.payload ?? '');
+      });
+      client.on('error', () => this.lost(client));
+      client.on('end', () => this.lost(client));
+      try {
+        await client.connect();
+      } finally {
+        this.connecting = undefined;
+      }
+      this.client = client;
+      return client;
+    })();
+    return this.connecting;
+  }
+
+  private lost(client: pg.Client): void {
+    if (this.client !== client) return;
+    this.client = undefined;
+    client.end().catch(() => {});
+    if (!this.closed) this.scheduleReconnect();
+  }
+
+  private scheduleReconnect(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(async () => {
+      try {
+        const client = await this.connect();
+        for (const channel of this.channels.keys()) await client.query(`LISTEN ${channel}`);
+        this.retryMs = 250;
+        for (const subscribers of this.channels.values()) for (const s of subscribers) s.onResumed?.();
+      } catch {
+        this.retryMs = Math.min(this.retryMs * 2, 10_000);
+        if (this.client) this.lost(this.client);
+        else if (!this.closed) this.scheduleReconnect();
+      }
+    }, this.retryMs);
+    this.timer.unref();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => {});
+  }
 }
 
 class DataDirInUse extends Error {}
