@@ -10,13 +10,14 @@
  * on every poll, so it is offered as soon as an operator becomes available.
  */
 import { sql } from 'kysely';
-import { inTransaction, type Database } from '../db/connection.js';
+import { inTransaction } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 
 /** Inside the turn's transaction: the system item, the pending status, the queue entry. */
 export async function handOff(
-  trx: Database,
+  trx: Db,
   records: Records,
   conversation: { id: string; organisation_id: string; metadata: Record<string, unknown> },
   reason: string,
@@ -41,7 +42,7 @@ export async function handOff(
  * transaction; several workers may run it at once (queue rows and operators are
  * claimed with SKIP LOCKED). Returns how many were assigned.
  */
-export async function assignQueued(db: Database, makeRecords: (trx: Database) => Records, limit = 20): Promise<number> {
+export async function assignQueued(db: Db, makeRecords: (trx: Db) => Records, limit = 20): Promise<number> {
   let assigned = 0;
   for (let i = 0; i < limit; i++) {
     const done = await inTransaction(db, async (trx) => {
@@ -74,11 +75,11 @@ export async function assignQueued(db: Database, makeRecords: (trx: Database) =>
       const now = new Date();
       const records = makeRecords(trx);
       const actor = systemActor(entry.organisation_id, 'agent');
-      const current = await sql<{ metadata: Record<string, unknown> }>`SELECT metadata FROM conversations WHERE id = ${entry.conversation_id}`.execute(trx);
+      const current = await trx.selectFrom('conversations').select('metadata').where('id', '=', entry.conversation_id).executeTakeFirstOrThrow();
       await records.update(actor, 'Conversation', entry.conversation_id, {
-        metadata: { ...current.rows[0].metadata, assigned_operator: chosen.user_id, assigned_at: now.toISOString() },
+        metadata: { ...(current.metadata as Record<string, unknown>), assigned_operator: chosen.user_id, assigned_at: now.toISOString() },
       });
-      await sql`UPDATE agent_handoffs SET assigned_user_id = ${chosen.user_id}, assigned_at = ${now} WHERE conversation_id = ${entry.conversation_id}`.execute(trx);
+      await trx.updateTable('agent_handoffs').set({ assigned_user_id: chosen.user_id, assigned_at: now }).where('conversation_id', '=', entry.conversation_id).execute();
       return true;
     });
     if (done !== true) break;

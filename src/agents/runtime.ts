@@ -16,7 +16,8 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
-import { inTransaction, type Database } from '../db/connection.js';
+import { inTransaction } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
 import type { Registry } from '../jsonapi/query/parse.js';
@@ -40,7 +41,7 @@ export interface TurnTiming {
 }
 
 export interface RuntimeOptions {
-  db: Database;
+  db: Db;
   services: AppServices;
   config: Config;
   logger?: Logger;
@@ -99,7 +100,7 @@ const PAUSED = (metadata: Record<string, unknown>) => metadata.agent_paused === 
 const CHARS_PER_TOKEN = 4;
 
 export class AgentRuntime {
-  private readonly db: Database;
+  private readonly db: Db;
   private readonly registry: Registry;
   private readonly model: ChatModel | undefined;
   private readonly inFlight = new Set<string>();
@@ -119,7 +120,7 @@ export class AgentRuntime {
     this.model = options.model === undefined ? createChatModel(options.config) : (options.model ?? undefined);
   }
 
-  private records(trx: Database): Records {
+  private records(trx: Db): Records {
     return createRecords({ db: trx, registry: this.registry, services: this.options.services });
   }
 
@@ -175,8 +176,8 @@ export class AgentRuntime {
 
   /** One poll: offer queued handoffs, then claim conversations with work and run them in the background. */
   async tick(): Promise<number> {
-    const queued = await sql`SELECT 1 FROM agent_handoffs WHERE assigned_user_id IS NULL LIMIT 1`.execute(this.db);
-    if (queued.rows.length > 0) await assignQueued(this.db, (trx) => this.records(trx));
+    const queued = await this.db.selectFrom('agent_handoffs').select('conversation_id').where('assigned_user_id', 'is', null).limit(1).executeTakeFirst();
+    if (queued) await assignQueued(this.db, (trx) => this.records(trx));
     const room = this.options.config.agentConcurrency - this.inFlight.size;
     if (room <= 0) return 0;
     const claimed = await this.claim(room);
@@ -251,12 +252,19 @@ export class AgentRuntime {
         if (!more) break;
       }
       if (this.dead) return;
-      await sql`UPDATE agent_turns SET lease_until = NULL, lease_token = NULL, attempts = 0, updated_at = now()
-                WHERE conversation_id = ${conversationId} AND lease_token = ${token}`.execute(this.db);
+      await this.db
+        .updateTable('agent_turns')
+        .set({ lease_until: null, lease_token: null, attempts: 0, updated_at: sql`now()` })
+        .where('conversation_id', '=', conversationId)
+        .where('lease_token', '=', token)
+        .execute();
     } catch (error) {
       if (error instanceof LeaseLost) return;
-      await sql`UPDATE agent_turns SET last_error = ${String((error as Error)?.message ?? error)} WHERE conversation_id = ${conversationId}`
-        .execute(this.db)
+      await this.db
+        .updateTable('agent_turns')
+        .set({ last_error: String((error as Error)?.message ?? error) })
+        .where('conversation_id', '=', conversationId)
+        .execute()
         .catch(() => {});
       throw error;
     } finally {
@@ -444,12 +452,11 @@ export class AgentRuntime {
     handledIndex: number,
     state: WorkflowState,
     /** The writes; may return a later index the cursor can move to. */
-    work: (trx: Database, records: Records) => Promise<number | void>,
+    work: (trx: Db, records: Records) => Promise<number | void>,
   ): Promise<void> {
     await inTransaction(this.db, async (trx) => {
-      const held = await sql<{ lease_token: string | null }>`
-        SELECT lease_token FROM agent_turns WHERE conversation_id = ${conversationId} FOR UPDATE`.execute(trx);
-      if (this.dead || held.rows[0]?.lease_token !== token) throw new LeaseLost();
+      const held = await trx.selectFrom('agent_turns').select('lease_token').where('conversation_id', '=', conversationId).forUpdate().executeTakeFirst();
+      if (this.dead || held?.lease_token !== token) throw new LeaseLost();
       const further = await work(trx, this.records(trx));
       await sql`UPDATE agent_turns SET last_handled_index = GREATEST(last_handled_index, ${Math.max(handledIndex, further ?? -1)}),
                 workflow_state = ${JSON.stringify(state)}::jsonb, last_error = NULL, updated_at = now()
@@ -459,12 +466,12 @@ export class AgentRuntime {
 
   /** The reply the next unanswered user item would get, without storing anything (`agent run`). */
   async dryRun(conversationId: string): Promise<TurnResult | { nothing: string }> {
-    const existing = await sql`SELECT 1 FROM agent_turns WHERE conversation_id = ${conversationId}`.execute(this.db);
+    const existing = await this.db.selectFrom('agent_turns').select('conversation_id').where('conversation_id', '=', conversationId).executeTakeFirst();
     const { conversation, agent, state, pending } = await this.load(conversationId);
     if (!conversation) return { nothing: 'No such conversation.' };
     if (!agent) return { nothing: 'The conversation has no agent.' };
     let items = pending;
-    if (existing.rows.length === 0) {
+    if (!existing) {
       const lastOther = Math.max(-1, ...pending.filter((i) => i.role !== 'user').map((i) => i.content_index));
       items = pending.filter((i) => i.content_index > lastOther);
     }

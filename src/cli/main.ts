@@ -8,7 +8,8 @@ import { AgentRuntime } from '../agents/runtime.js';
 import { consoleLink, createServices, loginHint, startApp } from '../app.js';
 import { createLogger } from '../http/logger.js';
 import { loadConfig } from '../config/index.js';
-import { openDatabase, type Database } from '../db/connection.js';
+import { openDatabase } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { migrate } from '../db/migrate.js';
 import { seedDemo } from '../demo/demo.js';
 import { systemActor } from '../jsonapi/actor.js';
@@ -20,7 +21,7 @@ import { addSipCommands } from './sip.js';
 type Output = Record<string, unknown>;
 
 /** Opens the configured database (migrated), runs `work`, prints its result, closes. */
-async function withDatabase(json: boolean, work: (db: Database, records: Records) => Promise<{ result: Output; text: string }>) {
+async function withDatabase(json: boolean, work: (db: Db, records: Records) => Promise<{ result: Output; text: string }>) {
   const config = loadConfig();
   const database = await openDatabase(config);
   try {

@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
 import { createApiKey } from '../auth/api-keys.js';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Role } from '../jsonapi/principal.js';
 import type { Records } from '../jsonapi/records.js';
@@ -49,7 +49,7 @@ const newPassword = () => randomBytes(9).toString('base64url');
  * behind). When it exists already, its users get new passwords and it gets new
  * keys (the old demo keys are revoked), so the credentials can be printed again.
  */
-export async function seedDemo(db: Database, records: Records): Promise<DemoResult> {
+export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
   // Read before the transaction: the embedded database has one connection, which the transaction holds.
   const members = await db
     .selectFrom('users')
@@ -170,7 +170,7 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
 }
 
 /** Whether the database holds no organisation yet (a first start). */
-export async function isEmpty(db: Database): Promise<boolean> {
+export async function isEmpty(db: Db): Promise<boolean> {
   const row = await db.selectFrom('organisations').select('id').limit(1).executeTakeFirst();
   return row === undefined;
 }

@@ -9,7 +9,7 @@
  * and a terminal one never changes, so late or repeated events are harmless.
  */
 import { sql } from 'kysely';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { systemActor, type Actor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { TERMINAL_CALL_STATUSES } from '../resources/values.js';
@@ -106,7 +106,7 @@ interface CallRow {
 }
 
 export interface CallEventsOptions {
-  db: Database;
+  db: Db;
   records: Records;
 }
 

@@ -9,7 +9,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import type { Records } from '../jsonapi/records.js';
 import { CallEvents, parseCallEvent } from './call-events.js';
 import { renderKamailioConfig, type SipSettings } from './config.js';
@@ -21,7 +21,7 @@ export const SECRET_HEADER = 'x-parley-sip-secret';
 export interface SipEdgeOptions {
   settings: SipSettings;
   databaseUrl: string | undefined;
-  db: Database;
+  db: Db;
   records: Records;
   /** Where the rendered configuration and Kamailio's sockets go; a new temporary folder when absent. */
   runDir?: string;
@@ -153,7 +153,7 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
 }
 
 /** A digest of what Kamailio loaded from a view: when it differs, Kamailio's cached copy is stale. */
-async function viewFingerprint(db: Database, view: 'sip_uacreg' | 'sip_address'): Promise<string> {
+async function viewFingerprint(db: Db, view: 'sip_uacreg' | 'sip_address'): Promise<string> {
   const { rows } = await sql<{ digest: string | null }>`
     SELECT md5(string_agg(v::text, ',' ORDER BY v::text)) AS digest FROM ${sql.table(view)} v`.execute(db);
   return rows[0].digest ?? '';
