@@ -260,7 +260,7 @@ const SECURITY = {
     type: 'http',
     scheme: 'bearer',
     bearerFormat: 'JWT',
-    description: 'A secret API key (server to server), issued by the command line: acts as the key\'s user with their role. Keep it secret.',
+    description: 'A secret API key (server to server), issued by owners and admins (POST /api/api_keys) or the command line: acts as the key\'s user with their role. Keep it secret.',
   },
   publishableKey: {
     type: 'http',
