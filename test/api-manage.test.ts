@@ -279,6 +279,30 @@ describe('users and memberships', () => {
     expect((await login('leaver@manage.example', 'leaver-pass-1')).status).toBe(401);
   });
 
+  it('keeps an owner when two owners demote or remove each other at the same time', async () => {
+    for (let round = 0; round < 6; round += 1) {
+      // Exactly two owners: the seeded one and a new one (other owners step down first).
+      for (const other of (await admin.get('/api/users?filter[role]=owner')).body.data) {
+        if (other.id !== tenant.owner.id) expect((await owner.patch(`/api/users/${other.id}`, doc('User', { role: 'admin' }, other.id))).status).toBe(200);
+      }
+      const email = `co.owner.${round}@manage.example`;
+      const second = (await owner.post('/api/users', doc('User', { email, role: 'owner', password: 'co-owner-pass-1' }))).body.data.id;
+      const coOwner = client(t.app, (await login(email, 'co-owner-pass-1')).body.meta.token);
+      const [a, b] = await Promise.all([
+        round % 2 === 0 ? owner.patch(`/api/users/${second}`, doc('User', { role: 'admin' }, second)) : owner.delete(`/api/users/${second}`),
+        coOwner.patch(`/api/users/${tenant.owner.id}`, doc('User', { role: 'admin' }, tenant.owner.id)),
+      ]);
+      // One of the two may win, or neither (the first change ends the other's owner rights): never both.
+      expect([a.status, b.status].filter((status) => status === 200).length, `round ${round}`).toBeLessThanOrEqual(1);
+      // The other's token is refused (401) once they are no longer a member.
+      for (const response of [a, b]) expect([200, 401, 403, 409], `round ${round}`).toContain(response.status);
+      const owners = (await admin.get('/api/users?filter[role]=owner')).body.data.map((u: { id: string }) => u.id);
+      expect(owners.length, `round ${round}`).toBe([a, b].some((r) => r.status === 200) ? 1 : 2);
+      // Restore the seeded owner for the rounds and tests after this one.
+      if (!owners.includes(tenant.owner.id)) expect((await coOwner.patch(`/api/users/${tenant.owner.id}`, doc('User', { role: 'owner' }, tenant.owner.id))).status).toBe(200);
+    }
+  });
+
   it('lets every user change their own name and password (current one required; other sessions end)', async () => {
     const created = await admin.post('/api/users', doc('User', { email: 'mover@manage.example', role: 'operator', password: 'mover-pass-1' }));
     const id = created.body.data.id;
@@ -322,6 +346,19 @@ describe('timestamps', () => {
       expect(response.status, list).toBe(200);
     }
     expect((await admin.patch(`/api/conversations/${conversation.id}`, doc('Conversation', { created_at: before }, conversation.id))).status).toBe(422);
+  });
+});
+
+describe('visitors', () => {
+  it('read their own conversation at its links.self, and nothing else', async () => {
+    const session = await publishable.post('/api/visitor_sessions', doc('Conversation', {}));
+    const visitor = client(t.app, session.body.meta.token);
+    const own = await visitor.get(new URL(session.body.data.links.self).pathname);
+    expect(own.status).toBe(200);
+    expect(own.body.data.id).toBe(session.body.data.id);
+    const someoneElses = (await admin.post('/api/conversations', doc('Conversation', {}))).body.data.id;
+    expect((await visitor.get(`/api/conversations/${someoneElses}`)).status).toBe(404);
+    expect((await visitor.get('/api/users/me')).status).toBe(403);
   });
 });
 

@@ -61,7 +61,8 @@ beforeAll(async () => {
   ids.Call = await insertCall(t.db, tenant.organisationId);
   ids.CallParticipant = await insertParticipant(t.db, tenant.organisationId, ids.Call);
   ids.CallTranscript = await insertTranscript(t.db, tenant.organisationId, ids.Call, 0);
-  ids.ApiKey = (await t.db.selectFrom('api_keys').select('id').where('organisation_id', '=', tenant.organisationId).executeTakeFirstOrThrow()).id;
+  // A key no request here authenticates with (the admin's), since PATCH may revoke it.
+  ids.ApiKey = (await t.db.selectFrom('api_keys').select('id').where('user_id', '=', tenant.admin.id).executeTakeFirstOrThrow()).id;
   ids.User = tenant.owner.id;
   ids.Organisation = tenant.organisationId;
   ids.AiAgent = (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'Fuzz agent' })).id;

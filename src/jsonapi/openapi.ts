@@ -507,6 +507,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     const member = `${collection}/{id}`;
     const type = r.type;
     const visible = r.access.visible ? ' Operators see only their own records.' : '';
+    const writable = r.access.writable ? ' Operators change only their own record (403 for others).' : '';
     if (r.operations.list) {
       at(collection).get = {
         operationId: `list${type}s`,
@@ -561,7 +562,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
       at(member).patch = {
         operationId: `update${type}`,
         summary: `Update a ${type}`,
-        description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}`,
+        description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}${writable}`,
         tags: [type],
         security: MEMBER_SECURITY,
         parameters: [idParameter, ...queryParameters(r, false, registry)],

@@ -21,16 +21,24 @@ const newInitialPassword = () => randomBytes(12).toString('base64url');
 const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
 
 /**
- * The organisation must keep an owner. The owners' memberships are locked first, so two owners demoting
- * or removing each other at once are serialised and the second is refused (READ COMMITTED re-reads the
- * locked rows, and one no longer an owner drops out).
+ * The member's role and whether another owner remains, with the memberships of the member and of every owner
+ * locked, in one statement and in user order: two owners demoting or removing each other at once then wait
+ * for each other instead of deadlocking, and the second sees the first's change (READ COMMITTED re-reads a
+ * locked row, and one no longer an owner drops out), so the organisation always keeps an owner.
  */
-async function refuseLastOwner(db: Database, organisationId: string, userId: string, pointer?: string): Promise<void> {
-  const { rows } = await sql<{ user_id: string }>`
-    SELECT user_id FROM memberships WHERE organisation_id = ${organisationId} AND role = 'owner' FOR UPDATE`.execute(db);
-  if (rows.some((r) => r.user_id !== userId)) return;
-  throw ApiError.of(409, 'conflict', 'This is the organisation\'s last owner; make another member an owner first.', pointer ? at(pointer) : undefined);
+async function lockMembership(db: Database, organisationId: string, userId: string) {
+  const { rows } = await sql<{ user_id: string; role: Role }>`
+    SELECT user_id, role FROM memberships
+    WHERE organisation_id = ${organisationId} AND (role = 'owner' OR user_id = ${userId})
+    ORDER BY user_id FOR UPDATE`.execute(db);
+  return {
+    role: rows.find((r) => r.user_id === userId)?.role,
+    otherOwner: rows.some((r) => r.user_id !== userId && r.role === 'owner'),
+  };
 }
+
+const lastOwner = (pointer?: string) =>
+  ApiError.of(409, 'conflict', 'This is the organisation\'s last owner; make another member an owner first.', pointer ? at(pointer) : undefined);
 
 /** Only an owner makes, unmakes or removes owners (an admin could otherwise take the organisation over). */
 function requireOwnerFor(ctx: ActionContext, touchesOwner: boolean, pointer?: string): void {
@@ -109,12 +117,10 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   }
   if (values.role !== undefined) {
     if (!system && !ADMINS.includes(principal.role as Role)) throw ApiError.of(403, 'forbidden', 'Only owners and admins change roles.', at('role'));
-    const { rows } = await sql<{ role: Role }>`
-      SELECT role FROM memberships WHERE organisation_id = ${principal.organisationId} AND user_id = ${id} FOR UPDATE`.execute(db);
-    const current = rows[0]?.role;
+    const { role: current, otherOwner } = await lockMembership(db, principal.organisationId, id);
     if (current !== values.role) {
       requireOwnerFor(ctx, current === 'owner' || values.role === 'owner', 'role');
-      if (current === 'owner') await refuseLastOwner(db, principal.organisationId, id, 'role');
+      if (current === 'owner' && !otherOwner) throw lastOwner('role');
       await db
         .updateTable('memberships')
         .set({ role: values.role as Role, updated_at: now })
@@ -137,11 +143,10 @@ async function updateMember(ctx: ActionContext): Promise<void> {
 async function removeMember(ctx: ActionContext): Promise<Record<string, number>> {
   const { db, principal } = ctx;
   const id = String(ctx.existing!.id);
-  const { rows } = await sql<{ role: Role }>`
-    SELECT role FROM memberships WHERE organisation_id = ${principal.organisationId} AND user_id = ${id} FOR UPDATE`.execute(db);
-  if (!rows[0]) throw notFound();
-  requireOwnerFor(ctx, rows[0].role === 'owner');
-  if (rows[0].role === 'owner') await refuseLastOwner(db, principal.organisationId, id);
+  const { role, otherOwner } = await lockMembership(db, principal.organisationId, id);
+  if (!role) throw notFound();
+  requireOwnerFor(ctx, role === 'owner');
+  if (role === 'owner' && !otherOwner) throw lastOwner();
   const system = systemActor(principal.organisationId, 'engine');
   const keys = await db.selectFrom('api_keys').select('id').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
   for (const key of keys) await ctx.records.delete(system, 'ApiKey', key.id);

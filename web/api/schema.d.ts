@@ -119,7 +119,7 @@ export interface paths {
         head?: never;
         /**
          * Update a User
-         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin, operator.
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin, operator. Operators change only their own record (403 for others).
          */
         patch: operations["updateUser"];
         trace?: never;
