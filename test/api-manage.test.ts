@@ -330,6 +330,25 @@ describe('users and memberships', () => {
   });
 });
 
+describe('signing a member out', () => {
+  it('ends the member\'s sessions at once (owners and admins, or the member for their other sessions)', async () => {
+    const id = (await admin.post('/api/users', doc('User', { email: 'signed.out@manage.example', role: 'operator', password: 'signed-out-1' }))).body.data.id;
+    const first = client(t.app, (await login('signed.out@manage.example', 'signed-out-1')).body.meta.token);
+    const second = client(t.app, (await login('signed.out@manage.example', 'signed-out-1')).body.meta.token);
+    const signOut = (as: Client) => as.patch(`/api/users/${id}`, doc('User', { revoke_tokens: true }, id));
+    expect((await signOut(operator)).status).toBe(403);
+    expect((await admin.patch(`/api/users/${tenant.owner.id}`, doc('User', { revoke_tokens: true }, tenant.owner.id))).status).toBe(403);
+    // Themselves: the other session ends, this one stays.
+    expect((await signOut(first)).status).toBe(200);
+    expect((await first.get('/api/users/me')).status).toBe(200);
+    expect((await second.get('/api/users/me')).status).toBe(401);
+    // An admin: every session of theirs.
+    expect((await signOut(admin)).status).toBe(200);
+    expect((await first.get('/api/users/me')).status).toBe(401);
+    expect((await login('signed.out@manage.example', 'signed-out-1')).status).toBe(200);
+  });
+});
+
 describe('timestamps', () => {
   it('are on every type, sortable and filterable', async () => {
     const before = new Date(Date.now() - 1000).toISOString();

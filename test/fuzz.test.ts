@@ -77,7 +77,7 @@ const attributeNames = fc.constantFrom(
   'content', 'role', 'conversation_id', 'organisation_id', 'status', 'mode', 'channel', 'metadata', 'ai_agent_id',
   'sip_username', 'sip_password', 'user_id', 'sip_user_id', 'source', 'left_at', 'realm', 'username', 'password',
   'inbound_acl', 'languages', 'workflow', 'name', 'published', 'content_index', 'item_id', 'occurred_at', 'id', 'email',
-  'key_type', 'revoked_at', 'expires_at', 'full_name', 'current_password', 'initial_password', 'token', 'created_at', 'updated_at',
+  'key_type', 'revoked_at', 'expires_at', 'full_name', 'current_password', 'initial_password', 'revoke_tokens', 'token', 'created_at', 'updated_at',
 );
 const types = fc.constantFrom('Conversation', 'ConversationItem', 'AiAgent', 'Gateway', 'SipUser', 'OperatorStatus', 'CallParticipant', 'User', 'ApiKey', 'Nope', '');
 

@@ -115,6 +115,22 @@ async function updateMember(ctx: ActionContext): Promise<void> {
     if (!system && principal.credential === 'user_token') sessions = sessions.where('id', '<>', principal.credentialId);
     await sessions.execute();
   }
+  if (values.revoke_tokens === true) {
+    if (!system && !self) {
+      if (!ADMINS.includes(principal.role as Role)) throw ApiError.of(403, 'forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
+      const target = await db.selectFrom('memberships').select('role').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).executeTakeFirst();
+      requireOwnerFor(ctx, target?.role === 'owner', 'revoke_tokens');
+    }
+    // Sessions in this organisation; a user signing themselves out elsewhere keeps the token making the request.
+    let sessions = db
+      .updateTable('user_sessions')
+      .set({ revoked_at: now })
+      .where('user_id', '=', id)
+      .where('organisation_id', '=', principal.organisationId)
+      .where('revoked_at', 'is', null);
+    if (!system && self && principal.credential === 'user_token') sessions = sessions.where('id', '<>', principal.credentialId);
+    await sessions.execute();
+  }
   if (values.role !== undefined) {
     if (!system && !ADMINS.includes(principal.role as Role)) throw ApiError.of(403, 'forbidden', 'Only owners and admins change roles.', at('role'));
     const { role: current, otherOwner } = await lockMembership(db, principal.organisationId, id);
@@ -133,6 +149,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   delete values.password;
   delete values.current_password;
   delete values.role;
+  delete values.revoke_tokens;
 }
 
 /**
@@ -180,6 +197,13 @@ export default defineResource({
     }),
     password: attr.string({ create: true, update: true, writeOnly: true, minLength: MIN_PASSWORD_LENGTH, maxLength: 1024, description: 'A new user\'s password (generated when omitted), or your own new password (with current_password).' }),
     current_password: attr.string({ update: true, writeOnly: true, minLength: 1, maxLength: 1024, description: 'Your current password, required to set a new one.' }),
+    revoke_tokens: attr.boolean({
+      update: true,
+      writeOnly: true,
+      description:
+        'true: ends the member\'s sessions (user tokens) in this organisation at once; your own token making the request stays valid. ' +
+        'Owners and admins for any member (owners only for owners), every user for themselves. API keys are revoked one by one.',
+    }),
     initial_password: attr.string({
       revealedOnCreate: true,
       description: 'The generated password of a new user created without one, shown once in the create response; null afterwards. Hand it to the user, who should change it.',

@@ -2771,6 +2771,8 @@ export interface operations {
                             password?: string;
                             /** @description Your current password, required to set a new one. */
                             current_password?: string;
+                            /** @description true: ends the member's sessions (user tokens) in this organisation at once; your own token making the request stays valid. Owners and admins for any member (owners only for owners), every user for themselves. API keys are revoked one by one. */
+                            revoke_tokens?: boolean;
                         };
                         relationships?: Record<string, unknown>;
                         meta?: Record<string, unknown>;
