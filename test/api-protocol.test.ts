@@ -256,7 +256,9 @@ describe('trailing slashes', () => {
     const list = await api.get('/api/conversations/');
     expect(list.status).toBe(200);
     expect(Array.isArray(list.body.data)).toBe(true);
-    // Calls have no collection path: with or without the slash, no route.
-    expect((await api.get('/api/calls/')).status).toBe(404);
+    expect((await api.get('/api/calls/')).status).toBe(200);
+    // A path that names nothing: with or without the slash, no route.
+    expect((await api.get('/api/nowhere/')).status).toBe(404);
+    expect((await api.get('/api/nowhere')).status).toBe(404);
   });
 });

@@ -75,7 +75,23 @@ describe('parley command line', () => {
     expect(agent).toMatchObject({ name: 'Cli Agent', organisation_id: org.id });
     expect(await parley('key', 'revoke', '--id', key.id)).toEqual({ id: key.id, revoked: true });
     expect(await parley('user', 'revoke-tokens', '--user', user.id)).toMatchObject({ id: user.id });
-  }, 180_000);
+
+    // The matching lists: organisations, members with roles, keys (never a token), the revoked one shown so.
+    const { organisations } = await parley('org', 'list');
+    expect(organisations).toContainEqual({ id: org.id, name: 'Cli Org', created_at: expect.stringMatching(/Z$/) });
+    const { users } = await parley('user', 'list', '--org', org.id);
+    expect(users).toEqual([{ id: user.id, email: 'cli@example.com', full_name: 'Cli User', role: 'admin', member_since: expect.stringMatching(/Z$/) }]);
+    const listed = await parley('key', 'list', '--org', org.id);
+    expect(listed.keys.map((k: { id: string }) => k.id)).toEqual([key.id, publishable.id]);
+    expect(listed.keys[0]).toMatchObject({ name: 'ci', key_type: 'secret', user_id: user.id, revoked_at: expect.stringMatching(/Z$/) });
+    expect(listed.keys[1].revoked_at).toBeNull();
+    expect(JSON.stringify(listed)).not.toContain(publishable.token);
+    expect((await parley('key', 'list', '--org', org.id, '--user', '00000000-0000-7000-8000-000000000000')).keys).toEqual([]);
+    const { stdout: text } = await run(process.execPath, ['--import', 'tsx', cli, 'user', 'list', '--org', org.id], { env });
+    expect(text).toMatch(/cli@example\.com\s+admin\s+Cli User/);
+    expect(await fails('key', 'list', '--org', '00000000-0000-7000-8000-000000000000')).toMatch(/no organisation/);
+    expect(await fails('key', 'revoke', '--id', key.id)).toMatch(/no active key/);
+  }, 240_000);
 
   it('seeds the demo organisation', async () => {
     const demo = await parley('demo');

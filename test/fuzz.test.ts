@@ -25,6 +25,10 @@ const TABLES = [
   'call_participants',
   'api_keys',
   'users',
+  'memberships',
+  'user_sessions',
+  'calls',
+  'organisations',
 ];
 
 let t: TestApp;
@@ -44,7 +48,8 @@ beforeAll(async () => {
   const call = await insertCall(t.db, tenant.organisationId);
   const participant = await insertParticipant(t.db, tenant.organisationId, call);
   const agent = (await t.db.selectFrom('ai_agents').select('id').where('organisation_id', '=', tenant.organisationId).executeTakeFirst())?.id;
-  ids = { conversation, item, sipUser, gateway, status, call, participant, agent: agent ?? conversation };
+  const key = (await t.db.selectFrom('api_keys').select('id').where('user_id', '=', tenant.operator.id).executeTakeFirstOrThrow()).id;
+  ids = { conversation, item, sipUser, gateway, status, call, participant, agent: agent ?? conversation, key, user: tenant.operator.id, owner: tenant.owner.id, organisation: tenant.organisationId };
 });
 afterAll(async () => {
   console.log(`fuzz: ${generated} generated requests, 0 answered 5xx`);
@@ -56,7 +61,7 @@ async function snapshot(): Promise<string> {
   const parts: string[] = [];
   for (const table of TABLES) {
     const { rows } = await sql<{ digest: string }>`
-      SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), '')) AS digest FROM ${sql.table(table)} t`.execute(t.db);
+      SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) AS digest FROM ${sql.table(table)} t`.execute(t.db);
     parts.push(rows[0].digest);
   }
   return parts.join(',');
@@ -72,8 +77,9 @@ const attributeNames = fc.constantFrom(
   'content', 'role', 'conversation_id', 'organisation_id', 'status', 'mode', 'channel', 'metadata', 'ai_agent_id',
   'sip_username', 'sip_password', 'user_id', 'sip_user_id', 'source', 'left_at', 'realm', 'username', 'password',
   'inbound_acl', 'languages', 'workflow', 'name', 'published', 'content_index', 'item_id', 'occurred_at', 'id', 'email',
+  'key_type', 'revoked_at', 'expires_at', 'full_name', 'current_password', 'initial_password', 'revoke_tokens', 'token', 'created_at', 'updated_at',
 );
-const types = fc.constantFrom('Conversation', 'ConversationItem', 'AiAgent', 'Gateway', 'SipUser', 'OperatorStatus', 'CallParticipant', 'User', 'Nope', '');
+const types = fc.constantFrom('Conversation', 'ConversationItem', 'AiAgent', 'Gateway', 'SipUser', 'OperatorStatus', 'CallParticipant', 'User', 'ApiKey', 'Nope', '');
 
 const body = fc.oneof(
   fc.record({
@@ -109,11 +115,18 @@ function targets(): fc.Arbitrary<Target> {
     ['POST', '/api/conversation_items'], ['POST', '/api/gateways'], ['POST', '/api/sip_users'], ['GET', '/api/sip_users'],
     ['POST', '/api/operator_statuses'], ['GET', '/api/operator_status_events'], ['GET', '/api/call_participants'],
     ['GET', '/api/call_transcripts'], ['DELETE', '/api/conversations'],
+    ['GET', '/api/ai_agents'], ['POST', '/api/ai_agents'], ['GET', '/api/gateways'], ['GET', '/api/operator_statuses'], ['GET', '/api/calls'],
+    ['POST', '/api/api_keys'], ['GET', '/api/users'], ['POST', '/api/users'], ['GET', '/api/users/me'], ['PATCH', '/api/users/me'],
+    ['GET', '/api/organisations'],
   ] as const;
   const members = [
     ['GET', '/api/api_keys/'], ['PATCH', '/api/conversations/'], ['GET', '/api/conversation_items/'], ['PATCH', '/api/ai_agents/'],
     ['PATCH', '/api/gateways/'], ['PATCH', '/api/sip_users/'], ['GET', '/api/operator_statuses/'], ['GET', '/api/operator_status_events/'],
     ['GET', '/api/calls/'], ['PATCH', '/api/call_participants/'], ['PUT', '/api/calls/'],
+    ['GET', '/api/ai_agents/'], ['DELETE', '/api/ai_agents/'], ['GET', '/api/gateways/'], ['DELETE', '/api/gateways/'],
+    ['GET', '/api/sip_users/'], ['DELETE', '/api/sip_users/'], ['GET', '/api/conversations/'], ['GET', '/api/call_participants/'],
+    ['GET', '/api/call_transcripts/'], ['PATCH', '/api/api_keys/'], ['DELETE', '/api/api_keys/'], ['GET', '/api/users/'],
+    ['PATCH', '/api/users/'], ['DELETE', '/api/users/'], ['GET', '/api/organisations/'],
   ] as const;
   return fc.oneof(
     fc.constantFrom(...paths).map(([method, path]) => ({ method, path })),

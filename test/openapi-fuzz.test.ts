@@ -9,6 +9,8 @@ import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createUserInOrganisation } from '../src/auth/accounts.js';
+import { createApiKey } from '../src/auth/api-keys.js';
 import { systemActor } from '../src/jsonapi/actor.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
@@ -29,6 +31,22 @@ const ids: Record<string, string> = {};
 const ajv = new Ajv2020.default({ strict: false, validateSchema: false, allErrors: true });
 addFormats.default(ajv);
 const counts = { positive: 0, negative: 0, succeeded: 0, refused: 0 };
+let serial = 0;
+/** A fresh record of each deletable type: a DELETE removes its own, never the records the other operations use. */
+const fresh: Record<string, () => Promise<string>> = {
+  AiAgent: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'Doomed' })).id,
+  Gateway: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'Gateway', { realm: `d${serial++}.example.com`, username: 'd' })).id,
+  SipUser: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `doomed.${serial++}` })).id,
+  ApiKey: async () => (await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'doomed' })).id,
+  User: async () =>
+    (await createUserInOrganisation(t.services.records!, { organisationId: tenant.organisationId, email: `doomed.${serial++}@fuzz.example`, password: 'doomed-pass-1', fullName: 'D', role: 'operator' })).id,
+};
+/** The id a request's path names: a fresh record for a DELETE, else the record of the operation's type. */
+async function pathId(operation: Operation): Promise<string | undefined> {
+  if (!operation.path.includes('{id}')) return undefined;
+  const type = operation.op.tags[0];
+  return operation.method === 'DELETE' ? fresh[type]() : ids[type];
+}
 
 beforeAll(async () => {
   t = await startTestApp();
@@ -43,7 +61,8 @@ beforeAll(async () => {
   ids.Call = await insertCall(t.db, tenant.organisationId);
   ids.CallParticipant = await insertParticipant(t.db, tenant.organisationId, ids.Call);
   ids.CallTranscript = await insertTranscript(t.db, tenant.organisationId, ids.Call, 0);
-  ids.ApiKey = (await t.db.selectFrom('api_keys').select('id').where('organisation_id', '=', tenant.organisationId).executeTakeFirstOrThrow()).id;
+  // A key no request here authenticates with (the admin's), since PATCH may revoke it.
+  ids.ApiKey = (await t.db.selectFrom('api_keys').select('id').where('user_id', '=', tenant.admin.id).executeTakeFirstOrThrow()).id;
   ids.User = tenant.owner.id;
   ids.Organisation = tenant.organisationId;
   ids.AiAgent = (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'Fuzz agent' })).id;
@@ -182,10 +201,10 @@ function positiveBody(op: Schema, id: string | undefined): fc.Arbitrary<Schema> 
 
 /** 422s that JSON Schema cannot foresee: cross-field rules, state (a closed conversation), numbering, CIDR and host checks. */
 // A reference attribute (`*_id`) naming no record of the organisation is a semantic refusal the schema cannot express.
-const SEMANTIC_POINTERS = /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm)|relationships\/conversation)/;
+// A user's current password (checked against the stored hash) and an API key's revocation (final, never in the future) too.
+const SEMANTIC_POINTERS = /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm|current_password|revoked_at)|relationships\/conversation)/;
 
-async function send(operation: Operation, query: Record<string, string>, body: unknown, credential: string) {
-  const id = operation.path.includes('{id}') ? ids[operation.op.tags[0]] : undefined;
+async function send(operation: Operation, query: Record<string, string>, body: unknown, credential: string, id?: string) {
   const path = operation.path.replace('{id}', id ?? '');
   const search = Object.entries(query).map(([k, v]) => `${k.replace(/[^[\]]+/g, encodeURIComponent)}=${v.includes('%') ? v : encodeURIComponent(v)}`).join('&');
   const response = await t.app.inject({
@@ -224,7 +243,7 @@ describe('requests generated from the OpenAPI document', () => {
       fc.asyncProperty(arbitraries(), async ([index, query, body]) => {
         const operation = operations[index];
         counts.positive += 1;
-        const { status, body: answer, label, documented } = await send(operation, query, body, credentialFor(operation));
+        const { status, body: answer, label, documented } = await send(operation, query, body, credentialFor(operation), await pathId(operation));
         if (status < 300) {
           counts.succeeded += 1;
           const schema = documented.content['application/vnd.api+json'].schema;
@@ -279,7 +298,7 @@ describe('requests generated from the OpenAPI document', () => {
         const mutated = mutate(query, body as Schema | undefined);
         fc.pre(mutated !== undefined);
         counts.negative += 1;
-        const { status, label } = await send(operation, mutated![0], mutated![1], credentialFor(operation));
+        const { status, label } = await send(operation, mutated![0], mutated![1], credentialFor(operation), await pathId(operation));
         expect(status >= 400 && status < 500, label).toBe(true);
         counts.refused += 1;
       }),

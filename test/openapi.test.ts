@@ -14,7 +14,18 @@ const SPEC = [
   'get /api/call_transcripts',
 ];
 /** Part two's additions (CONTRACT sections 9-12): each new endpoint appears in the document too. */
-const BEYOND_SPEC = ['post /api/visitor_sessions'];
+const BEYOND_SPEC = [
+  'post /api/visitor_sessions',
+  // Managing the organisation over HTTP: every type readable by its links.self, and removable where users expect.
+  'get /api/ai_agents', 'get /api/ai_agents/{id}', 'post /api/ai_agents', 'delete /api/ai_agents/{id}',
+  'get /api/gateways', 'get /api/gateways/{id}', 'delete /api/gateways/{id}',
+  'get /api/sip_users/{id}', 'delete /api/sip_users/{id}',
+  'get /api/operator_statuses', 'get /api/calls', 'get /api/conversations/{id}',
+  'get /api/call_participants/{id}', 'get /api/call_transcripts/{id}',
+  'post /api/api_keys', 'patch /api/api_keys/{id}', 'delete /api/api_keys/{id}',
+  'get /api/users', 'get /api/users/{id}', 'get /api/users/me', 'post /api/users', 'patch /api/users/{id}', 'delete /api/users/{id}',
+  'get /api/organisations', 'get /api/organisations/{id}',
+];
 
 const doc = buildOpenApi(resources) as any;
 
@@ -57,6 +68,22 @@ describe('the OpenAPI document', () => {
     const gateway = doc.components.schemas.GatewayAttributes.properties;
     expect(gateway).not.toHaveProperty('password');
     expect(doc.components.schemas.ConversationAttributes.properties.status.enum).toEqual(['active', 'pending', 'closed']);
+  });
+
+  it('documents deletes with their counts and 409, and timestamps on every type', () => {
+    for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+      if (!methods.delete) continue;
+      expect(Object.keys(methods.delete.responses), path).toEqual(expect.arrayContaining(['200', '403', '404', '409']));
+      expect(methods.delete.responses['200'].content['application/vnd.api+json'].schema).toEqual({ $ref: '#/components/schemas/DeleteDocument' });
+    }
+    for (const r of resources) {
+      const attributes = doc.components.schemas[`${r.type}Attributes`].properties;
+      expect(attributes.created_at, r.type).toMatchObject({ type: 'string', format: 'date-time' });
+      expect(attributes.updated_at, r.type).toMatchObject({ type: 'string', format: 'date-time' });
+    }
+    // A new user's password is never returned; the generated one only in the create response (nullable otherwise).
+    expect(doc.components.schemas.UserAttributes.properties).not.toHaveProperty('password');
+    expect(doc.components.schemas.UserAttributes.properties.initial_password.type).toEqual(['string', 'null']);
   });
 });
 

@@ -5,11 +5,13 @@
 import { randomBytes } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createUserInOrganisation } from '../src/auth/accounts.js';
 import { createApiKey, revokeApiKey } from '../src/auth/api-keys.js';
+import { systemActor } from '../src/jsonapi/actor.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
 import { client, resourceDocument } from './helpers/http.js';
-import { insertAgent, insertCall, insertParticipant } from './helpers/telephony.js';
+import { insertAgent, insertCall, insertParticipant, insertTranscript } from './helpers/telephony.js';
 
 type Credential =
   | 'none' | 'malformed' | 'alg_none' | 'wrong_secret' | 'expired' | 'revoked' | 'publishable' | 'operator' | 'admin' | 'other_admin'
@@ -47,6 +49,7 @@ beforeAll(async () => {
   ids.event = (await admin.get('/api/operator_status_events')).body.data[0].id;
   ids.call = await insertCall(t.db, tenant.organisationId);
   ids.participant = await insertParticipant(t.db, tenant.organisationId, ids.call);
+  ids.transcript = await insertTranscript(t.db, tenant.organisationId, ids.call, 0);
   ids.operatorKey = (await client(t.app, tenant.operator.token).get('/api/api_keys')).body.data[0].id;
 
   const expiring = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'expiring' });
@@ -82,8 +85,9 @@ afterAll(async () => t?.close());
 
 interface Endpoint {
   name: string;
-  method: 'GET' | 'POST' | 'PATCH';
-  url: () => string;
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE';
+  /** A delete's URL names a fresh record for each cell, so that every credential meets one. */
+  url: () => string | Promise<string>;
   body?: () => unknown;
   /** Expected status for operator, admin and another organisation's admin (and a visitor, when not 403). */
   visitor?: number;
@@ -93,6 +97,16 @@ interface Endpoint {
 }
 
 const doc = resourceDocument;
+const unique = () => randomBytes(4).toString('hex');
+/** Fresh records of our organisation, for the deletes (each cell removes, or fails to remove, its own). */
+const fresh = {
+  agent: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'doomed' })).id,
+  gateway: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'Gateway', { realm: `d${unique()}.example.com`, username: 'd' })).id,
+  sipUser: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `d${unique()}` })).id,
+  operatorKey: async () => (await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.operator.id, keyType: 'secret', name: 'doomed' })).id,
+  member: async () =>
+    (await createUserInOrganisation(t.services.records!, { organisationId: tenant.organisationId, email: `m${unique()}@matrix.example`, password: 'member-pass-1', fullName: 'M', role: 'operator' })).id,
+};
 const ENDPOINTS: Endpoint[] = [
   { name: 'list api keys', method: 'GET', url: () => '/api/api_keys', operator: 200, admin: 200, other: 200 },
   { name: 'get api key', method: 'GET', url: () => `/api/api_keys/${ids.operatorKey}`, operator: 200, admin: 200, other: 404 },
@@ -118,6 +132,34 @@ const ENDPOINTS: Endpoint[] = [
   { name: 'list transcripts', method: 'GET', url: () => '/api/call_transcripts', operator: 200, admin: 200, other: 200 },
   // Beyond the spec's 22: the chat widget's visitor credential is opened with a publishable key only.
   { name: 'open visitor session', method: 'POST', url: () => '/api/visitor_sessions', body: () => doc('Conversation', {}), operator: 403, admin: 403, other: 403 },
+  // Managing the organisation over HTTP.
+  { name: 'list agents', method: 'GET', url: () => '/api/ai_agents', operator: 200, admin: 200, other: 200 },
+  { name: 'get agent', method: 'GET', url: () => `/api/ai_agents/${ids.agent}`, operator: 200, admin: 200, other: 404 },
+  { name: 'create agent', method: 'POST', url: () => '/api/ai_agents', body: () => doc('AiAgent', { name: 'New agent' }), operator: 403, admin: 201, other: 201 },
+  { name: 'delete agent', method: 'DELETE', url: async () => `/api/ai_agents/${await fresh.agent()}`, operator: 403, admin: 200, other: 404 },
+  { name: 'list gateways', method: 'GET', url: () => '/api/gateways', operator: 403, admin: 200, other: 200 },
+  { name: 'get gateway', method: 'GET', url: () => `/api/gateways/${ids.gateway}`, operator: 403, admin: 200, other: 404 },
+  { name: 'delete gateway', method: 'DELETE', url: async () => `/api/gateways/${await fresh.gateway()}`, operator: 403, admin: 200, other: 404 },
+  { name: 'get sip user', method: 'GET', url: () => `/api/sip_users/${ids.sipUser}`, operator: 200, admin: 200, other: 404 },
+  // Another SIP user than the operator's own is invisible to them: 404, not 403.
+  { name: 'delete sip user', method: 'DELETE', url: async () => `/api/sip_users/${await fresh.sipUser()}`, operator: 404, admin: 200, other: 404 },
+  { name: 'list operator statuses', method: 'GET', url: () => '/api/operator_statuses?filter[status]=available', operator: 200, admin: 200, other: 200 },
+  { name: 'list calls', method: 'GET', url: () => '/api/calls', operator: 200, admin: 200, other: 200 },
+  { name: 'get conversation', method: 'GET', url: () => `/api/conversations/${ids.conversation}`, operator: 200, admin: 200, other: 404, visitor: 404 },
+  { name: 'get participant', method: 'GET', url: () => `/api/call_participants/${ids.participant}`, operator: 200, admin: 200, other: 404 },
+  { name: 'get transcript', method: 'GET', url: () => `/api/call_transcripts/${ids.transcript}`, operator: 200, admin: 200, other: 404 },
+  { name: 'create api key', method: 'POST', url: () => '/api/api_keys', body: () => doc('ApiKey', { name: 'new', key_type: 'secret' }), operator: 403, admin: 201, other: 201 },
+  { name: 'update api key', method: 'PATCH', url: () => `/api/api_keys/${ids.operatorKey}`, body: () => doc('ApiKey', { name: 'renamed' }, ids.operatorKey), operator: 200, admin: 200, other: 404 },
+  { name: 'delete api key', method: 'DELETE', url: async () => `/api/api_keys/${await fresh.operatorKey()}`, operator: 200, admin: 200, other: 404 },
+  { name: 'list users', method: 'GET', url: () => '/api/users', operator: 200, admin: 200, other: 200 },
+  { name: 'get user', method: 'GET', url: () => `/api/users/${tenant.operator.id}`, operator: 200, admin: 200, other: 404 },
+  { name: 'get own user', method: 'GET', url: () => '/api/users/me', operator: 200, admin: 200, other: 200 },
+  { name: 'add member', method: 'POST', url: () => '/api/users', body: () => doc('User', { email: `n${unique()}@matrix.example`, role: 'operator' }), operator: 403, admin: 201, other: 201 },
+  // A role is changed by owners and admins only, even to the value it has.
+  { name: 'change role', method: 'PATCH', url: () => `/api/users/${tenant.operator.id}`, body: () => doc('User', { role: 'operator' }, tenant.operator.id), operator: 403, admin: 200, other: 404 },
+  { name: 'remove member', method: 'DELETE', url: async () => `/api/users/${await fresh.member()}`, operator: 403, admin: 200, other: 404 },
+  { name: 'list organisations', method: 'GET', url: () => '/api/organisations', operator: 200, admin: 200, other: 200 },
+  { name: 'get organisation', method: 'GET', url: () => `/api/organisations/${tenant.organisationId}`, operator: 200, admin: 200, other: 404 },
 ];
 
 function expected(endpoint: Endpoint, credential: Credential): number {
@@ -139,7 +181,7 @@ function expected(endpoint: Endpoint, credential: Credential): number {
 
 describe('security matrix', () => {
   it(`${ENDPOINTS.length} endpoints x ${CREDENTIALS.length} credentials answer as expected`, async () => {
-    expect(ENDPOINTS).toHaveLength(23);
+    expect(ENDPOINTS).toHaveLength(48);
     const failures: string[] = [];
     const ourIds = new Set([tenant.organisationId, ...Object.values(ids)]);
     // The visitor may see its own conversation, and nothing else of the organisation.
@@ -147,7 +189,7 @@ describe('security matrix', () => {
     for (const endpoint of ENDPOINTS) {
       for (const credential of CREDENTIALS) {
         const api = client(t.app, tokens[credential]);
-        const response = await api.request(endpoint.method, endpoint.url(), endpoint.body?.());
+        const response = await api.request(endpoint.method, await endpoint.url(), endpoint.body?.());
         const want = expected(endpoint, credential);
         if (response.status !== want) failures.push(`${endpoint.name} as ${credential}: ${response.status}, expected ${want}`);
         if (want === 401 && response.headers['www-authenticate'] !== 'Bearer') failures.push(`${endpoint.name} as ${credential}: no WWW-Authenticate`);

@@ -52,6 +52,24 @@ function fail(error: unknown, json: boolean): never {
   process.exit(1);
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** A listed organisation must exist: an unknown (or malformed) id is an error, not an empty list. */
+async function requireOrganisation(db: Database, id: string): Promise<void> {
+  const found = UUID.test(id) && (await db.selectFrom('organisations').select('id').where('id', '=', id).executeTakeFirst());
+  if (!found) throw new Error(`no organisation ${id}`);
+}
+
+const iso = (value: unknown): string | null => (value instanceof Date ? value.toISOString() : value == null ? null : String(value));
+
+/** Rows as aligned text columns, for people; --json gives the same rows to programs. */
+function table(rows: Record<string, unknown>[], columns: string[]): string {
+  if (rows.length === 0) return '(none)';
+  const cells = [columns, ...rows.map((r) => columns.map((c) => String(r[c] ?? '-')))];
+  const widths = columns.map((_, i) => Math.max(...cells.map((row) => row[i].length)));
+  return cells.map((row) => row.map((cell, i) => cell.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
+}
+
 const jsonRequested = process.argv.includes('--json');
 const program = new Command('parley').description('Parley: conversations, AI agents, operators and SIP telephony');
 // With --json, usage errors too are one JSON object on stdout; otherwise commander's text and the help.
@@ -158,7 +176,44 @@ org
     ),
   );
 
+org
+  .command('list')
+  .description('every organisation of this installation')
+  .addOption(json())
+  .action(
+    action(async (o: { json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        const organisations = (await db.selectFrom('organisations').select(['id', 'name', 'created_at']).orderBy('created_at').orderBy('id').execute()).map(
+          (r) => ({ id: r.id, name: r.name, created_at: iso(r.created_at) }),
+        );
+        return { result: { organisations }, text: table(organisations, ['id', 'name', 'created_at']) };
+      }),
+    ),
+  );
+
 const user = program.command('user').description('users');
+user
+  .command('list')
+  .description('the members of an organisation')
+  .requiredOption('--org <id>')
+  .addOption(json())
+  .action(
+    action(async (o: { org: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        await requireOrganisation(db, o.org);
+        const rows = await db
+          .selectFrom('memberships as m')
+          .innerJoin('users as u', 'u.id', 'm.user_id')
+          .select(['u.id', 'u.email', 'u.full_name', 'm.role', 'm.created_at'])
+          .where('m.organisation_id', '=', o.org)
+          .orderBy('m.created_at')
+          .orderBy('u.id')
+          .execute();
+        const users = rows.map((r) => ({ id: r.id, email: r.email, full_name: r.full_name, role: r.role, member_since: iso(r.created_at) }));
+        return { result: { organisation_id: o.org, users }, text: table(users, ['id', 'email', 'role', 'full_name']) };
+      }),
+    ),
+  );
 user
   .command('create')
   .requiredOption('--org <id>')
@@ -214,13 +269,42 @@ key
     ),
   );
 key
+  .command('list')
+  .description('the API keys of an organisation (never their tokens)')
+  .requiredOption('--org <id>')
+  .option('--user <id>', 'only this user\'s keys')
+  .addOption(json())
+  .action(
+    action(async (o: { org: string; user?: string; json?: boolean }) =>
+      withDatabase(!!o.json, async (db) => {
+        await requireOrganisation(db, o.org);
+        let query = db
+          .selectFrom('api_keys')
+          .select(['id', 'name', 'key_type', 'user_id', 'expires_at', 'revoked_at', 'created_at'])
+          .where('organisation_id', '=', o.org);
+        if (o.user) query = query.where('user_id', '=', o.user);
+        const rows = await query.orderBy('created_at').orderBy('id').execute();
+        const keys = rows.map((r) => ({
+          id: r.id,
+          name: r.name,
+          key_type: r.key_type,
+          user_id: r.user_id,
+          expires_at: iso(r.expires_at),
+          revoked_at: iso(r.revoked_at),
+          created_at: iso(r.created_at),
+        }));
+        return { result: { organisation_id: o.org, keys }, text: table(keys, ['id', 'name', 'key_type', 'user_id', 'revoked_at']) };
+      }),
+    ),
+  );
+key
   .command('revoke')
   .requiredOption('--id <id>')
   .addOption(json())
   .action(
     action(async (o: { id: string; json?: boolean }) =>
       withDatabase(!!o.json, async (db, records) => {
-        if (!(await revokeApiKey(db, records, o.id))) throw new Error(`no active key ${o.id}`);
+        if (!UUID.test(o.id) || !(await revokeApiKey(db, records, o.id))) throw new Error(`no active key ${o.id}`);
         return { result: { id: o.id, revoked: true }, text: `key ${o.id} revoked` };
       }),
     ),

@@ -3,7 +3,7 @@ import type { PrincipalRole } from './principal.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
 
 type Schema = Record<string, unknown>;
-type Operation = { method: 'get' | 'post' | 'patch'; path: string };
+type Operation = { method: 'get' | 'post' | 'patch' | 'delete'; path: string };
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const nullable = (schema: Schema, isNullable?: boolean): Schema =>
@@ -260,7 +260,7 @@ const SECURITY = {
     type: 'http',
     scheme: 'bearer',
     bearerFormat: 'JWT',
-    description: 'A secret API key (server to server), issued by the command line: acts as the key\'s user with their role. Keep it secret.',
+    description: 'A secret API key (server to server), issued by owners and admins (POST /api/api_keys) or the command line: acts as the key\'s user with their role. Keep it secret.',
   },
   publishableKey: {
     type: 'http',
@@ -322,7 +322,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
   ];
   if (!list) return parameters;
   const sortable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.sortable).map(([n]) => n)];
-  const filterable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.filterable && !a.expression && !a.writeOnly).map(([n]) => n)];
+  const filterable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.filterable && !a.writeOnly).map(([n]) => n)];
   const condition = (name: string): Schema => {
     const def = name === 'id' ? ({ kind: 'uuid' } as AttributeDef) : resource.attributes[name];
     const value = filterValueSchema(def);
@@ -413,8 +413,10 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
     }
     if (r.operations.list) operations.push({ method: 'get', path: `/api/${r.path}` });
     if (r.operations.get) operations.push({ method: 'get', path: `/api/${r.path}/{id}` });
+    for (const alias of Object.keys(r.aliases ?? {})) operations.push({ method: 'get', path: `/api/${r.path}/${alias}` });
     if (r.operations.create) operations.push({ method: 'post', path: `/api/${r.path}` });
     if (r.operations.update) operations.push({ method: 'patch', path: `/api/${r.path}/{id}` });
+    if (r.operations.delete) operations.push({ method: 'delete', path: `/api/${r.path}/{id}` });
     for (const action of Object.values(r.actions ?? {})) operations.push({ method: 'post', path: `/api/${action.path}` });
   }
   return operations;
@@ -447,6 +449,24 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     PageLinks: {
       type: 'object',
       properties: Object.fromEntries(['self', 'first', 'next', 'prev'].map((k) => [k, { type: ['string', 'null'], format: 'uri' }])),
+    },
+    DeleteDocument: {
+      type: 'object',
+      required: ['meta', 'jsonapi'],
+      properties: {
+        meta: {
+          type: 'object',
+          required: ['removed'],
+          properties: {
+            removed: {
+              type: 'object',
+              description: 'Exact counts of the records the delete removed, by type: the record itself and what it took along.',
+              additionalProperties: { type: 'integer', minimum: 1 },
+            },
+          },
+        },
+        jsonapi: { $ref: '#/components/schemas/JsonApi' },
+      },
     },
     ErrorDocument: {
       type: 'object',
@@ -487,6 +507,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     const member = `${collection}/{id}`;
     const type = r.type;
     const visible = r.access.visible ? ' Operators see only their own records.' : '';
+    const writable = r.access.writable ? ' Operators change only their own record (403 for others).' : '';
     if (r.operations.list) {
       at(collection).get = {
         operationId: `list${type}s`,
@@ -506,6 +527,17 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         tags: [type],
         security: MEMBER_SECURITY,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
+        responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
+      };
+    }
+    for (const [alias, { summary }] of Object.entries(r.aliases ?? {})) {
+      at(`${collection}/${alias}`).get = {
+        operationId: `get${type}${alias[0].toUpperCase()}${alias.slice(1)}`,
+        summary,
+        description: `${summary}. ${rolesText(r.access.read)}`,
+        tags: [type],
+        security: MEMBER_SECURITY,
+        parameters: queryParameters(r, false, registry),
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
     }
@@ -530,12 +562,27 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
       at(member).patch = {
         operationId: `update${type}`,
         summary: `Update a ${type}`,
-        description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}`,
+        description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}${writable}`,
         tags: [type],
         security: MEMBER_SECURITY,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
         requestBody: { required: true, content: jsonApi(requestSchema(type, r.attributes, 'update'), requestExample(type, r.attributes, 'update')) },
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404, 409, 413, 415, 422]) },
+      };
+    }
+
+    if (r.operations.delete) {
+      at(member).delete = {
+        operationId: `delete${type}`,
+        summary: `Delete a ${type}`,
+        description:
+          `Removes the ${type} and answers 200 with \`meta.removed\`, the exact counts by type of what went. A record that others ` +
+          `still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type ` +
+          `takes along instead). ${rolesText(r.access.delete)}${visible}`,
+        tags: [type],
+        security: MEMBER_SECURITY,
+        parameters: [idParameter],
+        responses: { '200': ok('Deleted', ref('DeleteDocument')), ...errors([403, 404, 409]) },
       };
     }
   }

@@ -48,7 +48,7 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
   const backwards = page.before !== undefined;
   const cursor = page.after ?? page.before;
   const scope = rowScope(resource, reader.principal);
-  const filter = query.filter ? filterSql(resource, query.filter) : undefined;
+  const filter = query.filter ? filterSql(resource, query.filter, reader.principal) : undefined;
   const keyset = cursor ? keysetSql(resource, sort, cursor, backwards ? 'before' : 'after') : undefined;
   const cursorColumns = cursorSelectSql(resource, sort);
   const columns = cursorColumns

@@ -61,7 +61,7 @@ export function acceptedAttributes(resource: ResourceDef, kind: 'create' | 'upda
   const required: string[] = [];
   for (const [name, def] of Object.entries(resource.attributes)) {
     const flag = kind === 'update' ? def.update : def.create;
-    if (def.expression || def.revealedOnCreate) continue;
+    if ((def.expression && !def.storedByHook) || def.revealedOnCreate) continue;
     if (!flag && !system) continue;
     accepted[name] = def;
     if (kind === 'create' && flag === 'required') required.push(name);
@@ -126,6 +126,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         const existing = await lockVisible(trx, resource, principal, id);
         // 404 before 403: a record the caller cannot see is not revealed by the refusal.
         if (!system) requirePermission(resource, principal, 'update');
+        if (!system) await assertWritable(trx, resource, principal, id);
         const values = validateAttributes(input, accepted, []);
         const provided = new Set(Object.keys(values));
         const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing };
@@ -151,8 +152,14 @@ function bind(options: RecordsOptions, db: Database): Records {
       return runTransaction(db, resource, async (trx) => {
         const existing = await lockVisible(trx, resource, principal, id);
         if (!system && !mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
+        if (!system) await assertWritable(trx, resource, principal, id);
         const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values: {}, provided: new Set(), existing };
         const removed: Record<string, number> = (await resource.beforeDelete?.(ctx)) ?? {};
+        if (resource.remove) {
+          // The resource removes what the record is (and takes along what it means to); its counts are exact.
+          for (const [type, count] of Object.entries(await resource.remove(ctx))) removed[type] = (removed[type] ?? 0) + count;
+          return { id, removed };
+        }
         await refuseWhileReferenced(trx, registry, resource, id);
         await trx.deleteFrom(resource.table).where('id', '=', id).execute();
         removed[resource.type] = (removed[resource.type] ?? 0) + 1;
@@ -176,6 +183,15 @@ async function lockVisible(trx: Database, resource: ResourceDef, principal: Retu
     WHERE t.id = ${id} AND ${rowScope(resource, principal)} FOR UPDATE`.execute(trx);
   if (!rows[0]) throw notFound();
   return rows[0];
+}
+
+/** A visible record outside the role's `access.writable` rows (another member's user record, for an operator) is a 403. */
+export async function assertWritable(db: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string): Promise<void> {
+  const writable = resource.access.writable?.(principal, 't');
+  if (!writable) return;
+  const { rows } = await sql<{ ok: boolean }>`
+    SELECT ${writable} AS ok FROM ${sql.table(resource.table)} t WHERE t.id = ${id}`.execute(db);
+  if (rows[0] && !rows[0].ok) throw forbidden(`Your role may change only your own ${resource.type} record.`);
 }
 
 /**

@@ -58,8 +58,16 @@ export interface AttributeDef {
   referenceCheckedByAction?: boolean;
   /** Extra validation of one value; returns a message when invalid. */
   check?: (value: unknown) => string | undefined;
-  /** Computed read-only value: an SQL expression over the row (aliased `t`) instead of a column. */
+  /**
+   * Computed value: an SQL expression over the row (aliased `t`) instead of a column. Read only, unless
+   * `storedByHook`; filterable when declared so (the expression is then part of the WHERE clause).
+   */
   expression?: (principal: Principal) => RawBuilder<unknown>;
+  /**
+   * A computed attribute that writes accept all the same: the resource's own hooks store it elsewhere
+   * (a member's `role` lives in the membership, not the user row). The engine never writes it to a column.
+   */
+  storedByHook?: boolean;
   description?: string;
 }
 
@@ -90,6 +98,11 @@ export interface AccessRules {
   delete?: readonly Role[];
   /** Limits which rows a role sees, beyond the organisation (e.g. operators: their own). */
   visible?: Scope;
+  /**
+   * Limits which of the visible rows a role may update or delete (e.g. operators: their own user record);
+   * a visible row outside it is a 403. Undefined: every visible row.
+   */
+  writable?: Scope;
 }
 
 /** What a custom action receives. */
@@ -146,6 +159,16 @@ export interface ResourceDef {
    * that the delete means to take along, returning their exact counts by type.
    */
   beforeDelete?: (ctx: ActionContext) => Promise<Record<string, number> | undefined> | Record<string, number> | undefined;
+  /**
+   * Replaces the generic delete of the row (after `beforeDelete`), for a record that is not one row of
+   * `table` alone: removing a member deletes the membership, not the user. Returns the exact counts by type.
+   */
+  remove?: (ctx: ActionContext) => Promise<Record<string, number>>;
+  /**
+   * Fixed names that stand for a record under the member path, read with GET: `me` for the caller's own
+   * user (`GET /api/users/me`). `resolve` gives the record's id for the principal (null: no such record, 404).
+   */
+  aliases?: Record<string, { summary: string; resolve: (principal: Principal) => string | null }>;
   /** Replaces the generic insert (e.g. upserts, idempotent creates). Runs in a transaction. */
   create?: (ctx: ActionContext) => Promise<ActionResult>;
   /** Unique constraint (index) name -> attribute it protects; a violation is a 409 on that pointer. */

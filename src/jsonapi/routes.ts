@@ -13,7 +13,7 @@ import { requirePermission } from './scope.js';
 import { document, queryString, type RenderContext } from './serialize.js';
 import { UUID_PATTERN, validateBody, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
-import { createRecords, type Records } from './records.js';
+import { assertWritable, createRecords, type Records } from './records.js';
 import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
@@ -132,6 +132,20 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       });
     }
 
+    for (const [alias, { resolve }] of Object.entries(resource.aliases ?? {})) {
+      // A fixed name under the collection (`/api/users/me`): the router prefers it to the `:id` route.
+      const url = `${collection}/${alias}`;
+      app.get(url, visitorMay('read'), async (request) => {
+        const { principal } = context(request);
+        requirePermission(resource, principal, 'read');
+        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+        const id = resolve(principal);
+        if (!id) throw notFound();
+        return single(request, resource, id, query);
+      });
+      methodNotAllowed(app, url, ['GET']);
+    }
+
     if (resource.operations.get) {
       allowed[member].push('GET');
       app.get(member, visitorMay('read'), async (request) => {
@@ -166,6 +180,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         // 404 for an invisible record comes before 403 and before the body's own problems.
         if (!(await fetchById({ db, principal, registry }, resource, id))) throw notFound();
         requirePermission(resource, principal, 'update');
+        await assertWritable(db, resource, principal, id);
         const values = validateBody(request.body, { type: resource.type, kind: 'update', id, ...updateInput });
         const { record } = await records.update(actor, resource.type, id, values, {
           render: (trx) => single(request, resource, id, query, {}, trx),

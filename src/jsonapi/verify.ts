@@ -101,6 +101,17 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
     if (operations.update && !r.access.update?.length) add('has an update operation but no role may update.');
     if (operations.delete && !r.access.delete?.length) add('has a delete operation but no role may delete.');
     if (operations.update && !Object.values(r.attributes).some((a) => a.update)) add('has an update operation but no updatable attribute.');
+    if (r.remove && !operations.delete) add('has a remove hook but no delete operation.');
+    if (r.beforeDelete && !operations.delete) add('has a beforeDelete hook but no delete operation.');
+    if (r.access.writable && !operations.update && !operations.delete) add('has a writable rule but neither update nor delete.');
+    if (Object.values(r.attributes).some((a) => a.storedByHook) && !r.create && !r.beforeUpdate) {
+      add('has attributes stored by a hook but neither a create action nor a beforeUpdate hook.');
+    }
+    for (const alias of Object.keys(r.aliases ?? {})) {
+      if (r.path === undefined) add(`alias \`${alias}\` needs a path.`);
+      if (!/^[a-z][a-z_]*$/.test(alias)) add(`alias \`${alias}\` is not a plain lower-case name.`);
+      if (Object.values(r.actions ?? {}).some((action) => action.path === `${r.path}/${alias}`)) add(`alias \`${alias}\` is also an action's path.`);
+    }
 
     for (const [name, action] of Object.entries(r.actions ?? {})) {
       for (const [input, a] of Object.entries(action.input)) {
@@ -119,9 +130,10 @@ function attributeProblems(name: string, a: AttributeDef, types: ReadonlyMap<str
   if (name === 'id' || name === 'type') add('uses a name JSON:API reserves.');
   if (!IDENTIFIER.test(a.column ?? name)) add(`has column \`${a.column ?? name}\`, not a plain SQL name.`);
   if (a.sortable && !canSort(a)) add(`is sortable but cannot be sorted by (${sortBlocker(a)}).`);
-  if (a.filterable && (a.expression || a.writeOnly))
-    add(`is filterable but cannot be filtered by (${a.expression ? 'computed' : 'write-only'}).`);
-  if (a.expression && (a.create || a.update)) add('is computed but accepted as input.');
+  if (a.filterable && a.writeOnly) add('is filterable but cannot be filtered by (write-only).');
+  if (a.expression && (a.create || a.update) && !a.storedByHook) add('is computed but accepted as input.');
+  if (a.storedByHook && !a.expression) add('is stored by a hook but is not computed (give it an expression).');
+  if (a.storedByHook && !a.create && !a.update) add('is stored by a hook but never accepted as input.');
   if (a.writeOnly && !a.create && !a.update) add('is write-only but never accepted as input.');
   if (a.kind === 'enum') {
     if (!a.values?.length) add('is an enum without values.');

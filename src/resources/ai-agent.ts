@@ -1,29 +1,34 @@
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
 import { assertWorkflow } from './ai-agent-workflow.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
+import { timestamps } from './timestamps.js';
 
 /** BCP 47 language tag, e.g. `en`, `en-GB`, `zh-Hant-TW`. */
 const LANGUAGE_TAG = '^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$';
 
-/** Created by the command line; updated over the API. */
+/**
+ * Created, updated and deleted by owners and admins (or the command line). A delete is refused (409) while
+ * conversations name the agent: they keep the agent that answered them; unpublish it instead, or move them.
+ */
 export default defineResource({
   type: 'AiAgent',
   path: 'ai_agents',
   table: 'ai_agents',
   attributes: {
-    name: attr.string({ update: true, minLength: 1, maxLength: 120 }),
-    voice: attr.string({ update: true, nullable: true, maxLength: 120 }),
-    tone: attr.string({ update: true, nullable: true, maxLength: 120 }),
-    languages: attr.stringArray({ update: true, minItems: 1, maxItems: 20, items: { pattern: LANGUAGE_TAG, maxLength: 35 } }),
-    workflow: attr.object({ update: true, maxBytes: 64 * 1024 }),
-    system_prompt: attr.string({ update: true, nullable: true, maxBytes: 32 * 1024 }),
-    safety_guardrails: attr.string({ update: true, nullable: true, maxBytes: 32 * 1024 }),
-    published: attr.boolean({ update: true }),
+    name: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 120, sortable: true, filterable: true }),
+    voice: attr.string({ create: true, update: true, nullable: true, maxLength: 120 }),
+    tone: attr.string({ create: true, update: true, nullable: true, maxLength: 120 }),
+    languages: attr.stringArray({ create: true, update: true, minItems: 1, maxItems: 20, items: { pattern: LANGUAGE_TAG, maxLength: 35 }, filterable: true, default: () => ['en'] }),
+    workflow: attr.object({ create: true, update: true, maxBytes: 64 * 1024, default: () => ({}) }),
+    system_prompt: attr.string({ create: true, update: true, nullable: true, maxBytes: 32 * 1024 }),
+    safety_guardrails: attr.string({ create: true, update: true, nullable: true, maxBytes: 32 * 1024 }),
+    published: attr.boolean({ create: true, update: true, sortable: true, filterable: true, default: false }),
+    ...timestamps,
   },
   relationships: {
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
   },
-  operations: { update: true },
+  operations: { list: true, get: true, create: true, update: true, delete: true },
   // The workflow's own schema (docs/agents.md), with every problem at its exact pointer under /data/attributes/workflow.
   beforeInsert: (ctx) => {
     if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
@@ -31,5 +36,5 @@ export default defineResource({
   beforeUpdate: (ctx) => {
     if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
   },
-  access: { read: EVERY_ROLE, update: ADMINS },
+  access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS },
 });

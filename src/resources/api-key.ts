@@ -1,8 +1,9 @@
 import { uuidv7 } from 'uuidv7';
 import { signToken, tokenHash } from '../auth/tokens.js';
-import { ApiError } from '../jsonapi/errors.js';
+import { ApiError, forbidden } from '../jsonapi/errors.js';
 import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
-import { EVERY_ROLE, ownRowsForOperators } from './scopes.js';
+import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
+import { timestamps } from './timestamps.js';
 import { API_KEY_TYPES } from './values.js';
 
 /**
@@ -25,6 +26,10 @@ async function issueKey(ctx: ActionContext): Promise<ActionResult> {
     throw ApiError.of(422, userId ? 'invalid_attribute' : 'required', 'The key must belong to a member of the organisation.', {
       pointer: '/data/attributes/user_id',
     });
+  }
+  // A key acts with its user's role: an admin issuing one for an owner would gain the owner's powers.
+  if (ctx.actor.kind === 'principal' && member.role === 'owner' && principal.role !== 'owner') {
+    throw forbidden('Only an owner may issue a key that acts as an owner.');
   }
   const id = uuidv7();
   const expiresAt = values.expires_at as Date | null | undefined;
@@ -51,25 +56,57 @@ async function issueKey(ctx: ActionContext): Promise<ActionResult> {
   return { id, status: 201, revealed: { token } };
 }
 
-/** Read over the API; issued by the command line (and the records service), which shows the token once. */
+/**
+ * Revocation is final: `revoked_at` may be set (to now or a past instant; a future end is `expires_at`'s
+ * job) and never cleared; setting it again keeps the first time. A revoked key authenticates nothing at once.
+ */
+function revoke(ctx: ActionContext): void {
+  if (!ctx.provided.has('revoked_at')) return;
+  const wanted = ctx.values.revoked_at as Date | null;
+  const current = ctx.existing?.revoked_at as Date | null | undefined;
+  if (current) {
+    if (wanted === null) {
+      throw ApiError.of(422, 'invalid_transition', 'A revoked key stays revoked; issue a new key instead.', { pointer: '/data/attributes/revoked_at' });
+    }
+    delete ctx.values.revoked_at;
+    return;
+  }
+  if (wanted === null) {
+    delete ctx.values.revoked_at;
+    return;
+  }
+  if (wanted.getTime() > Date.now() + 1000) {
+    throw ApiError.of(422, 'invalid_attribute', 'revoked_at must not be in the future; set expires_at when a key should end later.', {
+      pointer: '/data/attributes/revoked_at',
+    });
+  }
+}
+
+/**
+ * Issued by owners and admins over the API (or the command line): the token is shown once, in the create
+ * response. Revoked with PATCH `revoked_at` (the record stays, listed as revoked) or removed with DELETE.
+ * Operators see, rename, revoke and delete only their own keys.
+ */
 export default defineResource({
   type: 'ApiKey',
   path: 'api_keys',
   table: 'api_keys',
   attributes: {
-    name: attr.string({ create: 'required', minLength: 1, maxLength: 120, sortable: true, filterable: true }),
+    name: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 120, sortable: true, filterable: true }),
     key_type: attr.enum(API_KEY_TYPES, { create: 'required', sortable: true, filterable: true }),
     expires_at: attr.timestamp({ create: true, nullable: true, sortable: true, filterable: true }),
-    revoked_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
+    revoked_at: attr.timestamp({ update: true, nullable: true, sortable: true, filterable: true }),
     organisation_id: attr.uuid({ sortable: true, filterable: true }),
     user_id: attr.uuid({ create: true, sortable: true, filterable: true, references: 'User', referenceCheckedByAction: true }),
     token: attr.string({ revealedOnCreate: true, description: 'The key itself, shown once in the response that creates it; null afterwards.' }),
+    ...timestamps,
   },
   relationships: {
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
     user: rel.belongsTo('User', 'user_id'),
   },
-  operations: { list: true, get: true },
-  access: { read: EVERY_ROLE, visible: ownRowsForOperators('user_id') },
+  operations: { list: true, get: true, create: true, update: true, delete: true },
+  access: { read: EVERY_ROLE, create: ADMINS, update: EVERY_ROLE, delete: EVERY_ROLE, visible: ownRowsForOperators('user_id') },
   create: issueKey,
+  beforeUpdate: revoke,
 });

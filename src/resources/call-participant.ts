@@ -1,5 +1,6 @@
 import { ApiError } from '../jsonapi/errors.js';
 import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
+import { timestamps } from './timestamps.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { PARTICIPANT_ROLES } from './values.js';
 
@@ -22,12 +23,13 @@ export default defineResource({
     left_at: attr.timestamp({ precision: 'seconds', nullable: true, update: true, sortable: true, filterable: true }),
     call_id: attr.uuid({ sortable: true, filterable: true, references: 'Call' }),
     organisation_id: attr.uuid({ sortable: true, filterable: true }),
+    ...timestamps,
   },
   relationships: {
     call: rel.belongsTo('Call', 'call_id'),
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
   },
-  operations: { list: true, update: true },
+  operations: { list: true, get: true, update: true },
   access: { read: EVERY_ROLE, update: ADMINS },
   beforeUpdate: leftAfterJoined,
 });

@@ -1,4 +1,5 @@
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { timestamps } from './timestamps.js';
 import { EVERY_ROLE } from './scopes.js';
 import { TRANSCRIPT_SPEAKERS } from './values.js';
 
@@ -14,12 +15,13 @@ export default defineResource({
     content_index: attr.integer({ sortable: true, filterable: true }),
     occurred_at: attr.timestamp({ sortable: true, filterable: true }),
     call_id: attr.uuid({ sortable: true, filterable: true, references: 'Call' }),
+    ...timestamps,
   },
   relationships: {
     call: rel.belongsTo('Call', 'call_id'),
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
   },
   defaultSort: ['call_id', 'content_index'],
-  operations: { list: true },
+  operations: { list: true, get: true },
   access: { read: EVERY_ROLE },
 });

@@ -1,5 +1,7 @@
+import { sql } from 'kysely';
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
 import { EVERY_ROLE } from './scopes.js';
+import { timestamps } from './timestamps.js';
 import { CALL_DIRECTIONS, CALL_STATUSES } from './values.js';
 
 /** Written by the telephony side; read only over the API. */
@@ -8,22 +10,34 @@ export default defineResource({
   path: 'calls',
   table: 'calls',
   attributes: {
-    direction: attr.enum(CALL_DIRECTIONS),
-    from_number: attr.string({ nullable: true }),
-    to_number: attr.string({ nullable: true }),
-    sip_username: attr.string({ nullable: true }),
-    status: attr.enum(CALL_STATUSES),
-    call_uuid: attr.string(),
+    direction: attr.enum(CALL_DIRECTIONS, { sortable: true, filterable: true }),
+    from_number: attr.string({ nullable: true, sortable: true, filterable: true }),
+    to_number: attr.string({ nullable: true, sortable: true, filterable: true }),
+    sip_username: attr.string({ nullable: true, sortable: true, filterable: true }),
+    status: attr.enum(CALL_STATUSES, { sortable: true, filterable: true }),
+    call_uuid: attr.string({ sortable: true, filterable: true }),
     call_source: attr.string({ nullable: true }),
-    started_at: attr.timestamp({ nullable: true }),
-    ended_at: attr.timestamp({ nullable: true }),
-    duration_seconds: attr.integer({ nullable: true }),
-    conversation_id: attr.uuid({ nullable: true, references: 'Conversation' }),
+    started_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
+    ended_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
+    duration_seconds: attr.integer({ nullable: true, sortable: true, filterable: true }),
+    conversation_id: attr.uuid({ nullable: true, sortable: true, filterable: true, references: 'Conversation' }),
+    /**
+     * The SIP users who took part (each leg's `member_uuid` that names one), so that "the calls of this
+     * operator" is `filter[participant_sip_user_ids][contains]=<sip user id>`.
+     */
+    participant_sip_user_ids: attr.stringArray({
+      filterable: true,
+      description: 'Ids of the SIP users among the call\'s participants.',
+      expression: () => sql`ARRAY(SELECT s.id::text FROM call_participants p
+        JOIN sip_users s ON s.organisation_id = p.organisation_id AND s.id::text = p.member_uuid
+        WHERE p.call_id = t.id ORDER BY p.joined_at, p.id)`,
+    }),
+    ...timestamps,
   },
   relationships: {
     conversation: rel.belongsTo('Conversation', 'conversation_id'),
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
   },
-  operations: { get: true },
+  operations: { list: true, get: true },
   access: { read: EVERY_ROLE },
 });

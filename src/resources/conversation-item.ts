@@ -5,6 +5,7 @@ import { attr, defineResource, rel, type ActionContext, type ActionResult } from
 import { insertRow } from '../jsonapi/write.js';
 import { rowScope } from '../jsonapi/scope.js';
 import conversation from './conversation.js';
+import { timestamps } from './timestamps.js';
 import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
 import { ITEM_MODALITIES, ITEM_ROLES } from './values.js';
 
@@ -101,6 +102,7 @@ export default defineResource({
     occurred_at: attr.timestamp({ create: true, default: () => new Date() }),
     conversation_id: attr.uuid({ create: 'required', references: 'Conversation', referenceCheckedByAction: true }),
     organisation_id: attr.uuid({ create: true, references: 'Organisation', referenceCheckedByAction: true }),
+    ...timestamps,
   },
   relationships: {
     conversation: rel.belongsTo('Conversation', 'conversation_id'),

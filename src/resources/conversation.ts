@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
 import { openVisitorSession } from '../auth/visitors.js';
+import { timestamps } from './timestamps.js';
 import { EVERY_ROLE, EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
 import { CONVERSATION_CHANNELS, CONVERSATION_MODES, CONVERSATION_STATUSES } from './values.js';
 
@@ -18,6 +19,7 @@ export default defineResource({
     public_id: attr.string({ sortable: true, filterable: true, default: newPublicId }),
     metadata: attr.object({ create: true, update: true, sortable: true, filterable: true, maxBytes: 16 * 1024, default: () => ({}) }),
     ai_agent_id: attr.uuid({ create: true, update: true, nullable: true, sortable: true, filterable: true, references: 'AiAgent' }),
+    ...timestamps,
   },
   relationships: {
     ai_agent: rel.belongsTo('AiAgent', 'ai_agent_id'),
@@ -25,7 +27,7 @@ export default defineResource({
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
     conversation_items: rel.hasMany('ConversationItem', 'conversation_id', { includable: true }),
   },
-  operations: { list: true, create: true, update: true },
+  operations: { list: true, get: true, create: true, update: true },
   access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE, update: EVERY_ROLE, visible: ownConversationForVisitors('id') },
   actions: {
     visitorSession: {

@@ -2,6 +2,7 @@ import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
 import { ADMINS } from './scopes.js';
+import { timestamps } from './timestamps.js';
 import { GATEWAY_PROVIDERS } from './values.js';
 
 const HOST = '^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$';
@@ -38,23 +39,25 @@ export default defineResource({
   path: 'gateways',
   table: 'gateways',
   attributes: {
-    name: attr.string(),
-    provider: attr.enum(GATEWAY_PROVIDERS, { create: true, update: true, default: 'generic' }),
+    name: attr.string({ sortable: true, filterable: true }),
+    provider: attr.enum(GATEWAY_PROVIDERS, { create: true, update: true, default: 'generic', sortable: true, filterable: true }),
     username: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 128, pattern: SIP_USER_PART }),
     password: attr.string({ create: true, update: true, nullable: true, writeOnly: true, minLength: 1, maxLength: 128 }),
-    realm: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 253, pattern: HOST }),
+    realm: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 253, pattern: HOST, sortable: true, filterable: true }),
     proxy: attr.string({ create: true, update: true, nullable: true, maxLength: 260, pattern: HOST_PORT, check: proxyProblem }),
-    register: attr.boolean({ create: true, update: true, default: true }),
+    register: attr.boolean({ create: true, update: true, default: true, sortable: true, filterable: true }),
     from_domain: attr.string({ create: true, update: true, nullable: true, maxLength: 253, pattern: HOST }),
     from_user: attr.string({ create: true, update: true, nullable: true, maxLength: 128, pattern: SIP_USER_PART }),
     inbound_acl: attr.stringArray({ create: true, update: true, maxItems: 64, items: { maxLength: 49 }, check: (v) => (Array.isArray(v) ? v.map(cidrProblem).find(Boolean) : undefined), default: () => [] }),
+    ...timestamps,
   },
   relationships: {
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
   },
   uniqueConstraints: { gateways_org_name_key: 'name' },
-  operations: { create: true, update: true },
-  access: { read: ADMINS, create: ADMINS, update: ADMINS },
+  // Nothing names a gateway: a delete removes it alone (the SIP edge stops registering it within seconds).
+  operations: { list: true, get: true, create: true, update: true, delete: true },
+  access: { read: ADMINS, create: ADMINS, update: ADMINS, delete: ADMINS },
   beforeInsert: deriveName,
   beforeUpdate: deriveName,
 });

@@ -1,5 +1,6 @@
 import { attr, defineResource } from '../jsonapi/resource.js';
 import { operatorStatusAttributes, operatorStatusRelationships } from './operator-status.js';
+import { timestamps } from './timestamps.js';
 import { EVERY_ROLE } from './scopes.js';
 import { OPERATOR_STATUSES } from './values.js';
 
@@ -13,6 +14,7 @@ export default defineResource({
     previous_status: attr.enum(OPERATOR_STATUSES, { nullable: true, sortable: true, filterable: true }),
     occurred_at: attr.timestamp({ sortable: true, filterable: true }),
     operator_status_id: attr.uuid({ sortable: true, filterable: true, references: 'OperatorStatus' }),
+    ...timestamps,
   },
   relationships: operatorStatusRelationships,
   operations: { list: true, get: true },

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import { systemActor } from '../jsonapi/actor.js';
 import { attr, defineResource, rel, type ActionContext, type ActionResult, type AttributeDef } from '../jsonapi/resource.js';
+import { timestamps } from './timestamps.js';
 import { EVERY_ROLE } from './scopes.js';
 import { OPERATOR_STATUS_SOURCES, OPERATOR_STATUSES } from './values.js';
 
@@ -72,9 +73,10 @@ export default defineResource({
   type: 'OperatorStatus',
   path: 'operator_statuses',
   table: 'operator_statuses',
-  attributes: operatorStatusAttributes,
+  attributes: { ...operatorStatusAttributes, ...timestamps },
   relationships: operatorStatusRelationships,
-  operations: { create: true, get: true },
+  // The list answers "who is available now": filter[status]=available, sort=updated_at (idle longest first).
+  operations: { list: true, create: true, get: true },
   access: { read: EVERY_ROLE, create: EVERY_ROLE },
   create: setStatus,
 });

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { attr, defineResource, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
 import { EVERY_ROLE } from './scopes.js';
+import { timestamps } from './timestamps.js';
 
 /**
  * A new organisation is created by the system acting for it: the actor's
@@ -15,15 +16,17 @@ async function createOrganisation(ctx: ActionContext): Promise<ActionResult> {
   return { id: ctx.principal.organisationId, status: 201 };
 }
 
-/** Reachable only through `include`; a caller sees the organisations its user belongs to. */
+/** Read only over the API (created by the command line); a caller sees the organisations its user belongs to. */
 export default defineResource({
   type: 'Organisation',
+  path: 'organisations',
   table: 'organisations',
   attributes: {
-    name: attr.string({ create: 'required', minLength: 1, maxLength: 200 }),
+    name: attr.string({ create: 'required', minLength: 1, maxLength: 200, sortable: true, filterable: true }),
+    ...timestamps,
   },
   relationships: {},
-  operations: {},
+  operations: { list: true, get: true },
   access: { read: EVERY_ROLE },
   // A user sees the organisations it belongs to (User.organisations); the system its own.
   tenancy: (p, alias) =>

@@ -1,10 +1,25 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
+import { timestamps } from './timestamps.js';
 
 /** 24 URL-safe characters from 144 random bits. */
 const newSipPassword = () => randomBytes(18).toString('base64url');
+
+/**
+ * Deleting a SIP user takes its current OperatorStatus and that status's history along: neither means
+ * anything without the phone account. Calls keep their participants (a leg's `member_uuid` is text).
+ */
+async function removeStatus(ctx: ActionContext): Promise<Record<string, number>> {
+  const id = String(ctx.existing!.id);
+  const events = await ctx.db.deleteFrom('operator_status_events').where('sip_user_id', '=', id).executeTakeFirst();
+  const statuses = await ctx.db.deleteFrom('operator_statuses').where('sip_user_id', '=', id).executeTakeFirst();
+  const removed: Record<string, number> = {};
+  if (Number(events.numDeletedRows) > 0) removed.OperatorStatusEvent = Number(events.numDeletedRows);
+  if (Number(statuses.numDeletedRows) > 0) removed.OperatorStatus = Number(statuses.numDeletedRows);
+  return removed;
+}
 
 export default defineResource({
   type: 'SipUser',
@@ -23,12 +38,14 @@ export default defineResource({
       expression: () => sql`EXISTS (SELECT 1 FROM sip_locations l JOIN sip_subscriber s ON s.username = l.username
         WHERE s.sip_user_id = t.id::text AND l.expires > extract(epoch FROM now()))`,
     }),
+    ...timestamps,
   },
   relationships: {
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
     user: rel.belongsTo('User', 'user_id'),
   },
   uniqueConstraints: { sip_users_org_username_key: 'sip_username', sip_users_org_user_key: 'user_id' },
-  operations: { create: true, list: true, update: true },
-  access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, visible: ownRowsForOperators('user_id') },
+  operations: { create: true, list: true, get: true, update: true, delete: true },
+  access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS, visible: ownRowsForOperators('user_id') },
+  beforeDelete: removeStatus,
 });

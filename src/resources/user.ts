@@ -1,71 +1,214 @@
+import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import { login } from '../auth/login.js';
-import { hashPassword } from '../auth/passwords.js';
-import { ApiError } from '../jsonapi/errors.js';
-import { ROLES } from '../jsonapi/principal.js';
+import { hashPassword, verifyPassword } from '../auth/passwords.js';
+import type { Database } from '../db/connection.js';
+import { systemActor } from '../jsonapi/actor.js';
+import { ApiError, notFound } from '../jsonapi/errors.js';
+import { ROLES, type Role } from '../jsonapi/principal.js';
 import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
-import { EVERY_ROLE } from './scopes.js';
+import { ADMINS, EVERY_ROLE } from './scopes.js';
+import { timestamps } from './timestamps.js';
 
 /** An address with one @ and a dot in its domain: enough to catch typing mistakes, not to prove delivery. */
 const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
 export const MIN_PASSWORD_LENGTH = 8;
 
-/** A new user, member of the actor's organisation with the given role; e-mail addresses are unique (case-insensitive). */
+/** 16 URL-safe characters from 96 random bits: a password no one guesses before its user replaces it. */
+const newInitialPassword = () => randomBytes(12).toString('base64url');
+
+const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
+
+/**
+ * The member's role and whether another owner remains, with the memberships of the member and of every owner
+ * locked, in one statement and in user order: two owners demoting or removing each other at once then wait
+ * for each other instead of deadlocking, and the second sees the first's change (READ COMMITTED re-reads a
+ * locked row, and one no longer an owner drops out), so the organisation always keeps an owner.
+ */
+async function lockMembership(db: Database, organisationId: string, userId: string) {
+  const { rows } = await sql<{ user_id: string; role: Role }>`
+    SELECT user_id, role FROM memberships
+    WHERE organisation_id = ${organisationId} AND (role = 'owner' OR user_id = ${userId})
+    ORDER BY user_id FOR UPDATE`.execute(db);
+  return {
+    role: rows.find((r) => r.user_id === userId)?.role,
+    otherOwner: rows.some((r) => r.user_id !== userId && r.role === 'owner'),
+  };
+}
+
+const lastOwner = (pointer?: string) =>
+  ApiError.of(409, 'conflict', 'This is the organisation\'s last owner; make another member an owner first.', pointer ? at(pointer) : undefined);
+
+/** Only an owner makes, unmakes or removes owners (an admin could otherwise take the organisation over). */
+function requireOwnerFor(ctx: ActionContext, touchesOwner: boolean, pointer?: string): void {
+  if (ctx.actor.kind === 'principal' && touchesOwner && ctx.principal.role !== 'owner') {
+    throw ApiError.of(403, 'forbidden', 'Only an owner may make, change or remove an owner.', pointer ? at(pointer) : undefined);
+  }
+}
+
+/**
+ * Adds a member to the actor's organisation with the given role. An e-mail address no user has yet makes
+ * a new user, with the password given or, when none is, a generated one shown once (`initial_password`).
+ * An existing user's address adds that user, who keeps their own name and password (giving a password
+ * then is a 409: nobody sets another person's password). E-mail addresses are unique, case-insensitively.
+ */
 async function createMember(ctx: ActionContext): Promise<ActionResult> {
   const { db, values, principal } = ctx;
   const organisation = await db.selectFrom('organisations').select('id').where('id', '=', principal.organisationId).executeTakeFirst();
   if (!organisation) throw ApiError.of(422, 'invalid_attribute', `no organisation ${principal.organisationId}`, { pointer: '/data' });
+  requireOwnerFor(ctx, values.role === 'owner', 'role');
   const email = String(values.email).trim();
-  const taken = await sql`SELECT 1 FROM users WHERE lower(email) = ${email.toLowerCase()}`.execute(db);
-  if (taken.rows.length > 0) {
-    throw ApiError.of(409, 'conflict', `a user with e-mail ${email} exists already`, { pointer: '/data/attributes/email' });
-  }
-  const id = uuidv7();
   const now = new Date();
-  await db
-    .insertInto('users')
-    .values({
-      id,
-      email,
-      full_name: String(values.full_name ?? '').trim(),
-      password_hash: await hashPassword(String(values.password)),
-      created_at: now,
-      updated_at: now,
-    })
-    .execute();
-  await db.insertInto('memberships').values({ organisation_id: principal.organisationId, user_id: id, role: values.role, created_at: now }).execute();
-  return { id, status: 201 };
+  const { rows } = await sql<{ id: string }>`SELECT id FROM users WHERE lower(email) = ${email.toLowerCase()}`.execute(db);
+  let id = rows[0]?.id;
+  let revealed: Record<string, unknown> | undefined;
+  if (id) {
+    if (values.password !== undefined) {
+      throw ApiError.of(409, 'conflict', `a user with e-mail ${email} exists already; to add them, leave out password (they keep their own)`, at('email'));
+    }
+    const member = await db.selectFrom('memberships').select('role').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).executeTakeFirst();
+    if (member) throw ApiError.of(409, 'conflict', `${email} is a member of this organisation already`, at('email'));
+  } else {
+    const password = values.password === undefined ? newInitialPassword() : String(values.password);
+    if (values.password === undefined) revealed = { initial_password: password };
+    id = uuidv7();
+    await db
+      .insertInto('users')
+      .values({ id, email, full_name: String(values.full_name ?? '').trim(), password_hash: await hashPassword(password), created_at: now, updated_at: now })
+      .execute();
+  }
+  await db.insertInto('memberships').values({ organisation_id: principal.organisationId, user_id: id, role: values.role, created_at: now, updated_at: now }).execute();
+  return { id, status: 201, revealed };
 }
 
-/** A member's new password (hashed) or role: the system resets the demo's passwords; members change theirs. */
+/**
+ * A change to a member. Their own name and password are the user's alone: a new password needs the
+ * current one and ends every other session of the user (the token making the change stays valid).
+ * The role is the membership's, changed by owners and admins (owners only for owners), never leaving
+ * the organisation without an owner. The system (command line, demo) sets passwords and roles directly.
+ */
 async function updateMember(ctx: ActionContext): Promise<void> {
-  const { db, values, existing, principal } = ctx;
+  const { db, values, existing, principal, actor } = ctx;
   const id = String(existing!.id);
+  const system = actor.kind === 'system';
+  const self = principal.userId === id;
+  const now = new Date();
+  if (!system) {
+    if (values.full_name !== undefined && !self) throw ApiError.of(403, 'forbidden', 'Only the user may change their own name.', at('full_name'));
+    if (values.password !== undefined && !self) throw ApiError.of(403, 'forbidden', 'Only the user may change their own password.', at('password'));
+    if (values.current_password !== undefined && values.password === undefined) {
+      throw ApiError.of(422, 'invalid_attribute', 'current_password is taken only with a new password.', at('current_password'));
+    }
+  }
   if (values.password !== undefined) {
-    await db.updateTable('users').set({ password_hash: await hashPassword(String(values.password)) }).where('id', '=', id).execute();
-    delete values.password;
+    if (!system) {
+      if (values.current_password === undefined) throw ApiError.of(422, 'required', 'The current password is required to set a new one.', at('current_password'));
+      const user = await db.selectFrom('users').select('password_hash').where('id', '=', id).executeTakeFirstOrThrow();
+      if (!(await verifyPassword(user.password_hash, String(values.current_password)))) {
+        throw ApiError.of(422, 'invalid_attribute', 'current_password is not the current password.', at('current_password'));
+      }
+    }
+    await db.updateTable('users').set({ password_hash: await hashPassword(String(values.password)), updated_at: now }).where('id', '=', id).execute();
+    // Every other session, in every organisation (the password is the user's), stops working at once.
+    let sessions = db.updateTable('user_sessions').set({ revoked_at: now }).where('user_id', '=', id).where('revoked_at', 'is', null);
+    if (!system && principal.credential === 'user_token') sessions = sessions.where('id', '<>', principal.credentialId);
+    await sessions.execute();
+  }
+  if (values.revoke_tokens === true) {
+    if (!system && !self) {
+      if (!ADMINS.includes(principal.role as Role)) throw ApiError.of(403, 'forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
+      const target = await db.selectFrom('memberships').select('role').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).executeTakeFirst();
+      requireOwnerFor(ctx, target?.role === 'owner', 'revoke_tokens');
+    }
+    // Sessions in this organisation; a user signing themselves out elsewhere keeps the token making the request.
+    let sessions = db
+      .updateTable('user_sessions')
+      .set({ revoked_at: now })
+      .where('user_id', '=', id)
+      .where('organisation_id', '=', principal.organisationId)
+      .where('revoked_at', 'is', null);
+    if (!system && self && principal.credential === 'user_token') sessions = sessions.where('id', '<>', principal.credentialId);
+    await sessions.execute();
   }
   if (values.role !== undefined) {
-    await db.updateTable('memberships').set({ role: values.role }).where('user_id', '=', id).where('organisation_id', '=', principal.organisationId).execute();
-    delete values.role;
+    if (!system && !ADMINS.includes(principal.role as Role)) throw ApiError.of(403, 'forbidden', 'Only owners and admins change roles.', at('role'));
+    const { role: current, otherOwner } = await lockMembership(db, principal.organisationId, id);
+    if (current !== values.role) {
+      requireOwnerFor(ctx, current === 'owner' || values.role === 'owner', 'role');
+      if (current === 'owner' && !otherOwner) throw lastOwner('role');
+      await db
+        .updateTable('memberships')
+        .set({ role: values.role as Role, updated_at: now })
+        .where('user_id', '=', id)
+        .where('organisation_id', '=', principal.organisationId)
+        .execute();
+      await db.updateTable('users').set({ updated_at: now }).where('id', '=', id).execute();
+    }
   }
+  delete values.password;
+  delete values.current_password;
+  delete values.role;
+  delete values.revoke_tokens;
 }
 
-/** Users are seen through login and includes; a caller sees the members of its organisation. */
+/**
+ * Removing a member ends their membership of this organisation, not their account (they may belong to
+ * others): their API keys here are deleted, their sessions here end with the membership, and their
+ * SIP user here stays as an account without a user. The last owner cannot be removed (409).
+ */
+async function removeMember(ctx: ActionContext): Promise<Record<string, number>> {
+  const { db, principal } = ctx;
+  const id = String(ctx.existing!.id);
+  const { role, otherOwner } = await lockMembership(db, principal.organisationId, id);
+  if (!role) throw notFound();
+  requireOwnerFor(ctx, role === 'owner');
+  if (role === 'owner' && !otherOwner) throw lastOwner();
+  const system = systemActor(principal.organisationId, 'engine');
+  const keys = await db.selectFrom('api_keys').select('id').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
+  for (const key of keys) await ctx.records.delete(system, 'ApiKey', key.id);
+  const sipUsers = await db.selectFrom('sip_users').select('id').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
+  for (const sipUser of sipUsers) await ctx.records.update(system, 'SipUser', sipUser.id, { user_id: null });
+  // user_sessions rows go with the membership (ON DELETE CASCADE): its tokens are refused from now on.
+  await db.deleteFrom('memberships').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
+  return keys.length > 0 ? { User: 1, ApiKey: keys.length } : { User: 1 };
+}
+
+/** The organisation's members: read by every member, managed by owners and admins; each changes their own name and password. */
 export default defineResource({
   type: 'User',
+  path: 'users',
   table: 'users',
   attributes: {
-    email: attr.string({ create: 'required', minLength: 3, maxLength: 254, pattern: EMAIL }),
-    full_name: attr.string({ create: true, maxLength: 200 }),
+    email: attr.string({ create: 'required', minLength: 3, maxLength: 254, pattern: EMAIL, sortable: true, filterable: true }),
+    full_name: attr.string({ create: true, update: true, maxLength: 200, sortable: true, filterable: true }),
     sip_username: attr.string({
       nullable: true,
       expression: (p) =>
         sql`(SELECT s.sip_username FROM sip_users s WHERE s.user_id = t.id AND s.organisation_id = ${p.organisationId})`,
     }),
-    role: attr.enum(ROLES, { create: 'required', writeOnly: true, description: 'The new member\'s role in the organisation.' }),
-    password: attr.string({ create: 'required', writeOnly: true, minLength: MIN_PASSWORD_LENGTH, maxLength: 1024 }),
+    role: attr.enum(ROLES, {
+      create: 'required',
+      update: true,
+      filterable: true,
+      storedByHook: true,
+      expression: (p) => sql`(SELECT m.role FROM memberships m WHERE m.user_id = t.id AND m.organisation_id = ${p.organisationId})`,
+      description: 'The member\'s role in the caller\'s organisation.',
+    }),
+    password: attr.string({ create: true, update: true, writeOnly: true, minLength: MIN_PASSWORD_LENGTH, maxLength: 1024, description: 'A new user\'s password (generated when omitted), or your own new password (with current_password).' }),
+    current_password: attr.string({ update: true, writeOnly: true, minLength: 1, maxLength: 1024, description: 'Your current password, required to set a new one.' }),
+    revoke_tokens: attr.boolean({
+      update: true,
+      writeOnly: true,
+      description:
+        'true: ends the member\'s sessions (user tokens) in this organisation at once; your own token making the request stays valid. ' +
+        'Owners and admins for any member (owners only for owners), every user for themselves. API keys are revoked one by one.',
+    }),
+    initial_password: attr.string({
+      revealedOnCreate: true,
+      description: 'The generated password of a new user created without one, shown once in the create response; null afterwards. Hand it to the user, who should change it.',
+    }),
+    ...timestamps,
   },
   relationships: {
     organisation: { type: 'Organisation', cardinality: 'one', resolve: (p) => p.organisationId },
@@ -77,12 +220,21 @@ export default defineResource({
     },
     sip_user: rel.hasOne('SipUser', 'user_id'),
   },
-  fields: ['id', 'full_name', 'email', 'sip_username', 'organisation', 'organisations', 'sip_user'],
-  operations: {},
-  access: { read: EVERY_ROLE },
+  uniqueConstraints: { users_email_key: 'email' },
+  operations: { list: true, get: true, create: true, update: true, delete: true },
+  access: {
+    read: EVERY_ROLE,
+    create: ADMINS,
+    update: EVERY_ROLE,
+    delete: ADMINS,
+    // Operators change only their own record (name, password); owners and admins every member's role.
+    writable: (p, alias) => (p.role === 'operator' ? sql`${sql.ref(`${alias}.id`)} = ${p.userId}` : undefined),
+  },
+  aliases: { me: { summary: 'Read your own user record', resolve: (p) => p.userId } },
   tenancy: (p, alias) => sql`${sql.ref(`${alias}.id`)} IN (SELECT m.user_id FROM memberships m WHERE m.organisation_id = ${p.organisationId})`,
   create: createMember,
   beforeUpdate: updateMember,
+  remove: removeMember,
   actions: {
     login: {
       path: 'users/login',

@@ -41,6 +41,7 @@ export function client(app: FastifyInstance, token?: string) {
     get: (url: string, headers?: Record<string, string>) => request('GET', url, undefined, headers),
     post: (url: string, body: unknown, headers?: Record<string, string>) => request('POST', url, body, headers),
     patch: (url: string, body: unknown, headers?: Record<string, string>) => request('PATCH', url, body, headers),
+    delete: (url: string, headers?: Record<string, string>) => request('DELETE', url, undefined, headers),
     request,
   };
 }

@@ -30,6 +30,16 @@ const key = (attribute: string, direction: 'asc' | 'desc' = 'asc', nulls: 'first
 const ID = key('id');
 
 describe('filter SQL', () => {
+  it('filters a computed attribute by its expression, for the principal asking', () => {
+    const computed = {
+      ...ticket,
+      attributes: { ...ticket.attributes, mine: { kind: 'string' as const, filterable: true, expression: (p: Principal) => sql`(SELECT ${p.userId}::text)` } },
+    };
+    const principal = { organisationId: 'o', userId: 'u1', role: 'operator', credential: 'user_token', credentialId: 's' } as Principal;
+    expect(compile(filterSql(computed, condition('mine', 'eq', 'x'), principal))).toEqual({ sql: '((SELECT $1::text)) = $2::text', parameters: ['u1', 'x'] });
+    expect(() => filterSql(computed, condition('mine', 'eq', 'x'))).toThrow(/needs the principal/);
+  });
+
   it('compares columns with parameters cast to the column type', () => {
     expect(compile(filterSql(ticket, condition('status', 'eq', 'open')))).toEqual({ sql: '"t"."status" = $1::text', parameters: ['open'] });
     expect(compile(filterSql(ticket, condition('priority', 'greater_than_or_equal', 2)))).toEqual({

@@ -84,6 +84,37 @@ describe('resource declarations', () => {
     ]);
   });
 
+  it('refuses hooks, rules and aliases that nothing uses or that cannot work', () => {
+    const [widget, owner] = fixture();
+    widget.attributes.level = attr.string({ update: true, expression: () => sql`1` });
+    widget.attributes.rank = attr.string({ update: true, storedByHook: true });
+    widget.attributes.grade = attr.string({ storedByHook: true, expression: () => sql`1` });
+    widget.remove = async () => ({});
+    widget.beforeDelete = () => undefined;
+    widget.access.writable = () => undefined;
+    widget.operations = { list: true, create: true };
+    widget.aliases = { Me: { summary: 'x', resolve: () => null } };
+    owner.aliases = { me: { summary: 'x', resolve: () => null } };
+    expect(resourceProblems([widget, owner])).toEqual([
+      'Widget: attribute `level` is computed but accepted as input.',
+      'Widget: attribute `rank` is stored by a hook but is not computed (give it an expression).',
+      'Widget: attribute `grade` is stored by a hook but never accepted as input.',
+      'Widget: has a remove hook but no delete operation.',
+      'Widget: has a beforeDelete hook but no delete operation.',
+      'Widget: has a writable rule but neither update nor delete.',
+      'Widget: has attributes stored by a hook but neither a create action nor a beforeUpdate hook.',
+      'Widget: alias `Me` is not a plain lower-case name.',
+      'Owner: alias `me` needs a path.',
+    ]);
+  });
+
+  it('accepts a filterable computed attribute, and one stored by a hook', () => {
+    const [widget, owner] = fixture();
+    widget.attributes.level = attr.string({ filterable: true, update: true, storedByHook: true, expression: () => sql`1` });
+    widget.beforeUpdate = () => undefined;
+    expect(resourceProblems([widget, owner])).toEqual([]);
+  });
+
   it('refuses fields lists naming unknown or unreadable fields', () => {
     const [widget, owner] = fixture();
     widget.attributes.secret = attr.string({ create: true, writeOnly: true });

@@ -13,7 +13,11 @@ export interface paths {
          */
         get: operations["listApiKeys"];
         put?: never;
-        post?: never;
+        /**
+         * Create a ApiKey
+         * @description Creates a ApiKey in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createApiKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -34,10 +38,18 @@ export interface paths {
         get: operations["getApiKey"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a ApiKey
+         * @description Removes the ApiKey and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin, operator. Operators see only their own records.
+         */
+        delete: operations["deleteApiKey"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update a ApiKey
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin, operator. Operators see only their own records.
+         */
+        patch: operations["updateApiKey"];
         trace?: never;
     };
     "/api/users/login": {
@@ -54,6 +66,78 @@ export interface paths {
          * @description Sign in with e-mail and password; returns the user and an access token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.
          */
         post: operations["login"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List User records
+         * @description The User records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listUsers"];
+        put?: never;
+        /**
+         * Create a User
+         * @description Creates a User in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createUser"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/users/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one User
+         * @description One User of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getUser"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a User
+         * @description Removes the User and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deleteUser"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a User
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin, operator. Operators change only their own record (403 for others).
+         */
+        patch: operations["updateUser"];
+        trace?: never;
+    };
+    "/api/users/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read your own user record
+         * @description Read your own user record. Roles: owner, admin, operator.
+         */
+        get: operations["getUserMe"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -111,7 +195,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Read one Conversation
+         * @description One Conversation of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator, visitor. Operators see only their own records.
+         */
+        get: operations["getConversation"];
         put?: never;
         post?: never;
         delete?: never;
@@ -164,6 +252,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/ai_agents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List AiAgent records
+         * @description The AiAgent records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listAiAgents"];
+        put?: never;
+        /**
+         * Create a AiAgent
+         * @description Creates a AiAgent in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createAiAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/ai_agents/{id}": {
         parameters: {
             query?: never;
@@ -171,10 +283,18 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Read one AiAgent
+         * @description One AiAgent of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getAiAgent"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a AiAgent
+         * @description Removes the AiAgent and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deleteAiAgent"];
         options?: never;
         head?: never;
         /**
@@ -191,7 +311,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List Gateway records
+         * @description The Gateway records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin.
+         */
+        get: operations["listGateways"];
         put?: never;
         /**
          * Create a Gateway
@@ -211,10 +335,18 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Read one Gateway
+         * @description One Gateway of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin.
+         */
+        get: operations["getGateway"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a Gateway
+         * @description Removes the Gateway and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deleteGateway"];
         options?: never;
         head?: never;
         /**
@@ -255,10 +387,18 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Read one SipUser
+         * @description One SipUser of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator. Operators see only their own records.
+         */
+        get: operations["getSipUser"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a SipUser
+         * @description Removes the SipUser and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin. Operators see only their own records.
+         */
+        delete: operations["deleteSipUser"];
         options?: never;
         head?: never;
         /**
@@ -266,6 +406,30 @@ export interface paths {
          * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin. Operators see only their own records.
          */
         patch: operations["updateSipUser"];
+        trace?: never;
+    };
+    "/api/operator_statuses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List OperatorStatus records
+         * @description The OperatorStatus records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listOperatorStatuss"];
+        put?: never;
+        /**
+         * Create a OperatorStatus
+         * @description Creates a OperatorStatus in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin, operator.
+         */
+        post: operations["createOperatorStatus"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/operator_statuses/{id}": {
@@ -282,26 +446,6 @@ export interface paths {
         get: operations["getOperatorStatus"];
         put?: never;
         post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/api/operator_statuses": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * Create a OperatorStatus
-         * @description Creates a OperatorStatus in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin, operator.
-         */
-        post: operations["createOperatorStatus"];
         delete?: never;
         options?: never;
         head?: never;
@@ -340,6 +484,26 @@ export interface paths {
          * @description One OperatorStatusEvent of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
          */
         get: operations["getOperatorStatusEvent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/calls": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Call records
+         * @description The Call records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listCalls"];
         put?: never;
         post?: never;
         delete?: never;
@@ -395,7 +559,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Read one CallParticipant
+         * @description One CallParticipant of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getCallParticipant"];
         put?: never;
         post?: never;
         delete?: never;
@@ -420,6 +588,66 @@ export interface paths {
          * @description The CallTranscript records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
          */
         get: operations["listCallTranscripts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/call_transcripts/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one CallTranscript
+         * @description One CallTranscript of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getCallTranscript"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/organisations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Organisation records
+         * @description The Organisation records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listOrganisations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/organisations/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one Organisation
+         * @description One Organisation of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getOrganisation"];
         put?: never;
         post?: never;
         delete?: never;
@@ -454,6 +682,15 @@ export interface components {
             /** Format: uri */
             prev?: string | null;
         };
+        DeleteDocument: {
+            meta: {
+                /** @description Exact counts of the records the delete removed, by type: the record itself and what it took along. */
+                removed: {
+                    [key: string]: number;
+                };
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         ErrorDocument: {
             errors: {
                 id: string;
@@ -484,6 +721,16 @@ export interface components {
             user_id?: string;
             /** @description The key itself, shown once in the response that creates it; null afterwards. */
             token?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         ApiKeyResource: {
             /** Format: uuid */
@@ -532,6 +779,23 @@ export interface components {
             email?: string;
             full_name?: string;
             sip_username?: string | null;
+            /**
+             * @description The member's role in the caller's organisation.
+             * @enum {string}
+             */
+            role?: "owner" | "admin" | "operator";
+            /** @description The generated password of a new user created without one, shown once in the create response; null afterwards. Hand it to the user, who should change it. */
+            initial_password?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         UserResource: {
             /** Format: uuid */
@@ -601,6 +865,16 @@ export interface components {
             metadata?: Record<string, unknown>;
             /** Format: uuid */
             ai_agent_id?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         ConversationResource: {
             /** Format: uuid */
@@ -683,6 +957,16 @@ export interface components {
             conversation_id?: string;
             /** Format: uuid */
             organisation_id?: string;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         ConversationItemResource: {
             /** Format: uuid */
@@ -739,6 +1023,16 @@ export interface components {
             /** @description At most 32768 bytes of UTF-8. */
             safety_guardrails?: string | null;
             published?: boolean;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         AiAgentResource: {
             /** Format: uuid */
@@ -786,6 +1080,16 @@ export interface components {
             from_domain?: string | null;
             from_user?: string | null;
             inbound_acl?: string[];
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         GatewayResource: {
             /** Format: uuid */
@@ -828,6 +1132,16 @@ export interface components {
             /** Format: uuid */
             user_id?: string | null;
             registered?: boolean;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         SipUserResource: {
             /** Format: uuid */
@@ -882,6 +1196,16 @@ export interface components {
             source?: "widget" | "api" | "system";
             /** Format: uuid */
             changed_by_user_id?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         OperatorStatusResource: {
             /** Format: uuid */
@@ -950,6 +1274,16 @@ export interface components {
             occurred_at?: string;
             /** Format: uuid */
             operator_status_id?: string;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         OperatorStatusEventResource: {
             /** Format: uuid */
@@ -1019,6 +1353,18 @@ export interface components {
             duration_seconds?: number | null;
             /** Format: uuid */
             conversation_id?: string | null;
+            /** @description Ids of the SIP users among the call's participants. */
+            participant_sip_user_ids?: string[];
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         CallResource: {
             /** Format: uuid */
@@ -1075,6 +1421,16 @@ export interface components {
             call_id?: string;
             /** Format: uuid */
             organisation_id?: string;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         CallParticipantResource: {
             /** Format: uuid */
@@ -1129,6 +1485,16 @@ export interface components {
             occurred_at?: string;
             /** Format: uuid */
             call_id?: string;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         CallTranscriptResource: {
             /** Format: uuid */
@@ -1175,6 +1541,16 @@ export interface components {
         };
         OrganisationAttributes: {
             name?: string;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         OrganisationResource: {
             /** Format: uuid */
@@ -1392,7 +1768,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -1408,7 +1784,7 @@ export interface operations {
                     CallTranscript?: string;
                     Organisation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -1524,11 +1900,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, name, key_type, expires_at, revoked_at, organisation_id, user_id, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -1569,12 +1979,127 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    createApiKey: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "ApiKey",
+                 *         "attributes": {
+                 *           "name": "Example",
+                 *           "key_type": "publishable"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "ApiKey";
+                        attributes?: {
+                            name: string;
+                            /** @enum {string} */
+                            key_type: "publishable" | "secret";
+                            /** Format: date-time */
+                            expires_at?: string | null;
+                            /** Format: uuid */
+                            user_id?: string;
+                        };
+                        relationships?: {
+                            /** @description The same as the attribute `user_id`; both may be given when they agree. */
+                            user?: {
+                                data: {
+                                    /** @constant */
+                                    type: "User";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                };
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                        };
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description The existing record (idempotent repeat or update) */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["ApiKeyDocument"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["ApiKeyDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     getApiKey: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -1623,12 +2148,138 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    deleteApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    updateApiKey: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "ApiKey",
+                 *         "id": "00000000-0000-7000-8000-000000000000",
+                 *         "attributes": {
+                 *           "name": "Example"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "ApiKey";
+                        /** Format: uuid */
+                        id: string;
+                        attributes?: {
+                            name?: string;
+                            /** Format: date-time */
+                            revoked_at?: string | null;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["ApiKeyDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     login: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, full_name, email, sip_username, organisation, organisations, sip_user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -1707,12 +2358,516 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    listUsers: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    email?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    full_name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    role?: ("owner" | "admin" | "operator") | {
+                        /** @enum {string} */
+                        eq?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        not_eq?: "owner" | "admin" | "operator";
+                        in?: string | ("owner" | "admin" | "operator")[];
+                        /** @enum {string} */
+                        less_than?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        greater_than?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        less_than_or_equal?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, email, full_name, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "User",
+                 *         "attributes": {
+                 *           "email": "owner@example.com",
+                 *           "role": "owner"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "User";
+                        attributes?: {
+                            email: string;
+                            full_name?: string;
+                            /**
+                             * @description The member's role in the caller's organisation.
+                             * @enum {string}
+                             */
+                            role: "owner" | "admin" | "operator";
+                            /** @description A new user's password (generated when omitted), or your own new password (with current_password). */
+                            password?: string;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description The existing record (idempotent repeat or update) */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserDocument"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    updateUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "User",
+                 *         "id": "00000000-0000-7000-8000-000000000000",
+                 *         "attributes": {
+                 *           "full_name": "Example"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "User";
+                        /** Format: uuid */
+                        id: string;
+                        attributes?: {
+                            full_name?: string;
+                            /**
+                             * @description The member's role in the caller's organisation.
+                             * @enum {string}
+                             */
+                            role?: "owner" | "admin" | "operator";
+                            /** @description A new user's password (generated when omitted), or your own new password (with current_password). */
+                            password?: string;
+                            /** @description Your current password, required to set a new one. */
+                            current_password?: string;
+                            /** @description true: ends the member's sessions (user tokens) in this organisation at once; your own token making the request stays valid. Owners and admins for any member (owners only for owners), every user for themselves. API keys are revoked one by one. */
+                            revoke_tokens?: boolean;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getUserMe: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     visitorSession: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, ai_agent, call, organisation, conversation_items. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -1793,7 +2948,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, ai_agent, call, organisation, conversation_items. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -1809,7 +2964,7 @@ export interface operations {
                     CallTranscript?: string;
                     Organisation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -1919,11 +3074,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, status, channel, mode, public_id, metadata, ai_agent_id, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -1969,7 +3158,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, ai_agent, call, organisation, conversation_items. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2071,12 +3260,66 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getConversation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["ConversationDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     updateConversation: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, ai_agent, call, organisation, conversation_items. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2190,7 +3433,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, conversation, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2244,7 +3487,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, conversation, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2379,12 +3622,341 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    listAiAgents: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    languages?: {
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    published?: ("true" | "false") | {
+                        /** @enum {string} */
+                        eq?: "true" | "false";
+                        /** @enum {string} */
+                        not_eq?: "true" | "false";
+                        in?: string | ("true" | "false")[];
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, name, published, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["AiAgentListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createAiAgent: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "AiAgent",
+                 *         "attributes": {
+                 *           "name": "Example"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "AiAgent";
+                        attributes?: {
+                            name: string;
+                            voice?: string | null;
+                            tone?: string | null;
+                            languages?: string[];
+                            /** @description At most 65536 bytes of JSON. */
+                            workflow?: Record<string, unknown>;
+                            /** @description At most 32768 bytes of UTF-8. */
+                            system_prompt?: string | null;
+                            /** @description At most 32768 bytes of UTF-8. */
+                            safety_guardrails?: string | null;
+                            /** @default false */
+                            published?: boolean;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["AiAgentDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getAiAgent: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["AiAgentDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteAiAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     updateAiAgent: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2438,6 +4010,7 @@ export interface operations {
                             system_prompt?: string | null;
                             /** @description At most 32768 bytes of UTF-8. */
                             safety_guardrails?: string | null;
+                            /** @default false */
                             published?: boolean;
                         };
                         relationships?: Record<string, unknown>;
@@ -2477,12 +4050,181 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    listGateways: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    provider?: ("generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire") | {
+                        /** @enum {string} */
+                        eq?: "generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire";
+                        /** @enum {string} */
+                        not_eq?: "generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire";
+                        in?: string | ("generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire")[];
+                        /** @enum {string} */
+                        less_than?: "generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire";
+                        /** @enum {string} */
+                        greater_than?: "generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire";
+                        /** @enum {string} */
+                        less_than_or_equal?: "generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "generic" | "twilio" | "telnyx" | "vonage" | "plivo" | "bandwidth" | "sinch" | "signalwire";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    realm?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    register?: ("true" | "false") | {
+                        /** @enum {string} */
+                        eq?: "true" | "false";
+                        /** @enum {string} */
+                        not_eq?: "true" | "false";
+                        in?: string | ("true" | "false")[];
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, name, provider, realm, register, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["GatewayListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     createGateway: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2574,12 +4316,102 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getGateway: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["GatewayDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteGateway: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     updateGateway: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2680,7 +4512,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2696,7 +4528,7 @@ export interface operations {
                     CallTranscript?: string;
                     Organisation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -2744,11 +4576,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, sip_username, user_id, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, sip_username, user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -2794,7 +4660,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2888,12 +4754,102 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getSipUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["SipUserDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteSipUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     updateSipUser: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2976,12 +4932,12 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
-    getOperatorStatus: {
+    listOperatorStatuss: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, changed_by_user, organisation, sip_user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2997,12 +4953,158 @@ export interface operations {
                     CallTranscript?: string;
                     Organisation?: string;
                 };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    sip_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    agent_name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    status?: ("available" | "busy" | "wrap_up" | "away" | "offline") | {
+                        /** @enum {string} */
+                        eq?: "available" | "busy" | "wrap_up" | "away" | "offline";
+                        /** @enum {string} */
+                        not_eq?: "available" | "busy" | "wrap_up" | "away" | "offline";
+                        in?: string | ("available" | "busy" | "wrap_up" | "away" | "offline")[];
+                        /** @enum {string} */
+                        less_than?: "available" | "busy" | "wrap_up" | "away" | "offline";
+                        /** @enum {string} */
+                        greater_than?: "available" | "busy" | "wrap_up" | "away" | "offline";
+                        /** @enum {string} */
+                        less_than_or_equal?: "available" | "busy" | "wrap_up" | "away" | "offline";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "available" | "busy" | "wrap_up" | "away" | "offline";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    source?: ("widget" | "api" | "system") | {
+                        /** @enum {string} */
+                        eq?: "widget" | "api" | "system";
+                        /** @enum {string} */
+                        not_eq?: "widget" | "api" | "system";
+                        in?: string | ("widget" | "api" | "system")[];
+                        /** @enum {string} */
+                        less_than?: "widget" | "api" | "system";
+                        /** @enum {string} */
+                        greater_than?: "widget" | "api" | "system";
+                        /** @enum {string} */
+                        less_than_or_equal?: "widget" | "api" | "system";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "widget" | "api" | "system";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    changed_by_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
             };
             header?: never;
-            path: {
-                /** @description The record id (a malformed or unknown id is a 404). */
-                id: string;
-            };
+            path?: never;
             cookie?: never;
         };
         requestBody?: never;
@@ -3016,13 +5118,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/vnd.api+json": components["schemas"]["OperatorStatusDocument"];
+                    "application/vnd.api+json": components["schemas"]["OperatorStatusListDocument"];
                 };
             };
             400: components["responses"]["Error400"];
             401: components["responses"]["Error401"];
             403: components["responses"]["Error403"];
-            404: components["responses"]["Error404"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
             429: components["responses"]["Error429"];
@@ -3035,7 +5136,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, changed_by_user, organisation, sip_user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3147,12 +5248,12 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
-    listOperatorStatusEvents: {
+    getOperatorStatus: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, changed_by_user, organisation, sip_user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3168,7 +5269,61 @@ export interface operations {
                     CallTranscript?: string;
                     Organisation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id. */
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OperatorStatusDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    listOperatorStatusEvents: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -3318,11 +5473,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -3368,7 +5557,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, changed_by_user, organisation, sip_user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3417,12 +5606,280 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    listCalls: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    direction?: ("inbound" | "outbound") | {
+                        /** @enum {string} */
+                        eq?: "inbound" | "outbound";
+                        /** @enum {string} */
+                        not_eq?: "inbound" | "outbound";
+                        in?: string | ("inbound" | "outbound")[];
+                        /** @enum {string} */
+                        less_than?: "inbound" | "outbound";
+                        /** @enum {string} */
+                        greater_than?: "inbound" | "outbound";
+                        /** @enum {string} */
+                        less_than_or_equal?: "inbound" | "outbound";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "inbound" | "outbound";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    from_number?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    to_number?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    sip_username?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    status?: ("initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled") | {
+                        /** @enum {string} */
+                        eq?: "initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled";
+                        /** @enum {string} */
+                        not_eq?: "initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled";
+                        in?: string | ("initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled")[];
+                        /** @enum {string} */
+                        less_than?: "initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled";
+                        /** @enum {string} */
+                        greater_than?: "initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled";
+                        /** @enum {string} */
+                        less_than_or_equal?: "initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "initiated" | "ringing" | "in_progress" | "completed" | "busy" | "no_answer" | "failed" | "canceled";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    call_uuid?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    started_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    ended_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    duration_seconds?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    conversation_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    participant_sip_user_ids?: {
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["CallListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     getCall: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, conversation, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3476,7 +5933,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, call, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3492,7 +5949,7 @@ export interface operations {
                     CallTranscript?: string;
                     Organisation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -3608,11 +6065,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, member_uuid, role, joined_at, left_at, call_id, organisation_id, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -3653,12 +6144,66 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getCallParticipant: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["CallParticipantDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     updateCallParticipant: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, call, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3747,7 +6292,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, call, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3763,7 +6308,7 @@ export interface operations {
                     CallTranscript?: string;
                     Organisation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -3868,11 +6413,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, content, speaker, item_id, content_index, occurred_at, call_id, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -3906,6 +6485,245 @@ export interface operations {
             400: components["responses"]["Error400"];
             401: components["responses"]["Error401"];
             403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getCallTranscript: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["CallTranscriptDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    listOrganisations: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, name, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
             429: components["responses"]["Error429"];

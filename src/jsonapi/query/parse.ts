@@ -152,7 +152,7 @@ function parseFields(value: unknown, registry: Registry, problems: Problems): Ma
 function filterableAttribute(resource: ResourceDef, name: string): AttributeDef | undefined {
   if (name === 'id') return ID_ATTRIBUTE;
   const def = Object.hasOwn(resource.attributes, name) ? resource.attributes[name] : undefined;
-  return def?.filterable && !def.expression && !def.writeOnly ? def : undefined;
+  return def?.filterable && !def.writeOnly ? def : undefined;
 }
 
 function parseFilter(value: unknown, resource: ResourceDef, problems: Problems): FilterNode | undefined {

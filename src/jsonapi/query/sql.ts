@@ -1,5 +1,6 @@
 /** SQL fragments for filters, ordering and keyset paging over a resource's table, aliased `t`. */
 import { sql, type RawBuilder } from 'kysely';
+import type { Principal } from '../principal.js';
 import { columnOf, sqlTypeOf, type AttributeDef, type ResourceDef } from '../resource.js';
 import type { Cursor, FilterNode, SortKey } from './types.js';
 
@@ -20,23 +21,32 @@ function typed(def: AttributeDef, value: unknown): RawBuilder<unknown> {
   return sql`${parameter}::${sql.raw(type === 'text[]' ? 'text' : type)}`;
 }
 
-export function filterSql(resource: ResourceDef, node: FilterNode): RawBuilder<unknown> {
+/** `principal` is needed by filterable computed attributes, whose expression depends on who asks. */
+export function filterSql(resource: ResourceDef, node: FilterNode, principal?: Principal): RawBuilder<unknown> {
   switch (node.kind) {
     case 'and':
     case 'or':
       return node.children.length === 0
         ? sql`TRUE`
-        : sql`(${sql.join(node.children.map((c) => filterSql(resource, c)), node.kind === 'and' ? sql` AND ` : sql` OR `)})`;
+        : sql`(${sql.join(node.children.map((c) => filterSql(resource, c, principal)), node.kind === 'and' ? sql` AND ` : sql` OR `)})`;
     case 'not':
-      return sql`NOT COALESCE(${filterSql(resource, node.child)}, FALSE)`;
+      return sql`NOT COALESCE(${filterSql(resource, node.child, principal)}, FALSE)`;
     case 'condition':
-      return condition(resource, node.attribute, node.operator, node.value);
+      return condition(resource, node.attribute, node.operator, node.value, principal);
   }
 }
 
-function condition(resource: ResourceDef, attribute: string, operator: string, value: unknown): RawBuilder<unknown> {
+/** The column behind an attribute, or a computed attribute's expression (parenthesised) for filters. */
+function filterOperand(resource: ResourceDef, attribute: string, principal: Principal | undefined): RawBuilder<unknown> {
   const def = attributeOf(resource, attribute);
-  const col = column(resource, attribute);
+  if (!def.expression) return column(resource, attribute);
+  if (!principal) throw new Error(`filter on computed ${resource.type}.${attribute} needs the principal`);
+  return sql`(${def.expression(principal)})`;
+}
+
+function condition(resource: ResourceDef, attribute: string, operator: string, value: unknown, principal?: Principal): RawBuilder<unknown> {
+  const def = attributeOf(resource, attribute);
+  const col = filterOperand(resource, attribute, principal);
   switch (operator) {
     case 'eq':
       return sql`${col} = ${typed(def, value)}`;
