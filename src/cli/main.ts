@@ -55,7 +55,7 @@ function fail(error: unknown, json: boolean): never {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** A listed organisation must exist: an unknown (or malformed) id is an error, not an empty list. */
-async function requireOrganisation(db: Database, id: string): Promise<void> {
+async function requireOrganisation(db: Db, id: string): Promise<void> {
   const found = UUID.test(id) && (await db.selectFrom('organisations').select('id').where('id', '=', id).executeTakeFirst());
   if (!found) throw new Error(`no organisation ${id}`);
 }

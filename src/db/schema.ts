@@ -52,7 +52,7 @@ export const tables = {
   settings: { key: text(), value: text() },
   organisations: { id: uuid(), name: text(), ...stamps() },
   users: { id: uuid(), email: text(), full_name: text().default(), password_hash: text(), ...stamps() },
-  memberships: { organisation_id: uuid(), user_id: uuid(), role: text(), created_at: timestamptz().default() },
+  memberships: { organisation_id: uuid(), user_id: uuid(), role: text(), ...stamps() },
   api_keys: {
     id: uuid(),
     organisation_id: uuid(),
