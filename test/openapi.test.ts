@@ -14,7 +14,12 @@ const SPEC = [
   'get /api/call_transcripts',
 ];
 /** Part two's additions (CONTRACT sections 9-12): each new endpoint appears in the document too. */
-const BEYOND_SPEC = ['post /api/visitor_sessions'];
+const BEYOND_SPEC = [
+  'post /api/visitor_sessions',
+  'get /api/events',
+  'get /api/webhook_endpoints', 'get /api/webhook_endpoints/{id}', 'post /api/webhook_endpoints', 'patch /api/webhook_endpoints/{id}',
+  'delete /api/webhook_endpoints/{id}', 'get /api/webhook_deliveries', 'get /api/webhook_deliveries/{id}',
+];
 
 const doc = buildOpenApi(resources) as any;
 
