@@ -50,7 +50,12 @@ async function serve(): Promise<{ child: ChildProcess; url: string; exited: Prom
   children.add(child);
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  const exited = new Promise<void>((r) => child.on('exit', () => (children.delete(child), r())));
+  const exited = new Promise<void>((r) =>
+    child.on('exit', () => {
+      children.delete(child);
+      r();
+    }),
+  );
   const url = `http://127.0.0.1:${port}`;
   const started = Date.now();
   for (;;) {

@@ -19,7 +19,6 @@ let tenant: Tenant;
 let other: Tenant;
 let baseUrl: string;
 let admin: Client;
-let operator: Client;
 const streams: SseStream[] = [];
 
 const onPostgres = Boolean(process.env.DATABASE_URL);
@@ -31,7 +30,6 @@ beforeAll(async () => {
   tenant = await seedTenant(t, 'Events');
   other = await seedTenant(t, 'Others');
   admin = client(t.app, tenant.admin.token);
-  operator = client(t.app, tenant.operator.token);
 });
 afterAll(async () => {
   for (const s of streams) s.close();

@@ -4,7 +4,7 @@ import type { PrincipalRole } from './principal.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
 
 type Schema = Record<string, unknown>;
-type Operation = { method: 'get' | 'post' | 'patch'; path: string };
+type Operation = { method: 'get' | 'post' | 'patch' | 'delete'; path: string };
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const nullable = (schema: Schema, isNullable?: boolean): Schema =>

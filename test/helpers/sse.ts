@@ -41,8 +41,7 @@ export function openSse(baseUrl: string, path: string, token: string, headers: R
           return;
         }
         buffer += chunk;
-        let end: number;
-        while ((end = buffer.indexOf('\n\n')) >= 0) {
+        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
           const block = buffer.slice(0, end);
           buffer = buffer.slice(end + 2);
           const message: SseMessage = { data: '' };
