@@ -115,6 +115,17 @@ describe('the outbox', () => {
     expect(slowEvent).toBeGreaterThan(fastEvent);
   });
 
+  it("continues above an id from another process's clock that is ahead", async () => {
+    const ahead = await seedTenant(t, 'Ahead');
+    const future = '7fffffff-0000-7000-8000-000000000000';
+    await sql`INSERT INTO events (id, organisation_id, type, occurred_at, data) VALUES (${future}, ${ahead.organisationId}, 'Conversation.created', now(), '{}')`.execute(t.db);
+    const conversation = (await client(t.app, ahead.admin.token).post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
+    const events = await eventsOf(ahead.organisationId);
+    expect(events.at(-2)!.id).toBe(future);
+    expect(events.at(-1)!.data.id).toBe(conversation);
+    expect(events.at(-1)!.id > future).toBe(true);
+  });
+
   it('draws an id above the last one even when the clock is behind it', () => {
     const ahead = '7fffffff-ffff-7fff-bfff-fffffffffffe';
     const next = nextEventId(ahead);
@@ -217,6 +228,24 @@ describe('GET /api/events', () => {
     expect(sipIds(asOperator)).toEqual([mineSip.body.data.id]);
     asOperator.close();
     asAdmin.close();
+  });
+
+  it("shows a website visitor only its own conversation's events", async () => {
+    const session = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
+    expect(session.status).toBe(201);
+    const visitorToken = session.body.meta.token as string;
+    const own = session.body.data.id as string;
+    const s = await stream(visitorToken);
+    expect(s.status).toBe(200);
+    const elsewhere = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
+    await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: elsewhere, role: 'user', content: 'not for the visitor' }));
+    await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: own, role: 'operator', content: 'for the visitor' }));
+    await admin.patch(`/api/conversations/${own}`, resourceDocument('Conversation', { status: 'pending' }, own));
+    await s.waitFor(1, ofType('Conversation.updated'));
+    expect(s.messages.map((m) => m.event)).toEqual(['ConversationItem.created', 'Conversation.updated']);
+    expect(s.messages.every((m) => JSON.stringify(parsed(m).data).includes(own))).toBe(true);
+    expect(JSON.stringify(s.messages)).not.toContain('not for the visitor');
+    s.close();
   });
 
   it('refuses unknown event types and parameters with 400 naming them', async () => {

@@ -27,6 +27,8 @@ const RESPONSE_BYTES = 64 * 1024;
 /** Longest pause between two attempts. */
 const MAX_DELAY_SECONDS = 3600;
 const USER_AGENT = 'Parley-Webhooks/1';
+/** Shortest pause between two looks for due deliveries. */
+const WAKE_GAP_MS = 25;
 
 interface Claimed {
   id: string;
@@ -147,6 +149,8 @@ export class WebhookWorker {
   private unlisten?: () => Promise<void>;
   private ticking = false;
   private again = false;
+  private lastTick = 0;
+  private wakeTimer?: NodeJS.Timeout;
   private readonly attempts = new Set<Promise<void>>();
 
   constructor(private readonly options: WorkerOptions) {
@@ -173,15 +177,29 @@ export class WebhookWorker {
     this.timer.unref();
   }
 
+  /**
+   * Looks for due deliveries now, or, within WAKE_GAP_MS of the last look, once that gap is over: under a
+   * stream of writes (a NOTIFY each) the worker looks at most every few milliseconds, not once per write.
+   */
   wake(): void {
     if (!this.running) return;
-    if (this.ticking) {
+    if (this.ticking || this.wakeTimer) {
       this.again = true;
       return;
     }
+    const wait = this.lastTick + WAKE_GAP_MS - Date.now();
+    if (wait > 0) {
+      this.wakeTimer = setTimeout(() => {
+        this.wakeTimer = undefined;
+        this.wake();
+      }, wait);
+      return;
+    }
     this.ticking = true;
+    this.again = false;
     void this.tick().finally(() => {
       this.ticking = false;
+      this.lastTick = Date.now();
       if (this.again) {
         this.again = false;
         this.wake();
@@ -301,6 +319,7 @@ export class WebhookWorker {
   async stop(): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
+    clearTimeout(this.wakeTimer);
     await this.unlisten?.().catch(() => {});
     await Promise.allSettled([...this.attempts]);
   }

@@ -81,21 +81,39 @@ async function appendEvents(trx: Database, events: PendingEvent[]): Promise<void
 
 async function appendForOrganisation(trx: Database, organisationId: string, events: PendingEvent[]): Promise<void> {
   await sql`SELECT pg_advisory_xact_lock(${EVENT_ORDER_LOCK}, hashtext(${organisationId}))`.execute(trx);
-  // A new statement, so its snapshot sees every commit made before the lock was granted.
+  // Usually this process's clock gives ids above the organisation's last one: one statement, which checks
+  // that (a new statement: its snapshot sees every commit made before the lock was granted).
+  const fresh = idsAfter(undefined, events.length);
+  if (await insertEvents(trx, organisationId, events, fresh, true)) return;
+  // Another process's clock is ahead: continue from the last id.
   const { rows } = await sql<{ id: string }>`
     SELECT id FROM events WHERE organisation_id = ${organisationId} ORDER BY id DESC LIMIT 1`.execute(trx);
-  let last = rows[0]?.id;
-  const ids = events.map(() => {
-    const next = nextEventId(last);
-    last = next;
-    return next;
-  });
+  await insertEvents(trx, organisationId, events, idsAfter(rows[0]?.id, events.length), false);
+}
+
+function idsAfter(last: string | undefined, count: number): string[] {
+  const ids: string[] = [];
+  for (let i = 0; i < count; i++) {
+    last = nextEventId(last);
+    ids.push(last);
+  }
+  return ids;
+}
+
+/**
+ * Inserts the events with `ids` (ascending), the webhook deliveries they cause, and the NOTIFY. With `guard`,
+ * nothing is written when the organisation already has an id at or above the first (returns false).
+ */
+async function insertEvents(trx: Database, organisationId: string, events: PendingEvent[], ids: string[], guard: boolean): Promise<boolean> {
   const values = sql.join(
     events.map((event, i) => sql`(${ids[i]}::uuid, ${organisationId}::uuid, ${event.type}, ${event.occurredAt}::timestamptz, ${JSON.stringify(event.data)}::jsonb)`),
   );
-  await sql`
+  const last = ids[ids.length - 1];
+  const { rows } = await sql<{ appended: number }>`
     WITH appended AS (
-      INSERT INTO events (id, organisation_id, type, occurred_at, data) VALUES ${values}
+      INSERT INTO events (id, organisation_id, type, occurred_at, data)
+      SELECT * FROM (VALUES ${values}) AS v (id, organisation_id, type, occurred_at, data)
+      ${guard ? sql`WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.organisation_id = ${organisationId} AND e.id >= ${ids[0]}::uuid)` : sql``}
       RETURNING id, organisation_id, type
     ), deliveries AS (
       -- Delivery ids: a UUIDv7 of the event's millisecond (the event id's first 48 bits), random after.
@@ -103,8 +121,11 @@ async function appendForOrganisation(trx: Database, organisationId: string, even
       SELECT (substr(a.id::text, 1, 14) || '7' || substr(gen_random_uuid()::text, 16))::uuid, a.organisation_id, w.id, a.id, a.type, 'pending', now(), now(), now()
       FROM appended a JOIN webhook_endpoints w
         ON w.organisation_id = a.organisation_id AND w.enabled AND (cardinality(w.event_types) = 0 OR a.type = ANY (w.event_types))
+    ), notified AS (
+      SELECT pg_notify(${EVENTS_CHANNEL}, ${`${organisationId}:${last}`}) FROM appended WHERE id = ${last}::uuid
     )
-    SELECT pg_notify(${EVENTS_CHANNEL}, ${`${organisationId}:${last}`})`.execute(trx);
+    SELECT (SELECT count(*)::int FROM appended) AS appended, (SELECT count(*)::int FROM notified) AS notified`.execute(trx);
+  return rows[0].appended === events.length;
 }
 
 const LOW_62 = (1n << 62n) - 1n;
