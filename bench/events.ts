@@ -29,6 +29,7 @@ import { migrate } from '../src/db/migrate.js';
 import { systemActor } from '../src/jsonapi/actor.js';
 
 export interface EventsBenchResult {
+  connections: number;
   createdOff: number;
   createdOn: number;
   ratio: number;
@@ -95,11 +96,11 @@ async function stop(child: ChildProcess): Promise<void> {
   child.kill('SIGKILL');
 }
 
-async function createItems(url: string, token: string, conversations: string[], seconds: number): Promise<number> {
+async function createItems(url: string, token: string, conversations: string[], seconds: number, connections = 32): Promise<number> {
   let n = 0;
   const result = await autocannon({
     url,
-    connections: 32,
+    connections,
     duration: seconds,
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/vnd.api+json' },
     requests: [
@@ -154,9 +155,9 @@ function openStreams(url: string, token: string, count: number) {
 
 export async function eventsBenchmark(
   databaseUrl: string,
-  options: { duration?: number; rounds?: number; streams?: number; deliveries?: number } = {},
+  options: { duration?: number; rounds?: number; streams?: number; deliveries?: number; connections?: number } = {},
 ): Promise<EventsBenchResult> {
-  const { duration = 5, rounds = 2, streams = 100, deliveries = 2000 } = options;
+  const { duration = 5, rounds = 2, streams = 100, deliveries = 2000, connections = 32 } = options;
   await recreate(databaseUrl);
   const config = loadConfig({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', PASSWORD_HASH_COST_LOG2: '10', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
   const database = await openDatabase(config);
@@ -178,9 +179,9 @@ export async function eventsBenchmark(
     for (const mode of ['off', 'on'] as const) {
       const child = await server(databaseUrl, port, { BENCH_EVENTS: mode });
       await createItems(`http://127.0.0.1:${port}`, token, conversations, 1); // warm-up
-      const rps = await createItems(`http://127.0.0.1:${port}`, token, conversations, duration);
+      const rps = await createItems(`http://127.0.0.1:${port}`, token, conversations, duration, connections);
       (mode === 'off' ? off : on).push(rps);
-      console.log(`  create item c=32, events ${mode.padEnd(3)} ${rps.toFixed(0).padStart(6)} req/s`);
+      console.log(`  create item c=${connections}, events ${mode.padEnd(3)} ${rps.toFixed(0).padStart(6)} req/s`);
       await stop(child);
     }
   }
@@ -223,6 +224,7 @@ export async function eventsBenchmark(
   const deliveriesPerSecond = received / seconds;
   console.log(`  webhooks: ${received} deliveries in ${seconds.toFixed(1)} s (server start included): ${deliveriesPerSecond.toFixed(0)}/s`);
   return {
+    connections,
     createdOff,
     createdOn,
     ratio: createdOn / createdOff,
@@ -237,8 +239,8 @@ export async function eventsBenchmark(
 
 export function eventsChecks(r: EventsBenchResult): string[] {
   return [
-    `| item create c=32, events off | ${r.createdOff.toFixed(0)} req/s |`,
-    `| item create c=32, events on | ${r.createdOn.toFixed(0)} req/s (ratio ${r.ratio.toFixed(2)}) |`,
+    `| item create c=${r.connections}, events off | ${r.createdOff.toFixed(0)} req/s |`,
+    `| item create c=${r.connections}, events on | ${r.createdOn.toFixed(0)} req/s (ratio ${r.ratio.toFixed(2)}) |`,
     `| commit -> SSE message, ${r.streams} streams | p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, max ${r.latency.max} ms (${r.messages} messages; items ${r.createdDuringStreams.toFixed(0)} req/s meanwhile) |`,
     `| webhook deliveries to a local receiver | ${r.deliveriesPerSecond.toFixed(0)}/s (${r.deliveries}) |`,
     `${r.latency.p99 <= 1000 ? 'PASS' : 'FAIL'} commit -> SSE message p99 ${r.latency.p99} ms (target <= 1000)`,
@@ -253,6 +255,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       rounds: { type: 'string', default: '2' },
       streams: { type: 'string', default: '100' },
       deliveries: { type: 'string', default: '2000' },
+      connections: { type: 'string', default: '32' },
     },
   });
   const url = process.env.BENCH_EVENTS_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench_events';
@@ -261,6 +264,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     rounds: Number(values.rounds),
     streams: Number(values.streams),
     deliveries: Number(values.deliveries),
+    connections: Number(values.connections),
   });
   console.log(eventsChecks(result).join('\n'));
 }
