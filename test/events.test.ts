@@ -90,6 +90,14 @@ describe('the outbox', () => {
     expect(JSON.stringify(gateway)).not.toContain('hunter22');
     const hook = events.find((e) => e.type === 'WebhookEndpoint.created')!;
     expect(hook.data.attributes.secret).toBeNull();
+    // Keys issued by the system (the seed, the command line): the token appears in no event either.
+    const keys = events.filter((e) => e.type === 'ApiKey.created');
+    expect(keys.length).toBeGreaterThan(0);
+    for (const key of keys) expect(key.data.attributes.token).toBeNull();
+    const system = await t.services.records!.create(systemActor(tenant.organisationId, 'cli'), 'WebhookEndpoint', { url: 'https://1.1.1.1/cli' });
+    expect(system.record.attributes).toMatchObject({ secret: expect.stringMatching(/^whsec_/) });
+    const cliEvent = (await eventsOf(tenant.organisationId)).find((e) => e.type === 'WebhookEndpoint.created' && e.data.id === system.id)!;
+    expect(cliEvent.data.attributes.secret).toBeNull();
     await admin.request('DELETE', `/api/webhook_endpoints/${endpoint.body.data.id}`);
     const deleted = (await eventsOf(tenant.organisationId)).find((e) => e.type === 'WebhookEndpoint.deleted')!;
     expect(deleted.data.id).toBe(endpoint.body.data.id);

@@ -124,8 +124,11 @@ function bind(options: RecordsOptions, db: Database): Records {
         await resource.beforeInsert?.(ctx);
         const result = resource.create ? await resource.create(ctx) : { id: await insertRow(ctx), status: 201 as const };
         // 201: a new record; 200: an upsert that updated one, or an idempotent repeat that changed nothing.
-        if (!result.unchanged) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id);
-        return { id: result.id, status: result.status, record: await render(trx, result) };
+        const record = await render(trx, result);
+        // The system's plain rendering is the organisation's view: the event reuses it (unless it shows a value once).
+        const same = !opts.render && actor.kind === 'system' && !result.revealed;
+        if (!result.unchanged) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id, same ? (record as Row) : undefined);
+        return { id: result.id, status: result.status, record };
       });
     },
 
@@ -152,9 +155,10 @@ function bind(options: RecordsOptions, db: Database): Records {
             .set({ ...columns, updated_at: new Date() })
             .where('id', '=', id)
             .execute();
-          await emit(trx, actor, resource, 'updated', id);
         }
-        return { id, status: 200 as const, record: await render(trx, { id, status: 200 }) };
+        const record = await render(trx, { id, status: 200 });
+        if (Object.keys(columns).length > 0) await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
+        return { id, status: 200 as const, record };
       });
     },
 
