@@ -3,7 +3,8 @@
  * hand-written baseline, drives both with autocannon at several concurrencies,
  * and prints requests/s, latencies, errors, server RSS and Parley/baseline ratios.
  * Then the same on the embedded database, smaller, and the agent runtime's
- * turn overhead (bench/agents.ts, runnable alone). Figures, not assertions.
+ * turn overhead (bench/agents.ts, runnable alone) and live events (bench/events.ts, runnable alone:
+ * `npx tsx bench/events.ts`, or `npm run bench -- --only events`). Figures, not assertions.
  *
  *   npm run bench                       full run (about 10 minutes)
  *   npm run bench -- --reuse            keep an already generated database
@@ -17,6 +18,7 @@ import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { agentBenchmark, agentChecks } from './agents.js';
+import { eventsBenchmark, eventsChecks } from './events.js';
 import { generate, type BenchData } from './generate.js';
 
 const { values: args } = parseArgs({
@@ -25,6 +27,7 @@ const { values: args } = parseArgs({
     duration: { type: 'string', default: '5' },
     reuse: { type: 'boolean', default: false },
     concurrency: { type: 'string', default: '1,8,32' },
+    only: { type: 'string' },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench' },
   },
 });
@@ -294,10 +297,16 @@ function report() {
 }
 
 const started = Date.now();
-const data = await prepareData();
-await postgresScenarios(data);
-await embeddedScenarios();
-report();
-// The agent runtime's turn overhead (issue 12): in-process, its own database next to the generated one.
-console.log(`\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`);
+if (args.only !== 'events') {
+  const data = await prepareData();
+  await postgresScenarios(data);
+  await embeddedScenarios();
+  report();
+  // The agent runtime's turn overhead (issue 12): in-process, its own database next to the generated one.
+  console.log(`\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`);
+}
+// Live events: throughput with the outbox, commit-to-stream latency with 100 streams, webhook deliveries/s.
+console.log('\nLive events:');
+const events = await eventsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_events'), { duration: Math.max(duration, 3) });
+console.log(eventsChecks(events).join('\n'));
 console.log(`\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`);

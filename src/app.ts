@@ -7,6 +7,7 @@ import type { Config } from './config/index.js';
 import { openDatabase, type DatabaseHandle } from './db/connection.js';
 import { migrate } from './db/migrate.js';
 import { isEmpty, seedDemo, type DemoResult } from './demo/demo.js';
+import { EventPruner, WebhookWorker } from './events/webhooks.js';
 import { buildServer } from './http/server.js';
 import { createRecords } from './jsonapi/records.js';
 import { buildRegistry } from './jsonapi/routes.js';
@@ -21,6 +22,8 @@ export interface RunningApp {
   demo?: DemoResult;
   /** The agent runtime, unless AGENT_RUNTIME=false (then a `worker` process answers). */
   agents?: AgentRuntime;
+  /** The webhook delivery worker, unless WEBHOOK_WORKER=false. */
+  webhooks?: WebhookWorker;
   close(): Promise<void>;
 }
 
@@ -51,6 +54,10 @@ export async function startApp(config: Config): Promise<RunningApp> {
     agents.logger = app.log as unknown as NonNullable<AgentRuntime['logger']>;
     agents.start();
   }
+  const webhooks = config.events.webhookWorker ? new WebhookWorker({ database, config, records: services.records!, logger: app.log }) : undefined;
+  await webhooks?.start();
+  const pruner = new EventPruner(database.db, config.events.retentionDays, app.log);
+  pruner.start();
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   const url = config.publicUrl ?? `http://${config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host}:${port}`;
@@ -61,7 +68,10 @@ export async function startApp(config: Config): Promise<RunningApp> {
     url,
     demo,
     agents,
+    webhooks,
     async close() {
+      pruner.stop();
+      await webhooks?.stop();
       await agents?.stop();
       await app.close();
       await database.close();

@@ -93,6 +93,22 @@ describe('parley command line', () => {
     expect(await fails('key', 'revoke', '--id', key.id)).toMatch(/no active key/);
   }, 240_000);
 
+  it('creates webhook endpoints (the secret printed once) and lists them', async () => {
+    const org = await parley('org', 'create', '--name', 'Hook Org');
+    const created = await parley('webhook', 'create', '--org', org.id, '--url', 'https://1.1.1.1/hooks', '--event-types', 'Conversation.created,ConversationItem.created');
+    expect(created).toMatchObject({ url: 'https://1.1.1.1/hooks', event_types: ['Conversation.created', 'ConversationItem.created'], enabled: true, organisation_id: org.id });
+    expect(created.secret).toMatch(/^whsec_/);
+    const listed = await parley('webhook', 'list', '--org', org.id);
+    expect(listed.webhook_endpoints).toHaveLength(1);
+    expect(listed.webhook_endpoints[0]).toMatchObject({ id: created.id, url: 'https://1.1.1.1/hooks', enabled: true, pending: 0, failed: 0 });
+    expect(JSON.stringify(listed)).not.toContain(created.secret);
+    expect(await fails('webhook', 'create', '--org', org.id, '--url', 'http://127.0.0.1/hooks')).toContain('url: `url` must be an https URL');
+    expect(await fails('webhook', 'create', '--org', org.id, '--url', 'https://10.0.0.1/hooks')).toContain('not a public address');
+    expect(await fails('webhook', 'create', '--org', org.id, '--url', 'https://1.1.1.1/x', '--event-types', 'Nope.created')).toContain('Nope.created');
+    const text = await run(process.execPath, ['--import', 'tsx', cli, 'webhook', 'list', '--org', org.id], { env });
+    expect(text.stdout).toContain('https://1.1.1.1/hooks');
+  }, 180_000);
+
   it('seeds the demo organisation', async () => {
     const demo = await parley('demo');
     expect(demo.organisation_id).toBe(demo.id);

@@ -40,6 +40,7 @@ const fresh: Record<string, () => Promise<string>> = {
   ApiKey: async () => (await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'doomed' })).id,
   User: async () =>
     (await createUserInOrganisation(t.services.records!, { organisationId: tenant.organisationId, email: `doomed.${serial++}@fuzz.example`, password: 'doomed-pass-1', fullName: 'D', role: 'operator' })).id,
+  WebhookEndpoint: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'WebhookEndpoint', { url: 'https://1.1.1.1/doomed' })).id,
 };
 /** The id a request's path names: a fresh record for a DELETE, else the record of the operation's type. */
 async function pathId(operation: Operation): Promise<string | undefined> {
@@ -66,13 +67,15 @@ beforeAll(async () => {
   ids.User = tenant.owner.id;
   ids.Organisation = tenant.organisationId;
   ids.AiAgent = (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'Fuzz agent' })).id;
+  ids.WebhookEndpoint = await newWebhookEndpoint();
 
   const served = await t.app.inject({ url: '/api/open_api' });
   doc = JSON.parse(served.body);
   ajv.addSchema({ ...doc, $id: 'openapi' });
-  operations = Object.entries(doc.paths as Record<string, Record<string, Schema>>).flatMap(([path, methods]) =>
-    Object.entries(methods).map(([method, op]) => ({ method: method.toUpperCase(), path, op })),
-  );
+  // JSON:API operations; the event stream (text/event-stream, never ending) has its own tests (events.test.ts).
+  operations = Object.entries(doc.paths as Record<string, Record<string, Schema>>)
+    .flatMap(([path, methods]) => Object.entries(methods).map(([method, op]) => ({ method: method.toUpperCase(), path, op })))
+    .filter(({ op }) => !op.responses['200']?.content?.['text/event-stream']);
 });
 afterAll(async () => {
   console.log(
@@ -201,8 +204,18 @@ function positiveBody(op: Schema, id: string | undefined): fc.Arbitrary<Schema> 
 
 /** 422s that JSON Schema cannot foresee: cross-field rules, state (a closed conversation), numbering, CIDR and host checks. */
 // A reference attribute (`*_id`) naming no record of the organisation is a semantic refusal the schema cannot express.
-// A user's current password (checked against the stored hash) and an API key's revocation (final, never in the future) too.
-const SEMANTIC_POINTERS = /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm|current_password|revoked_at)|relationships\/conversation)/;
+// A user's current password (checked against the stored hash), an API key's revocation (final, never in the future),
+// a webhook URL (its host must resolve to public addresses) and its event types too.
+const SEMANTIC_POINTERS = /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm|current_password|revoked_at|url|event_types)|relationships\/conversation)/;
+
+/** A webhook endpoint, and a delivery queued for it by the next change (its deliveries go with it when deleted). */
+async function newWebhookEndpoint(): Promise<string> {
+  const actor = systemActor(tenant.organisationId, 'test');
+  const { id } = await t.services.records!.create(actor, 'WebhookEndpoint', { url: 'https://1.1.1.1/fuzz' });
+  await t.services.records!.create(actor, 'Conversation', {});
+  ids.WebhookDelivery = (await t.db.selectFrom('webhook_deliveries').select('id').where('webhook_endpoint_id', '=', id).executeTakeFirstOrThrow()).id;
+  return id;
+}
 
 async function send(operation: Operation, query: Record<string, string>, body: unknown, credential: string, id?: string) {
   const path = operation.path.replace('{id}', id ?? '');

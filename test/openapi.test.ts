@@ -25,6 +25,9 @@ const BEYOND_SPEC = [
   'post /api/api_keys', 'patch /api/api_keys/{id}', 'delete /api/api_keys/{id}',
   'get /api/users', 'get /api/users/{id}', 'get /api/users/me', 'post /api/users', 'patch /api/users/{id}', 'delete /api/users/{id}',
   'get /api/organisations', 'get /api/organisations/{id}',
+  'get /api/events',
+  'get /api/webhook_endpoints', 'get /api/webhook_endpoints/{id}', 'post /api/webhook_endpoints', 'patch /api/webhook_endpoints/{id}',
+  'delete /api/webhook_endpoints/{id}', 'get /api/webhook_deliveries', 'get /api/webhook_deliveries/{id}',
 ];
 
 const doc = buildOpenApi(resources) as any;

@@ -51,6 +51,13 @@ beforeAll(async () => {
   ids.participant = await insertParticipant(t.db, tenant.organisationId, ids.call);
   ids.transcript = await insertTranscript(t.db, tenant.organisationId, ids.call, 0);
   ids.operatorKey = (await client(t.app, tenant.operator.token).get('/api/api_keys')).body.data[0].id;
+  // A webhook endpoint (its secret is shown once, never again) and a delivery queued for it by the next change.
+  const hook = await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/matrix' }));
+  ids.webhook = hook.body.data.id;
+  secrets.push(hook.body.data.attributes.secret);
+  ids.doomedWebhook = (await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/doomed' }))).body.data.id;
+  await admin.post('/api/conversations', resourceDocument('Conversation', {}));
+  ids.delivery = (await t.db.selectFrom('webhook_deliveries').select('id').where('webhook_endpoint_id', '=', ids.webhook).executeTakeFirstOrThrow()).id;
 
   const expiring = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'expiring' });
   await t.db.updateTable('api_keys').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', expiring.id).execute();
@@ -131,6 +138,13 @@ const ENDPOINTS: Endpoint[] = [
   { name: 'update participant', method: 'PATCH', url: () => `/api/call_participants/${ids.participant}`, body: () => doc('CallParticipant', { left_at: '2030-01-01T00:00:00Z' }, ids.participant), operator: 403, admin: 200, other: 404 },
   { name: 'list transcripts', method: 'GET', url: () => '/api/call_transcripts', operator: 200, admin: 200, other: 200 },
   // Beyond the spec's 22: the chat widget's visitor credential is opened with a publishable key only.
+  { name: 'list webhook endpoints', method: 'GET', url: () => '/api/webhook_endpoints', operator: 403, admin: 200, other: 200 },
+  { name: 'get webhook endpoint', method: 'GET', url: () => `/api/webhook_endpoints/${ids.webhook}`, operator: 403, admin: 200, other: 404 },
+  { name: 'create webhook endpoint', method: 'POST', url: () => '/api/webhook_endpoints', body: () => doc('WebhookEndpoint', { url: 'https://1.1.1.1/new' }), operator: 403, admin: 201, other: 201 },
+  { name: 'update webhook endpoint', method: 'PATCH', url: () => `/api/webhook_endpoints/${ids.webhook}`, body: () => doc('WebhookEndpoint', { description: 'matrix' }, ids.webhook), operator: 403, admin: 200, other: 404 },
+  { name: 'delete webhook endpoint', method: 'DELETE', url: () => `/api/webhook_endpoints/${ids.doomedWebhook}`, operator: 403, admin: 200, other: 404 },
+  { name: 'list webhook deliveries', method: 'GET', url: () => '/api/webhook_deliveries', operator: 403, admin: 200, other: 200 },
+  { name: 'get webhook delivery', method: 'GET', url: () => `/api/webhook_deliveries/${ids.delivery}`, operator: 403, admin: 200, other: 404 },
   { name: 'open visitor session', method: 'POST', url: () => '/api/visitor_sessions', body: () => doc('Conversation', {}), operator: 403, admin: 403, other: 403 },
   // Managing the organisation over HTTP.
   { name: 'list agents', method: 'GET', url: () => '/api/ai_agents', operator: 200, admin: 200, other: 200 },
@@ -181,7 +195,7 @@ function expected(endpoint: Endpoint, credential: Credential): number {
 
 describe('security matrix', () => {
   it(`${ENDPOINTS.length} endpoints x ${CREDENTIALS.length} credentials answer as expected`, async () => {
-    expect(ENDPOINTS).toHaveLength(48);
+    expect(ENDPOINTS).toHaveLength(55);
     const failures: string[] = [];
     const ourIds = new Set([tenant.organisationId, ...Object.values(ids)]);
     // The visitor may see its own conversation, and nothing else of the organisation.

@@ -62,6 +62,33 @@ export interface Config {
   agentLeaseMs: number;
   /** Turns one runtime runs at once (different conversations). */
   agentConcurrency: number;
+  /** Live events: the outbox, GET /api/events and webhooks (docs/events.md). */
+  events: EventsConfig;
+}
+
+export interface EventsConfig {
+  /** Days events are kept (and may be replayed); older ones are pruned in the background. */
+  retentionDays: number;
+  /** Seconds between comment lines on an idle event stream (keeps proxies from closing it). */
+  heartbeatSeconds: number;
+  /** Event streams one credential may hold open at once; beyond, 429. */
+  streamsPerCredential: number;
+  /** Bytes a stream may have waiting for a slow client; beyond, the client is disconnected (it resumes later). */
+  streamBufferBytes: number;
+  /** Accept webhook URLs on loopback, private and link-local addresses, and plain http (development only). */
+  webhookAllowPrivateUrls: boolean;
+  /** Run the webhook delivery worker inside `serve`. */
+  webhookWorker: boolean;
+  /** Deadline of one delivery attempt (connect, send, answer). */
+  webhookTimeoutMs: number;
+  /** Base delay of the exponential backoff between attempts (the first retry comes after 1 to 2 times this). */
+  webhookRetryBaseSeconds: number;
+  /** How long a delivery is retried before it is `failed`. */
+  webhookRetryHours: number;
+  /** Attempts one process runs at once. */
+  webhookConcurrency: number;
+  /** How often the worker looks for due deliveries (a new event wakes it at once). */
+  webhookPollMs: number;
 }
 
 /** TRUST_PROXY: unset/false, true (one hop: the nearest proxy), a hop count, or proxy addresses. */
@@ -151,5 +178,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentPollMs: int(env, 'AGENT_POLL_MS', 200),
     agentLeaseMs: int(env, 'AGENT_LEASE_MS', 60_000),
     agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
+    events: {
+      retentionDays: Math.max(1, int(env, 'EVENTS_RETENTION_DAYS', 7)),
+      heartbeatSeconds: Math.max(1, int(env, 'EVENTS_HEARTBEAT_SECONDS', 15)),
+      streamsPerCredential: Math.max(1, int(env, 'EVENTS_STREAMS_PER_CREDENTIAL', 10)),
+      streamBufferBytes: Math.max(64 * 1024, int(env, 'EVENTS_STREAM_BUFFER_BYTES', 1024 * 1024)),
+      webhookAllowPrivateUrls: text(env, 'WEBHOOK_ALLOW_PRIVATE_URLS') === 'true',
+      webhookWorker: (text(env, 'WEBHOOK_WORKER') ?? 'true') !== 'false',
+      webhookTimeoutMs: Math.max(100, int(env, 'WEBHOOK_TIMEOUT_MS', 10_000)),
+      webhookRetryBaseSeconds: Math.max(1, int(env, 'WEBHOOK_RETRY_BASE_SECONDS', 5)),
+      webhookRetryHours: Math.max(1, int(env, 'WEBHOOK_RETRY_HOURS', 24)),
+      webhookConcurrency: Math.max(1, int(env, 'WEBHOOK_CONCURRENCY', 16)),
+      webhookPollMs: Math.max(50, int(env, 'WEBHOOK_POLL_MS', 1000)),
+    },
   };
 }

@@ -12,7 +12,37 @@ export type Database = Kysely<any>;
 
 /** Runs `work` in a transaction, or in the caller's when `db` is one already (Kysely does not nest them). */
 export function inTransaction<T>(db: Database, work: (trx: Database) => Promise<T>): Promise<T> {
-  return db.isTransaction ? work(db) : db.transaction().execute(work);
+  return db.isTransaction ? work(db) : transaction(db, work);
+}
+
+/** Work registered by `beforeCommit`, by open transaction. */
+const commitHooks = new WeakMap<Database, Array<() => Promise<void>>>();
+
+/**
+ * A new transaction whose `beforeCommit` hooks run, in order, after `work` and just before COMMIT (the event
+ * outbox appends there, so that its per-organisation lock is the last lock the transaction takes).
+ */
+export function transaction<T>(db: Database, work: (trx: Database) => Promise<T>, committing?: () => void): Promise<T> {
+  return db.transaction().execute(async (trx) => {
+    const hooks: Array<() => Promise<void>> = [];
+    commitHooks.set(trx, hooks);
+    const result = await work(trx);
+    // A hook may register another; each runs once.
+    for (let i = 0; i < hooks.length; i++) await hooks[i]();
+    committing?.();
+    return result;
+  });
+}
+
+/**
+ * Runs `hook` just before `trx` commits. False when `trx` was not opened by `transaction` (then the caller
+ * must do the work at once instead).
+ */
+export function beforeCommit(trx: Database, hook: () => Promise<void>): boolean {
+  const hooks = commitHooks.get(trx);
+  if (!hooks) return false;
+  hooks.push(hook);
+  return true;
 }
 
 export interface DatabaseHandle {

@@ -3,6 +3,7 @@ import type { Database } from './connection.js';
 import * as initial from './migrations/0001_initial.js';
 import * as gatewayRealmCase from './migrations/0002_gateway_realm_case.js';
 import * as sipEdge from './migrations/0005_sip_edge.js';
+import * as events from './migrations/0006_events.js';
 import * as manage from './migrations/0007_manage.js';
 import * as agentRuntime from './migrations/0008_agent_runtime.js';
 
@@ -11,6 +12,7 @@ const migrations: Record<string, { up: string }> = {
   '0001_initial': initial,
   '0002_gateway_realm_case': gatewayRealmCase,
   '0005_sip_edge': sipEdge,
+  '0006_events': events,
   '0007_manage': manage,
   '0008_agent_runtime': agentRuntime,
 };

@@ -9,6 +9,7 @@ import { connectionError, frameworkError, registerErrorHandling } from './errors
 import { parseQueryString, registerMedia } from './media.js';
 import { registerOps } from './ops.js';
 import { registerResources } from '../jsonapi/routes.js';
+import { registerEventStream } from '../events/stream.js';
 import { verifyResources } from '../jsonapi/verify.js';
 import { schemaSql } from '../db/migrate.js';
 import type { AppServices } from '../jsonapi/services.js';
@@ -52,7 +53,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await registerRateLimit(app, config, options.redis);
   verifyResources(resources, { schemaSql: schemaSql() });
   refuseUnauthenticated(app);
-  registerResources(app, resources, options);
+  const registry = registerResources(app, resources, options);
+  registerEventStream(app, { ...options, registry });
   await registerDocs(app, resources, options);
   await registerWebAssets(app);
   return app;

@@ -1,4 +1,5 @@
 /** The OpenAPI 3.1 document, derived from the same resource definitions as the routes. */
+import { EVENT_ACTIONS } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
 
@@ -385,7 +386,8 @@ function filterValueSchema(def: AttributeDef): Schema {
     case 'uuid':
       return { type: 'string', format: 'uuid' };
     case 'integer':
-      return { type: 'string', pattern: '^-?\\d{1,10}$' };
+      // A 32-bit integer's magnitude (at most 2147483647), as the query parser accepts.
+      return { type: 'string', pattern: INT32_PATTERN };
     case 'boolean':
       return { type: 'string', enum: ['true', 'false'] };
     case 'timestamp':
@@ -398,6 +400,9 @@ function filterValueSchema(def: AttributeDef): Schema {
       return { type: 'string' };
   }
 }
+
+const INT32_PATTERN =
+  '^-?(\\d{1,9}|1\\d{9}|20\\d{8}|21[0-3]\\d{7}|214[0-6]\\d{6}|2147[0-3]\\d{5}|21474[0-7]\\d{4}|214748[0-2]\\d{3}|2147483[0-5]\\d{2}|21474836[0-3]\\d|214748364[0-7])$';
 
 const CURSOR_PATTERN = '^[A-Za-z0-9_-]{1,4096}\\.[A-Za-z0-9_-]{22}$';
 
@@ -419,7 +424,49 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
     if (r.operations.delete) operations.push({ method: 'delete', path: `/api/${r.path}/{id}` });
     for (const action of Object.values(r.actions ?? {})) operations.push({ method: 'post', path: `/api/${action.path}` });
   }
+  // The event stream (src/events/stream.ts), when any type's changes are events.
+  if (resources.some((r) => r.events !== false)) operations.push({ method: 'get', path: '/api/events' });
   return operations;
+}
+
+/** GET /api/events: server-sent events, not a JSON:API document (docs/events.md). */
+function eventStreamOperation(resources: ResourceDef[]): Schema {
+  const types = resources.filter((r) => r.events !== false).flatMap((r) => EVENT_ACTIONS.map((a) => `${r.type}.${a}`));
+  return {
+    operationId: 'streamEvents',
+    summary: 'Stream the organisation\'s events (server-sent events)',
+    description:
+      'A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller\'s organisation that its role may read: ' +
+      'each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON ' +
+      '`{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` ' +
+      '(or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. ' +
+      'A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). ' +
+      `Event types: ${types.join(', ')}.`,
+    tags: ['Event'],
+    security: MEMBER_SECURITY,
+    parameters: [
+      {
+        name: 'filter[type]',
+        in: 'query',
+        schema: { type: 'string', pattern: listPattern(types) },
+        description: 'Comma-separated event types; an unknown one is a 400 naming it.',
+      },
+      { name: 'page[after]', in: 'query', schema: { type: 'string', format: 'uuid' }, description: 'Replay the retained events after this event id.' },
+      { name: 'Last-Event-ID', in: 'header', schema: { type: 'string', format: 'uuid' }, description: 'Sent by reconnecting clients: replay after this event id (wins over page[after]).' },
+    ],
+    responses: {
+      '200': {
+        description: 'The event stream',
+        content: {
+          'text/event-stream': {
+            schema: { type: 'string' },
+            example: 'id: 01a2…\nevent: Conversation.created\ndata: {"id":"01a2…","type":"Conversation.created","occurred_at":"…","organisation_id":"…","data":{…}}\n\n',
+          },
+        },
+      },
+      ...errors([403]),
+    },
+  };
 }
 
 function actionOperation(resource: ResourceDef, name: string, action: CustomAction, registry: Registry): Schema {
@@ -586,6 +633,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
       };
     }
   }
+  if (resources.some((r) => r.events !== false)) at('/api/events').get = eventStreamOperation(resources);
 
   const responses = Object.fromEntries(
     Object.entries(ERROR_RESPONSES).map(([status, description]) => [

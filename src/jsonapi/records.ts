@@ -9,7 +9,8 @@
  */
 import { sql } from 'kysely';
 import { inTransaction, type Database } from '../db/connection.js';
-import { principalOf, type Actor } from './actor.js';
+import { principalOf, systemActor, type Actor } from './actor.js';
+import { queueEvent, type EventAction } from './outbox.js';
 import { ApiError, errorObject, forbidden, notFound } from './errors.js';
 import type { Registry } from './query/parse.js';
 import { fetchById, type Reader } from './read.js';
@@ -95,6 +96,17 @@ function bind(options: RecordsOptions, db: Database): Records {
       return renderResource(resource, row, { baseUrl, principal, registry, fields: new Map(), revealed });
     };
 
+  /**
+   * Queues the change's event (the outbox, src/jsonapi/outbox.ts): the record as a GET by the organisation
+   * renders it (its members' roles are applied when the event is read), never a write-only or shown-once value.
+   */
+  const emit = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction, id: string, rendered?: Row) => {
+    if (resource.events === false) return;
+    const organisationId = principalOf(actor).organisationId;
+    const data = rendered ?? (await plainRender(systemActor(organisationId, 'engine'), resource)(trx, { id, status: 200 }));
+    await queueEvent(trx, { organisationId, type: `${resource.type}.${action}`, occurredAt: new Date(), data });
+  };
+
   const records: Records = {
     async create<T>(actor: Actor, type: string, input: Record<string, unknown>, opts: WriteOptions<T> = {}) {
       const resource = resourceOf(type);
@@ -111,7 +123,12 @@ function bind(options: RecordsOptions, db: Database): Records {
         applyDefaults(resource, values);
         await resource.beforeInsert?.(ctx);
         const result = resource.create ? await resource.create(ctx) : { id: await insertRow(ctx), status: 201 as const };
-        return { id: result.id, status: result.status, record: await render(trx, result) };
+        // 201: a new record; 200: an upsert that updated one, or an idempotent repeat that changed nothing.
+        const record = await render(trx, result);
+        // The system's plain rendering is the organisation's view: the event reuses it (unless it shows a value once).
+        const same = !opts.render && actor.kind === 'system' && !result.revealed;
+        if (!result.unchanged) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id, same ? (record as Row) : undefined);
+        return { id: result.id, status: result.status, record };
       });
     },
 
@@ -140,7 +157,9 @@ function bind(options: RecordsOptions, db: Database): Records {
             .where('id', '=', id)
             .execute();
         }
-        return { id, status: 200 as const, record: await render(trx, { id, status: 200 }) };
+        const record = await render(trx, { id, status: 200 });
+        if (Object.keys(columns).length > 0) await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
+        return { id, status: 200 as const, record };
       });
     },
 
@@ -154,6 +173,8 @@ function bind(options: RecordsOptions, db: Database): Records {
         if (!system && !mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
         if (!system) await assertWritable(trx, resource, principal, id);
         const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values: {}, provided: new Set(), existing };
+        // The deleted event carries the record as it was, rendered before anything goes.
+        const before = resource.events === false ? undefined : await plainRender(systemActor(principal.organisationId, 'engine'), resource)(trx, { id, status: 200 });
         const removed: Record<string, number> = (await resource.beforeDelete?.(ctx)) ?? {};
         if (resource.remove) {
           // The resource removes what the record is (and takes along what it means to); its counts are exact.
@@ -163,6 +184,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         await refuseWhileReferenced(trx, registry, resource, id);
         await trx.deleteFrom(resource.table).where('id', '=', id).execute();
         removed[resource.type] = (removed[resource.type] ?? 0) + 1;
+        await emit(trx, actor, resource, 'deleted', id, before);
         return { id, removed };
       });
     },

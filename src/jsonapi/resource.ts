@@ -130,6 +130,8 @@ export interface ActionResult {
   status: 200 | 201;
   /** Values of `revealedOnCreate` attributes, for the response to this create only. */
   revealed?: Record<string, unknown>;
+  /** An idempotent repeat that changed nothing: no event. (A 200 otherwise is an upsert's update, an `updated` event.) */
+  unchanged?: boolean;
 }
 
 export interface ResourceDef {
@@ -177,6 +179,11 @@ export interface ResourceDef {
   defaultSort?: readonly string[];
   /** Special actions with their own path, e.g. login. */
   actions?: Record<string, CustomAction>;
+  /**
+   * Whether creates, updates and deletes of this type are events (the outbox, GET /api/events, webhooks).
+   * Default true; false only for bookkeeping that would feed on itself (webhook deliveries).
+   */
+  events?: boolean;
   description?: string;
 }
 

@@ -1,7 +1,7 @@
 /** The pieces of a write that the records service (records.ts) composes: insert, defaults, references, transaction. */
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
-import type { Database } from '../db/connection.js';
+import { transaction, type Database } from '../db/connection.js';
 import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
 import type { Principal } from './principal.js';
 import type { Registry } from './query/parse.js';
@@ -110,10 +110,8 @@ export async function runTransaction<T>(db: Database, resource: ResourceDef, wor
   }
   let committing = false;
   try {
-    return await db.transaction().execute(async (trx) => {
-      const result = await work(trx);
+    return await transaction(db, work, () => {
       committing = true;
-      return result;
     });
   } catch (error) {
     const mapped = mapConstraintError(error, resource);

@@ -52,7 +52,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
       .executeTakeFirst();
     if (existing) {
       const same = IDEMPOTENT_FIELDS.every((f) => !ctx.provided.has(f) || values[f] === existing[f]);
-      if (same) return { id: existing.id, status: 200 };
+      if (same) return { id: existing.id, status: 200, unchanged: true };
       throw ApiError.of(409, 'conflict', 'An item with this item_id exists with other content.', {
         pointer: '/data/attributes/item_id',
       });

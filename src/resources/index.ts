@@ -12,6 +12,8 @@ import operatorStatusEvent from './operator-status-event.js';
 import organisation from './organisation.js';
 import sipUser from './sip-user.js';
 import user from './user.js';
+import webhookDelivery from './webhook-delivery.js';
+import webhookEndpoint from './webhook-endpoint.js';
 
 /** Every resource, in the order of the spec's endpoint table. */
 export const resources: ResourceDef[] = [
@@ -28,4 +30,6 @@ export const resources: ResourceDef[] = [
   callParticipant,
   callTranscript,
   organisation,
+  webhookEndpoint,
+  webhookDelivery,
 ];

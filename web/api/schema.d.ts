@@ -656,6 +656,118 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/webhook_endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List WebhookEndpoint records
+         * @description The WebhookEndpoint records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin.
+         */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        /**
+         * Create a WebhookEndpoint
+         * @description Creates a WebhookEndpoint in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhook_endpoints/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one WebhookEndpoint
+         * @description One WebhookEndpoint of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin.
+         */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a WebhookEndpoint
+         * @description Removes the WebhookEndpoint and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deleteWebhookEndpoint"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a WebhookEndpoint
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin.
+         */
+        patch: operations["updateWebhookEndpoint"];
+        trace?: never;
+    };
+    "/api/webhook_deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List WebhookDelivery records
+         * @description The WebhookDelivery records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin.
+         */
+        get: operations["listWebhookDeliverys"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhook_deliveries/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one WebhookDelivery
+         * @description One WebhookDelivery of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin.
+         */
+        get: operations["getWebhookDelivery"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream the organisation's events (server-sent events)
+         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted.
+         */
+        get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1578,6 +1690,116 @@ export interface components {
             links: components["schemas"]["PageLinks"];
             jsonapi: components["schemas"]["JsonApi"];
         };
+        WebhookEndpointAttributes: {
+            /** @description https URL the events are POSTed to; must resolve to public addresses. */
+            url?: string;
+            description?: string | null;
+            /** @description Event types sent to this endpoint (e.g. ConversationItem.created); empty: every type. */
+            event_types?: string[];
+            /** @description Disabled endpoints get no new deliveries; the worker disables one whose deliveries keep failing. */
+            enabled?: boolean;
+            /** @description Signing secret (whsec_…), shown once in the response that creates the endpoint; null afterwards. */
+            secret?: string | null;
+            /** @description Failed attempts since the last successful one. */
+            consecutive_failures?: number;
+            /** @description Why the worker disabled the endpoint; null while it is enabled or was disabled by a member. */
+            disabled_reason?: string | null;
+        };
+        WebhookEndpointResource: {
+            /** Format: uuid */
+            id: string;
+            /** @constant */
+            type: "WebhookEndpoint";
+            attributes: components["schemas"]["WebhookEndpointAttributes"];
+            relationships: {
+                organisation?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Organisation";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+            };
+            links?: {
+                /** Format: uri */
+                self?: string;
+            };
+            meta?: Record<string, unknown>;
+        };
+        WebhookEndpointDocument: {
+            data: components["schemas"]["WebhookEndpointResource"];
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        WebhookEndpointListDocument: {
+            data: components["schemas"]["WebhookEndpointResource"][];
+            included: components["schemas"]["Included"];
+            meta: components["schemas"]["PageMeta"];
+            links: components["schemas"]["PageLinks"];
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        WebhookDeliveryAttributes: {
+            /** Format: uuid */
+            webhook_endpoint_id?: string;
+            /** Format: uuid */
+            event_id?: string;
+            event_type?: string;
+            /** @enum {string} */
+            status?: "pending" | "succeeded" | "failed";
+            attempts?: number;
+            last_status_code?: number | null;
+            last_error?: string | null;
+            /**
+             * Format: date-time
+             * @description When the next attempt is due; null once succeeded or failed.
+             */
+            next_attempt_at?: string | null;
+        };
+        WebhookDeliveryResource: {
+            /** Format: uuid */
+            id: string;
+            /** @constant */
+            type: "WebhookDelivery";
+            attributes: components["schemas"]["WebhookDeliveryAttributes"];
+            relationships: {
+                organisation?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Organisation";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                webhook_endpoint?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "WebhookEndpoint";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+            };
+            links?: {
+                /** Format: uri */
+                self?: string;
+            };
+            meta?: Record<string, unknown>;
+        };
+        WebhookDeliveryDocument: {
+            data: components["schemas"]["WebhookDeliveryResource"];
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        WebhookDeliveryListDocument: {
+            data: components["schemas"]["WebhookDeliveryResource"][];
+            included: components["schemas"]["Included"];
+            meta: components["schemas"]["PageMeta"];
+            links: components["schemas"]["PageLinks"];
+            jsonapi: components["schemas"]["JsonApi"];
+        };
     };
     responses: {
         /** @description Malformed request or query parameter */
@@ -1783,6 +2005,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at. */
                 filter?: {
@@ -1999,6 +2223,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2114,6 +2340,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2204,6 +2432,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2294,6 +2524,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2378,6 +2610,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at. */
                 filter?: {
@@ -2538,6 +2772,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2642,6 +2878,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2732,6 +2970,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2831,6 +3071,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2882,6 +3124,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -2963,6 +3207,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at. */
                 filter?: {
@@ -3173,6 +3419,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -3280,6 +3528,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -3334,6 +3584,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -3448,6 +3700,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -3502,6 +3756,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -3642,6 +3898,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at. */
                 filter?: {
@@ -3787,6 +4045,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -3881,6 +4141,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -3971,6 +4233,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -4070,6 +4334,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at. */
                 filter?: {
@@ -4239,6 +4505,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -4336,6 +4604,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -4426,6 +4696,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -4527,6 +4799,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at. */
                 filter?: {
@@ -4675,6 +4949,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -4774,6 +5050,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -4864,6 +5142,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -4952,6 +5232,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at. */
                 filter?: {
@@ -5151,6 +5433,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -5268,6 +5552,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -5322,6 +5608,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at. */
                 filter?: {
@@ -5572,6 +5860,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -5626,6 +5916,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at. */
                 filter?: {
@@ -5894,6 +6186,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -5948,6 +6242,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at. */
                 filter?: {
@@ -6164,6 +6460,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -6218,6 +6516,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -6307,6 +6607,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at. */
                 filter?: {
@@ -6512,6 +6814,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -6566,6 +6870,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
                 filter?: {
@@ -6697,6 +7003,8 @@ export interface operations {
                     CallParticipant?: string;
                     CallTranscript?: string;
                     Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
                 };
             };
             header?: never;
@@ -6724,6 +7032,708 @@ export interface operations {
             401: components["responses"]["Error401"];
             403: components["responses"]["Error403"];
             404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    url?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    enabled?: ("true" | "false") | {
+                        /** @enum {string} */
+                        eq?: "true" | "false";
+                        /** @enum {string} */
+                        not_eq?: "true" | "false";
+                        in?: string | ("true" | "false")[];
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    consecutive_failures?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, url, enabled, consecutive_failures, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookEndpointListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "WebhookEndpoint",
+                 *         "attributes": {
+                 *           "url": "Example"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "WebhookEndpoint";
+                        attributes?: {
+                            /** @description https URL the events are POSTed to; must resolve to public addresses. */
+                            url: string;
+                            description?: string | null;
+                            /** @description Event types sent to this endpoint (e.g. ConversationItem.created); empty: every type. */
+                            event_types?: string[];
+                            /**
+                             * @description Disabled endpoints get no new deliveries; the worker disables one whose deliveries keep failing.
+                             * @default true
+                             */
+                            enabled?: boolean;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description The existing record (idempotent repeat or update) */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookEndpointDocument"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookEndpointDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookEndpointDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    updateWebhookEndpoint: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "WebhookEndpoint",
+                 *         "id": "00000000-0000-7000-8000-000000000000",
+                 *         "attributes": {
+                 *           "url": "Example"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "WebhookEndpoint";
+                        /** Format: uuid */
+                        id: string;
+                        attributes?: {
+                            /** @description https URL the events are POSTed to; must resolve to public addresses. */
+                            url?: string;
+                            description?: string | null;
+                            /** @description Event types sent to this endpoint (e.g. ConversationItem.created); empty: every type. */
+                            event_types?: string[];
+                            /**
+                             * @description Disabled endpoints get no new deliveries; the worker disables one whose deliveries keep failing.
+                             * @default true
+                             */
+                            enabled?: boolean;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookEndpointDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    listWebhookDeliverys: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, organisation, webhook_endpoint. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    webhook_endpoint_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    event_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    event_type?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    status?: ("pending" | "succeeded" | "failed") | {
+                        /** @enum {string} */
+                        eq?: "pending" | "succeeded" | "failed";
+                        /** @enum {string} */
+                        not_eq?: "pending" | "succeeded" | "failed";
+                        in?: string | ("pending" | "succeeded" | "failed")[];
+                        /** @enum {string} */
+                        less_than?: "pending" | "succeeded" | "failed";
+                        /** @enum {string} */
+                        greater_than?: "pending" | "succeeded" | "failed";
+                        /** @enum {string} */
+                        less_than_or_equal?: "pending" | "succeeded" | "failed";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "pending" | "succeeded" | "failed";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    attempts?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    last_status_code?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    next_attempt_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookDeliveryListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getWebhookDelivery: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, organisation, webhook_endpoint. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookDeliveryDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated event types; an unknown one is a 400 naming it. */
+                "filter[type]"?: string;
+                /** @description Replay the retained events after this event id. */
+                "page[after]"?: string;
+            };
+            header?: {
+                /** @description Sent by reconnecting clients: replay after this event id (wins over page[after]). */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 01a2…
+                     *     event: Conversation.created
+                     *     data: {"id":"01a2…","type":"Conversation.created","occurred_at":"…","organisation_id":"…","data":{…}}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
             429: components["responses"]["Error429"];

@@ -1,0 +1,366 @@
+/**
+ * The webhook delivery worker (runs inside `serve`). Deliveries are queued with their event, in the writing
+ * transaction (src/jsonapi/outbox.ts), so none is lost. The worker claims due ones with
+ * `FOR UPDATE SKIP LOCKED` and leases them (several processes share the work, and none sends an attempt
+ * another is sending), POSTs the event JSON signed as the Standard Webhooks specification says
+ * (standardwebhooks.com: `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`),
+ * and records the outcome: 2xx within the timeout delivers it; anything else is retried with exponential
+ * backoff and jitter until the retry window (24 h by default) is over, then `failed`. A process killed
+ * mid-attempt leaves the lease to run out, and the attempt is made again: at least once.
+ *
+ * An endpoint whose delivery exhausts its retries is disabled (`enabled: false`, `disabled_reason`), logged,
+ * and its other pending deliveries failed, so that a dead receiver is not retried forever.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import { sql } from 'kysely';
+import { Webhook } from 'standardwebhooks';
+import type { Config } from '../config/index.js';
+import type { DatabaseHandle } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
+import { systemActor } from '../jsonapi/actor.js';
+import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
+import type { Records } from '../jsonapi/records.js';
+import { publicOnlyLookup } from '../resources/webhook-url.js';
+
+/** Bytes of a receiver's answer read (the rest is ignored; only the status matters). */
+const RESPONSE_BYTES = 64 * 1024;
+/** Longest pause between two attempts. */
+const MAX_DELAY_SECONDS = 3600;
+const USER_AGENT = 'Parley-Webhooks/1';
+/** Shortest pause between two looks for due deliveries. */
+const WAKE_GAP_MS = 25;
+
+interface Claimed {
+  id: string;
+  organisation_id: string;
+  webhook_endpoint_id: string;
+  event_id: string;
+  attempts: number;
+  created_at: Date;
+  url: string;
+  secret: string;
+  enabled: boolean;
+  body: string;
+}
+
+export interface AttemptOutcome {
+  ok: boolean;
+  status?: number;
+  error?: string;
+}
+
+interface Logger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+}
+
+export interface WorkerOptions {
+  database: DatabaseHandle;
+  config: Config;
+  records: Records;
+  logger?: Logger;
+}
+
+/** Delay before attempt `attempts + 1`: base * 2^(attempts-1), times a random factor in [1, 2) (jitter), at most an hour. */
+export function retryDelaySeconds(attempts: number, baseSeconds: number, random = Math.random()): number {
+  const exponential = baseSeconds * 2 ** Math.min(Math.max(attempts - 1, 0), 20);
+  return Math.min(MAX_DELAY_SECONDS, exponential * (1 + random));
+}
+
+/** POSTs one signed event. Never throws: the outcome says what happened. */
+export function postEvent(
+  url: string,
+  secret: string,
+  eventId: string,
+  body: string,
+  options: { timeoutMs: number; allowPrivate: boolean },
+): Promise<AttemptOutcome> {
+  return new Promise((resolve) => {
+    let settled = false;
+    const done = (outcome: AttemptOutcome) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(outcome);
+    };
+    let target: URL;
+    try {
+      target = new URL(url);
+    } catch {
+      done({ ok: false, error: 'The URL is not valid.' });
+      return;
+    }
+    const timestamp = new Date();
+    const signature = new Webhook(secret).sign(eventId, timestamp, body);
+    const client = target.protocol === 'https:' ? https : target.protocol === 'http:' && options.allowPrivate ? http : undefined;
+    if (!client) {
+      done({ ok: false, error: 'The URL is not https.' });
+      return;
+    }
+    const request = client.request(target, {
+      method: 'POST',
+      headers: {
+        'Content-Type': 'application/json',
+        'Content-Length': Buffer.byteLength(body),
+        'User-Agent': USER_AGENT,
+        'webhook-id': eventId,
+        'webhook-timestamp': String(Math.floor(timestamp.getTime() / 1000)),
+        'webhook-signature': signature,
+      },
+      // The address connected to is checked (no loopback, private or link-local target), each time.
+      lookup: publicOnlyLookup(options.allowPrivate),
+    });
+    const timer = setTimeout(() => {
+      request.destroy(new Error(`No answer within ${options.timeoutMs} ms.`));
+    }, options.timeoutMs);
+    request.on('error', (error) => done({ ok: false, error: error.message.slice(0, 500) }));
+    request.on('response', (response) => {
+      const status = response.statusCode ?? 0;
+      let read = 0;
+      const finish = () => {
+        const ok = status >= 200 && status < 300;
+        const error = ok
+          ? undefined
+          : status >= 300 && status < 400
+            ? `Answered ${status} (redirects are not followed).`
+            : `Answered ${status}.`;
+        done({ ok, status, error });
+        response.destroy();
+      };
+      response.on('data', (chunk: Buffer) => {
+        read += chunk.length;
+        // Past the bound the rest of the answer is not read.
+        if (read > RESPONSE_BYTES) finish();
+      });
+      response.on('end', finish);
+      response.on('error', finish);
+    });
+    request.end(body);
+  });
+}
+
+/** Claims due deliveries and works them off, `webhookConcurrency` at a time. */
+export class WebhookWorker {
+  private readonly db: Db;
+  private readonly config: Config['events'];
+  private running = false;
+  private inFlight = 0;
+  private timer?: NodeJS.Timeout;
+  private unlisten?: () => Promise<void>;
+  private ticking = false;
+  private again = false;
+  private lastTick = 0;
+  private wakeTimer?: NodeJS.Timeout;
+  private readonly attempts = new Set<Promise<void>>();
+
+  constructor(private readonly options: WorkerOptions) {
+    this.db = options.database.db;
+    this.config = options.config.events;
+  }
+
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    // A new event may bring deliveries: look at once rather than at the next poll.
+    this.unlisten = await this.options.database.listen(EVENTS_CHANNEL, () => this.wake(), () => this.wake()).catch(() => undefined);
+    this.schedule();
+    this.wake();
+  }
+
+  private schedule(): void {
+    clearTimeout(this.timer);
+    if (!this.running) return;
+    this.timer = setTimeout(() => {
+      this.wake();
+      this.schedule();
+    }, this.config.webhookPollMs);
+    this.timer.unref();
+  }
+
+  /**
+   * Looks for due deliveries now, or, within WAKE_GAP_MS of the last look, once that gap is over: under a
+   * stream of writes (a NOTIFY each) the worker looks at most every few milliseconds, not once per write.
+   */
+  wake(): void {
+    if (!this.running) return;
+    if (this.ticking || this.wakeTimer) {
+      this.again = true;
+      return;
+    }
+    const wait = this.lastTick + WAKE_GAP_MS - Date.now();
+    if (wait > 0) {
+      this.wakeTimer = setTimeout(() => {
+        this.wakeTimer = undefined;
+        this.wake();
+      }, wait);
+      return;
+    }
+    this.ticking = true;
+    this.again = false;
+    void this.tick().finally(() => {
+      this.ticking = false;
+      this.lastTick = Date.now();
+      if (this.again) {
+        this.again = false;
+        this.wake();
+      }
+    });
+  }
+
+  private async tick(): Promise<void> {
+    try {
+      while (this.running) {
+        const room = this.config.webhookConcurrency - this.inFlight;
+        if (room <= 0) return;
+        const claimed = await this.claim(room);
+        for (const delivery of claimed) this.track(this.attempt(delivery));
+        if (claimed.length < room) return;
+      }
+    } catch (error) {
+      this.options.logger?.warn({ err: error }, 'webhooks: claiming deliveries failed');
+    }
+  }
+
+  private track(work: Promise<void>): void {
+    this.inFlight += 1;
+    this.attempts.add(work);
+    void work.finally(() => {
+      this.inFlight -= 1;
+      this.attempts.delete(work);
+      this.wake();
+    });
+  }
+
+  /**
+   * Due, unleased deliveries, leased for longer than an attempt can take, with their endpoint and event.
+   * SKIP LOCKED: rows another process is claiming right now are left to it.
+   */
+  async claim(limit: number): Promise<Claimed[]> {
+    const leaseSeconds = Math.ceil(this.config.webhookTimeoutMs / 1000) + 5;
+    const { rows } = await sql<Claimed>`
+      WITH due AS (
+        SELECT id FROM webhook_deliveries
+        WHERE status = 'pending' AND next_attempt_at <= now() AND (lease_until IS NULL OR lease_until < now())
+        ORDER BY next_attempt_at, id
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      ), claimed AS (
+        UPDATE webhook_deliveries d
+        SET lease_until = now() + make_interval(secs => ${leaseSeconds}), attempts = d.attempts + 1, updated_at = now()
+        FROM due WHERE d.id = due.id
+        RETURNING d.id, d.organisation_id, d.webhook_endpoint_id, d.event_id, d.attempts, d.created_at
+      )
+      SELECT c.*, w.url, w.secret, w.enabled,
+        json_build_object('id', e.id, 'type', e.type,
+          'occurred_at', to_char(e.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+          'organisation_id', e.organisation_id, 'data', e.data)::text AS body
+      FROM claimed c JOIN webhook_endpoints w ON w.id = c.webhook_endpoint_id JOIN events e ON e.id = c.event_id`.execute(this.db);
+    return rows;
+  }
+
+  private async attempt(delivery: Claimed): Promise<void> {
+    try {
+      if (!delivery.enabled) {
+        await this.finish(delivery, { ok: false, error: 'The endpoint is disabled.' }, true);
+        return;
+      }
+      const outcome = await postEvent(delivery.url, delivery.secret, delivery.event_id, delivery.body, {
+        timeoutMs: this.config.webhookTimeoutMs,
+        allowPrivate: this.config.webhookAllowPrivateUrls,
+      });
+      await this.finish(delivery, outcome, false);
+    } catch (error) {
+      // The lease runs out and the attempt is made again.
+      this.options.logger?.warn({ err: error, delivery: delivery.id }, 'webhooks: recording an attempt failed');
+    }
+  }
+
+  /** Records an attempt's outcome; the last failure of the retry window fails the delivery and disables the endpoint. */
+  private async finish(delivery: Claimed, outcome: AttemptOutcome, final: boolean): Promise<void> {
+    if (outcome.ok) {
+      await sql`
+        UPDATE webhook_deliveries SET status = 'succeeded', last_status_code = ${outcome.status ?? null}, last_error = NULL,
+          next_attempt_at = NULL, lease_until = NULL, updated_at = now()
+        WHERE id = ${delivery.id}`.execute(this.db);
+      await sql`UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = ${delivery.webhook_endpoint_id} AND consecutive_failures <> 0`.execute(this.db);
+      return;
+    }
+    const delay = retryDelaySeconds(delivery.attempts, this.config.webhookRetryBaseSeconds);
+    const deadline = new Date(delivery.created_at).getTime() + this.config.webhookRetryHours * 3600_000;
+    const exhausted = final || Date.now() + delay * 1000 > deadline;
+    await sql`
+      UPDATE webhook_deliveries SET
+        status = ${exhausted ? 'failed' : 'pending'}, last_status_code = ${outcome.status ?? null}, last_error = ${outcome.error ?? null},
+        next_attempt_at = ${exhausted ? null : sql`now() + make_interval(secs => ${delay})`}, lease_until = NULL, updated_at = now()
+      WHERE id = ${delivery.id}`.execute(this.db);
+    if (final) return;
+    await sql`UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1 WHERE id = ${delivery.webhook_endpoint_id}`.execute(this.db);
+    if (exhausted) await this.disable(delivery, outcome);
+  }
+
+  private async disable(delivery: Claimed, outcome: AttemptOutcome): Promise<void> {
+    const reason = `Deliveries failed for ${this.config.webhookRetryHours} h; last: ${outcome.error ?? 'no answer'}`.slice(0, 500);
+    // Through the records service: disabling is a change members see (a WebhookEndpoint.updated event).
+    await this.options.records.update(systemActor(delivery.organisation_id, 'webhook'), 'WebhookEndpoint', delivery.webhook_endpoint_id, {
+      enabled: false,
+      disabled_reason: reason,
+    });
+    const { rows } = await sql<{ id: string }>`
+      UPDATE webhook_deliveries SET status = 'failed', last_error = 'The endpoint was disabled.', next_attempt_at = NULL, updated_at = now()
+      WHERE webhook_endpoint_id = ${delivery.webhook_endpoint_id} AND status = 'pending' AND (lease_until IS NULL OR lease_until < now())
+      RETURNING id`.execute(this.db);
+    this.options.logger?.warn(
+      { webhook_endpoint_id: delivery.webhook_endpoint_id, organisation_id: delivery.organisation_id, failed_pending: rows.length, reason },
+      'webhooks: endpoint disabled after its deliveries kept failing',
+    );
+  }
+
+  /** Stops claiming; waits for the attempts in flight (each ends within the timeout). */
+  async stop(): Promise<void> {
+    this.running = false;
+    clearTimeout(this.timer);
+    clearTimeout(this.wakeTimer);
+    await this.unlisten?.().catch(() => {});
+    await Promise.allSettled([...this.attempts]);
+  }
+}
+
+/** Deletes events past the retention (their deliveries go with them), in batches, every few minutes. */
+export class EventPruner {
+  private timer?: NodeJS.Timeout;
+
+  constructor(
+    private readonly db: Db,
+    private readonly retentionDays: number,
+    private readonly logger?: Logger,
+    private readonly everyMs = 10 * 60_000,
+  ) {}
+
+  start(): void {
+    void this.prune();
+    this.timer = setInterval(() => void this.prune(), this.everyMs);
+    this.timer.unref();
+  }
+
+  async prune(): Promise<number> {
+    let total = 0;
+    try {
+      for (;;) {
+        const { rows } = await sql<{ id: string }>`
+          DELETE FROM events WHERE id IN (
+            SELECT id FROM events WHERE occurred_at < now() - make_interval(days => ${this.retentionDays}) LIMIT 5000)
+          RETURNING id`.execute(this.db);
+        total += rows.length;
+        if (rows.length < 5000) break;
+      }
+    } catch (error) {
+      this.logger?.warn({ err: error }, 'events: pruning failed');
+    }
+    return total;
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+}

@@ -1,0 +1,13 @@
+/**
+ * The event catalogue: `<ResourceType>.created|updated|deleted` for every type whose changes are events
+ * (docs/events.md). Read at request time; the resources module imports the types that name it.
+ */
+import { EVENT_ACTIONS } from '../jsonapi/outbox.js';
+import { resources } from './index.js';
+
+let catalogue: Set<string> | undefined;
+
+export function eventTypes(): ReadonlySet<string> {
+  catalogue ??= new Set(resources.filter((r) => r.events !== false).flatMap((r) => EVENT_ACTIONS.map((a) => `${r.type}.${a}`)));
+  return catalogue;
+}

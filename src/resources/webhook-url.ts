@@ -1,0 +1,72 @@
+/**
+ * Webhook targets and server-side request forgery (OWASP SSRF prevention): a receiver must be an https URL
+ * on a public address. Checked when an endpoint is saved (422) and again on every connection the delivery
+ * worker opens (the address actually connected to is the one checked, so a DNS answer that changes after
+ * the check, "DNS rebinding", cannot reach an internal service). `WEBHOOK_ALLOW_PRIVATE_URLS=true` lifts both
+ * rules for development and tests.
+ */
+import dns from 'node:dns';
+import { isIP } from 'node:net';
+import ipaddr from 'ipaddr.js';
+
+/** Only globally routed unicast: no loopback, private (RFC 1918, RFC 4193), link-local, CGNAT, multicast, reserved or documentation ranges. */
+export function isPublicAddress(address: string): boolean {
+  if (!ipaddr.isValid(address)) return false;
+  // process(): an IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged as the IPv4 address it is.
+  return ipaddr.process(address).range() === 'unicast';
+}
+
+export class UnsafeAddress extends Error {}
+
+/** A `lookup` for node:http(s) that refuses non-public answers (used by the delivery worker). */
+export function publicOnlyLookup(allowPrivate: boolean): NonNullable<import('node:net').TcpNetConnectOpts['lookup']> {
+  return (hostname, options, callback) => {
+    dns.lookup(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error) return callback(error, '', 4);
+      const list = addresses as dns.LookupAddress[];
+      const bad = allowPrivate ? undefined : list.find((a) => !isPublicAddress(a.address));
+      if (bad || list.length === 0) {
+        return callback(new UnsafeAddress(`${hostname} resolves to ${bad?.address ?? 'nothing'}, which is not a public address`), '', 4);
+      }
+      if ((options as { all?: boolean }).all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, list);
+      callback(null, list[0].address, list[0].family);
+    });
+  };
+}
+
+const LOOKUP_TIMEOUT_MS = 3000;
+
+function resolveAll(hostname: string): Promise<string[]> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('timeout')), LOOKUP_TIMEOUT_MS);
+    dns.lookup(hostname, { all: true }, (error, addresses) => {
+      clearTimeout(timer);
+      if (error) reject(error);
+      else resolve(addresses.map((a) => a.address));
+    });
+  });
+}
+
+/** Why `value` cannot be a webhook URL, or undefined. Resolves the host name (every address must be public). */
+export async function webhookUrlProblem(value: string, allowPrivate: boolean): Promise<string | undefined> {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return 'must be an absolute URL, such as https://example.com/webhooks';
+  }
+  if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) return 'must be an https URL';
+  if (url.username || url.password) return 'must not carry a user name or password';
+  if (url.hash) return 'must not have a fragment';
+  if (allowPrivate) return undefined;
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  if (isIP(host)) return isPublicAddress(host) ? undefined : `names ${host}, which is not a public address`;
+  let addresses: string[];
+  try {
+    addresses = await resolveAll(host);
+  } catch {
+    return `names ${host}, which does not resolve`;
+  }
+  const bad = addresses.find((a) => !isPublicAddress(a));
+  return bad ? `names ${host}, which resolves to ${bad}, not a public address` : undefined;
+}
