@@ -1,5 +1,6 @@
 import { attr, defineResource, rel } from '../jsonapi/resource.js';
 import { ADMINS } from './scopes.js';
+import { timestamps } from './timestamps.js';
 
 export const DELIVERY_STATUSES = ['pending', 'succeeded', 'failed'] as const;
 
@@ -21,6 +22,7 @@ export default defineResource({
     last_status_code: attr.integer({ nullable: true, sortable: true, filterable: true }),
     last_error: attr.string({ nullable: true }),
     next_attempt_at: attr.timestamp({ nullable: true, sortable: true, filterable: true, description: 'When the next attempt is due; null once succeeded or failed.' }),
+    ...timestamps,
   },
   relationships: {
     organisation: rel.belongsTo('Organisation', 'organisation_id'),

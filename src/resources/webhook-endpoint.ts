@@ -5,6 +5,7 @@ import { attr, defineResource, rel, type ActionContext, type ActionResult } from
 import { insertRow } from '../jsonapi/write.js';
 import { eventTypes } from './event-types.js';
 import { ADMINS } from './scopes.js';
+import { timestamps } from './timestamps.js';
 import { webhookUrlProblem } from './webhook-url.js';
 
 /** A Standard Webhooks secret: `whsec_` and the base64 of 32 random bytes (the HMAC key). */
@@ -77,6 +78,7 @@ export default defineResource({
     secret: attr.string({ revealedOnCreate: true, description: 'Signing secret (whsec_…), shown once in the response that creates the endpoint; null afterwards.' }),
     consecutive_failures: attr.integer({ sortable: true, filterable: true, description: 'Failed attempts since the last successful one.' }),
     disabled_reason: attr.string({ nullable: true, description: 'Why the worker disabled the endpoint; null while it is enabled or was disabled by a member.' }),
+    ...timestamps,
   },
   relationships: {
     organisation: rel.belongsTo('Organisation', 'organisation_id'),

@@ -1704,6 +1704,16 @@ export interface components {
             consecutive_failures?: number;
             /** @description Why the worker disabled the endpoint; null while it is enabled or was disabled by a member. */
             disabled_reason?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         WebhookEndpointResource: {
             /** Format: uuid */
@@ -1756,6 +1766,16 @@ export interface components {
              * @description When the next attempt is due; null once succeeded or failed.
              */
             next_attempt_at?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
         };
         WebhookDeliveryResource: {
             /** Format: uuid */
@@ -7044,7 +7064,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7062,7 +7082,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -7113,11 +7133,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, url, enabled, consecutive_failures, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, url, enabled, consecutive_failures, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -7163,7 +7217,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7269,7 +7323,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7361,7 +7415,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7460,7 +7514,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, organisation, webhook_endpoint. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7478,7 +7532,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -7599,11 +7653,45 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -7649,7 +7737,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, organisation, webhook_endpoint. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;

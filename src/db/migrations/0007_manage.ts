@@ -42,4 +42,8 @@ CREATE INDEX calls_org_updated_at_idx ON calls (organisation_id, updated_at, id)
 CREATE INDEX call_participants_org_created_at_idx ON call_participants (organisation_id, created_at, id);
 CREATE INDEX call_transcripts_org_created_at_idx ON call_transcripts (organisation_id, created_at, id);
 CREATE INDEX conversation_items_org_created_at_idx ON conversation_items (organisation_id, created_at, id);
+CREATE INDEX webhook_endpoints_org_created_at_idx ON webhook_endpoints (organisation_id, created_at, id);
+CREATE INDEX webhook_endpoints_org_updated_at_idx ON webhook_endpoints (organisation_id, updated_at, id);
+CREATE INDEX webhook_deliveries_org_created_at_idx ON webhook_deliveries (organisation_id, created_at, id);
+CREATE INDEX webhook_deliveries_org_updated_at_idx ON webhook_deliveries (organisation_id, updated_at, id);
 `;
