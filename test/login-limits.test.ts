@@ -39,18 +39,24 @@ describe('login throttle', () => {
   });
   afterAll(async () => t?.close());
 
-  it('reserves each attempt before hashing: of 15 parallel wrong logins 10 are checked, and a correct password in the burst is refused', async () => {
+  it('reserves each attempt before hashing: of 16 parallel logins 10 are checked and 6 refused, a correct password among them included', async () => {
     const burst = await Promise.all([
       ...Array.from({ length: 15 }, () => login(t.app, a.publishableKey, a.admin.email, 'wrong-password')),
       login(t.app, a.publishableKey, a.admin.email, a.admin.password),
     ]);
     const statuses = burst.map((r) => r.statusCode);
-    expect(count(statuses, 401)).toBe(10);
+    // Which ten reach the hash first depends on how the database answers the credential lookups, so the correct
+    // password may be one of them (200) or not (429); either way exactly ten are checked, never more.
+    expect(count(statuses, 401) + count(statuses, 200)).toBe(10);
     expect(count(statuses, 429)).toBe(6);
-    expect(statuses[15]).toBe(429);
+    expect(count(statuses, 200)).toBeLessThanOrEqual(1);
     const refused = burst.find((r) => r.statusCode === 429)!;
     expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
-    console.log(`login burst: 16 parallel attempts, ${count(statuses, 401)} checked (401), ${count(statuses, 429)} refused (429), correct password among them: ${statuses[15]}`);
+    // Ten failures lock the e-mail: once the burst is over a correct password is refused, unless it was checked
+    // inside the burst, where it succeeded and gave its attempt back (nine failures: one more is let through).
+    const after = await login(t.app, a.publishableKey, a.admin.email, a.admin.password);
+    expect(after.statusCode).toBe(statuses[15] === 200 ? 200 : 429);
+    console.log(`login burst: 16 parallel attempts, ${count(statuses, 401)} refused as wrong (401), ${count(statuses, 429)} refused as over the limit (429), correct password among them: ${statuses[15]}`);
   });
 
   it("counts per organisation and e-mail: another organisation's key cannot lock a user out", async () => {
