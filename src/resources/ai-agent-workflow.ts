@@ -5,7 +5,7 @@
  * An empty object is the default: no scripted steps, model turns only.
  */
 import { Ajv, type ErrorObject as AjvError } from 'ajv';
-import { ApiError, errorObject } from '../jsonapi/errors.js';
+import { ApiError, errorObject } from '../jsonapi/index.js';
 
 const id = { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A name for the step, unique in the workflow.' };
 const text = { type: 'string', minLength: 1, maxLength: 4000 };

@@ -1,4 +1,4 @@
-import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { attr, defineResource, rel } from '../jsonapi/index.js';
 import { assertWorkflow } from './ai-agent-workflow.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';

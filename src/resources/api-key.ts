@@ -1,7 +1,6 @@
 import { uuidv7 } from 'uuidv7';
 import { signToken, tokenHash } from '../auth/tokens.js';
-import { ApiError, forbidden } from '../jsonapi/errors.js';
-import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, forbidden, rel } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { API_KEY_TYPES } from './values.js';

@@ -1,5 +1,4 @@
-import { ApiError } from '../jsonapi/errors.js';
-import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
+import { type ActionContext, ApiError, attr, defineResource, rel } from '../jsonapi/index.js';
 import { timestamps } from './timestamps.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { PARTICIPANT_ROLES } from './values.js';

@@ -1,4 +1,4 @@
-import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { attr, defineResource, rel } from '../jsonapi/index.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE } from './scopes.js';
 import { TRANSCRIPT_SPEAKERS } from './values.js';

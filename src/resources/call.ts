@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { attr, defineResource, rel } from '../jsonapi/index.js';
 import { EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { CALL_DIRECTIONS, CALL_STATUSES } from './values.js';

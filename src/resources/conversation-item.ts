@@ -1,9 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { ApiError, errorObject } from '../jsonapi/errors.js';
-import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
-import { insertRow } from '../jsonapi/write.js';
-import { rowScope } from '../jsonapi/scope.js';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, insertRow, rel, rowScope } from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { attr, defineResource, rel } from '../jsonapi/index.js';
 import { openVisitorSession } from '../auth/visitors.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE, EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';

@@ -2,7 +2,7 @@
  * The event catalogue: `<ResourceType>.created|updated|deleted` for every type whose changes are events
  * (docs/events.md). Read at request time; the resources module imports the types that name it.
  */
-import { EVENT_ACTIONS } from '../jsonapi/outbox.js';
+import { EVENT_ACTIONS } from '../jsonapi/index.js';
 import { resources } from './index.js';
 
 let catalogue: Set<string> | undefined;

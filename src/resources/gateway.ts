@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
-import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
+import { type ActionContext, attr, defineResource, rel } from '../jsonapi/index.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { GATEWAY_PROVIDERS } from './values.js';

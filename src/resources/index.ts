@@ -1,4 +1,4 @@
-import type { ResourceDef } from '../jsonapi/resource.js';
+import type { ResourceDef } from '../jsonapi/index.js';
 import aiAgent from './ai-agent.js';
 import apiKey from './api-key.js';
 import call from './call.js';

@@ -1,4 +1,4 @@
-import { attr, defineResource } from '../jsonapi/resource.js';
+import { attr, defineResource } from '../jsonapi/index.js';
 import { operatorStatusAttributes, operatorStatusRelationships } from './operator-status.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE } from './scopes.js';

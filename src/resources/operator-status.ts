@@ -1,7 +1,6 @@
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
-import { systemActor } from '../jsonapi/actor.js';
-import { attr, defineResource, rel, type ActionContext, type ActionResult, type AttributeDef } from '../jsonapi/resource.js';
+import { type ActionContext, type ActionResult, attr, type AttributeDef, defineResource, rel, systemActor } from '../jsonapi/index.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE } from './scopes.js';
 import { OPERATOR_STATUS_SOURCES, OPERATOR_STATUSES } from './values.js';

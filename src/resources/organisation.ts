@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { attr, defineResource, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
+import { type ActionContext, type ActionResult, attr, defineResource } from '../jsonapi/index.js';
 import { EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
 

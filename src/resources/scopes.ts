@@ -1,6 +1,5 @@
 import { sql } from 'kysely';
-import type { Principal, PrincipalRole, Role } from '../jsonapi/principal.js';
-import type { Scope } from '../jsonapi/resource.js';
+import type { Principal, PrincipalRole, Role, Scope } from '../jsonapi/index.js';
 
 export const EVERY_ROLE: readonly Role[] = ['owner', 'admin', 'operator'];
 export const ADMINS: readonly Role[] = ['owner', 'admin'];

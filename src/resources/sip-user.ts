@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import { attr, defineResource, rel, type ActionContext } from '../jsonapi/resource.js';
+import { type ActionContext, attr, defineResource, rel } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
 import { timestamps } from './timestamps.js';
 

@@ -1,4 +1,4 @@
-import { attr, type AttributeDef } from '../jsonapi/resource.js';
+import { attr, type AttributeDef } from '../jsonapi/index.js';
 
 /**
  * `created_at` and `updated_at`, on every type: set by the engine (insert and every update), never by a

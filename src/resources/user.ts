@@ -4,10 +4,7 @@ import { uuidv7 } from 'uuidv7';
 import { login } from '../auth/login.js';
 import { hashPassword, verifyPassword } from '../auth/passwords.js';
 import type { Database } from '../db/connection.js';
-import { systemActor } from '../jsonapi/actor.js';
-import { ApiError, notFound } from '../jsonapi/errors.js';
-import { ROLES, type Role } from '../jsonapi/principal.js';
-import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, notFound, rel, type Role, ROLES, systemActor } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
 

@@ -1,4 +1,4 @@
-import { attr, defineResource, rel } from '../jsonapi/resource.js';
+import { attr, defineResource, rel } from '../jsonapi/index.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
 

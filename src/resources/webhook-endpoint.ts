@@ -1,8 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import { ApiError, errorObject, type ErrorObject } from '../jsonapi/errors.js';
-import { attr, defineResource, rel, type ActionContext, type ActionResult } from '../jsonapi/resource.js';
-import { insertRow } from '../jsonapi/write.js';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, type ErrorObject, insertRow, rel } from '../jsonapi/index.js';
 import { eventTypes } from './event-types.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
