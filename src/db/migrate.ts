@@ -4,6 +4,7 @@ import * as initial from './migrations/0001_initial.js';
 import * as gatewayRealmCase from './migrations/0002_gateway_realm_case.js';
 import * as sipEdge from './migrations/0005_sip_edge.js';
 import * as agentRuntime from './migrations/0008_agent_runtime.js';
+import * as credentialCache from './migrations/0009_credential_cache.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -11,6 +12,7 @@ const migrations: Record<string, { up: string }> = {
   '0002_gateway_realm_case': gatewayRealmCase,
   '0005_sip_edge': sipEdge,
   '0008_agent_runtime': agentRuntime,
+  '0009_credential_cache': credentialCache,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

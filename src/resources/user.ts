@@ -44,6 +44,10 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   const id = String(existing!.id);
   if (values.password !== undefined) {
     await db.updateTable('users').set({ password_hash: await hashPassword(String(values.password)) }).where('id', '=', id).execute();
+    // A new password ends the user's sessions (tokens from logins with the old one), in every organisation: a
+    // password is changed because the old one may be known to someone else (OWASP Session Management Cheat Sheet,
+    // "Renew the Session ID After Any Privilege Level Change").
+    await db.updateTable('user_sessions').set({ revoked_at: new Date() }).where('user_id', '=', id).where('revoked_at', 'is', null).execute();
     delete values.password;
   }
   if (values.role !== undefined) {
