@@ -60,8 +60,20 @@ interface Row {
   p99: number;
   errors: number;
   rssMb: number;
+  /** The server process's CPU time (user + system) per request served, in microseconds. */
+  cpuUs: number;
 }
 const rows: Row[] = [];
+
+/** CPU time (user + system) a process has used so far, in ms, from /proc (Linux; 100 ticks a second). */
+function cpuMs(pid: number): number {
+  try {
+    const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+  } catch {
+    return 0;
+  }
+}
 
 function rssMb(pid: number): number {
   try {
@@ -97,6 +109,7 @@ type Request = { method?: string; path: string; body?: string };
 async function load(url: string, pid: number, connections: number, requests: () => Request): Promise<Omit<Row, 'scenario' | 'server' | 'connections'>> {
   let peak = rssMb(pid);
   const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 200);
+  const cpuBefore = cpuMs(pid);
   const result = await autocannon({
     url,
     connections,
@@ -112,8 +125,9 @@ async function load(url: string, pid: number, connections: number, requests: () 
     ],
   });
   clearInterval(sampler);
+  const cpuUs = result.requests.total > 0 ? Math.round(((cpuMs(pid) - cpuBefore) * 1000) / result.requests.total) : 0;
   const errors = result.errors + result.timeouts + result.non2xx;
-  return { rps: result.requests.average, p50: result.latency.p50, mean: result.latency.average, p99: result.latency.p99, errors, rssMb: Math.round(peak) };
+  return { rps: result.requests.average, p50: result.latency.p50, mean: result.latency.average, p99: result.latency.p99, errors, rssMb: Math.round(peak), cpuUs };
 }
 
 const current = { token: '' };
@@ -134,13 +148,15 @@ async function measure(scenario: string, contenders: Contender[], roundCount = 1
     const results = new Map<string, Omit<Row, 'scenario' | 'server' | 'connections'>[]>();
     for (let round = 0; round < roundCount; round++) {
       for (const { server, url, pid, requests } of contenders) {
-        // A short warm-up so that caches and JIT are comparable across servers.
+        // A warm-up so that caches and JIT are comparable across servers (Parley has more code to optimise).
         if (round === 0) {
-          await autocannon({ url, connections, duration: 1, headers: { authorization: `Bearer ${current.token}` }, requests: [{ setupRequest: (r: autocannon.Request) => ({ ...r, method: 'GET', ...requests() }) as autocannon.Request }] });
+          await autocannon({ url, connections, duration: 3, headers: { authorization: `Bearer ${current.token}` }, requests: [{ setupRequest: (r: autocannon.Request) => ({ ...r, method: 'GET', ...requests() }) as autocannon.Request }] });
         }
         const figures = await load(url, pid, connections, requests);
         results.set(server, [...(results.get(server) ?? []), figures]);
-        console.log(`  ${scenario.padEnd(34)} c=${String(connections).padEnd(3)} ${server.padEnd(8)} ${figures.rps.toFixed(0).padStart(6)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  errors ${figures.errors}  rss ${figures.rssMb} MB`);
+        console.log(
+          `  ${scenario.padEnd(34)} c=${String(connections).padEnd(3)} ${server.padEnd(8)} ${figures.rps.toFixed(0).padStart(6)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  errors ${figures.errors}  rss ${figures.rssMb} MB  cpu ${figures.cpuUs} us/req`,
+        );
       }
     }
     for (const [server, list] of results) {
@@ -155,6 +171,7 @@ async function measure(scenario: string, contenders: Contender[], roundCount = 1
         p99: Math.round(mean((f) => f.p99)),
         errors: list.reduce((sum, f) => sum + f.errors, 0),
         rssMb: Math.max(...list.map((f) => f.rssMb)),
+        cpuUs: Math.round(mean((f) => f.cpuUs)),
       });
     }
   }
@@ -209,7 +226,14 @@ async function postgresScenarios(data: BenchData) {
   console.log(`Big organisation: ${total} conversations; keyset page at row ${depth} (page ${Math.round(depth / 25)})`);
 
   const env = { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000', DATABASE_POOL_SIZE: '10' };
-  const parley = startProcess([process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], { ...env, PORT: '18080', HOST: '127.0.0.1' });
+  // The HTTP servers are compared: the agent runtime (bench/agents.ts measures it) would otherwise spend the
+  // run answering the generated conversations whose last item is a user's, in Parley's process and database.
+  const parley = startProcess([process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], {
+    ...env,
+    PORT: '18080',
+    HOST: '127.0.0.1',
+    AGENT_RUNTIME: 'false',
+  });
   const baseline = startProcess([process.execPath, '--import', 'tsx', 'bench/baseline/server.ts'], { ...env, PORT: '18081' });
   const bare = startProcess([process.execPath, 'bench/bare-server.mjs'], { ...env, PORT: '18083' });
   const servers = {
@@ -344,7 +368,7 @@ async function embeddedScenarios() {
     await waitForHealth(url);
     const bootMs = Date.now() - started;
     console.log(`\nEmbedded database (PGlite): first start on an empty data directory ${bootMs} ms`);
-    rows.push({ scenario: 'embedded: first start to /healthz (ms)', connections: 0, server: 'parley', rps: bootMs, p50: 0, mean: 0, p99: 0, errors: 0, rssMb: Math.round(rssMb(first.pid!)) });
+    rows.push({ scenario: 'embedded: first start to /healthz (ms)', connections: 0, server: 'parley', rps: bootMs, p50: 0, mean: 0, p99: 0, errors: 0, rssMb: Math.round(rssMb(first.pid!)), cpuUs: 0 });
   } finally {
     await stop(first);
     fs.rmSync(emptyDir, { recursive: true, force: true });
@@ -369,8 +393,8 @@ async function embeddedScenarios() {
 }
 
 function report() {
-  console.log('\n| scenario | conn | Parley req/s | p50 ms | p99 ms | errors | RSS MB | Fastify baseline req/s | ratio | bare server req/s | ratio |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|---|');
+  console.log('\n| scenario | conn | Parley req/s | p50 ms | p99 ms | errors | RSS MB | CPU us/req | Fastify baseline req/s | ratio | bare server req/s | ratio | bare CPU us/req |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   const checks: string[] = [];
   const find = (server: string, row: Row) => rows.find((r) => r.server === server && r.scenario === row.scenario && r.connections === row.connections);
   const ratioTo = (row: Row, other: Row | undefined) => (other && other.rps > 0 ? (row.rps / other.rps).toFixed(2) : other ? 'n/a' : '');
@@ -383,7 +407,7 @@ function report() {
     const base = find('baseline', row);
     const bare = find('bare', row);
     console.log(
-      `| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${base ? base.rps.toFixed(0) : ''} | ${ratioTo(row, base)} | ${bare ? bare.rps.toFixed(0) : ''} | ${ratioTo(row, bare)} |`,
+      `| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${row.cpuUs || ''} | ${base ? base.rps.toFixed(0) : ''} | ${ratioTo(row, base)} | ${bare ? bare.rps.toFixed(0) : ''} | ${ratioTo(row, bare)} | ${bare ? bare.cpuUs : ''} |`,
     );
     if (base && row.connections === 32) check(row, base, 'Fastify baseline', row.scenario.startsWith('create') ? 0.7 : 0.8);
     // The issue's targets against the bare server: list and get >= 0.9 (beating it: > 1.0), create >= 0.85.

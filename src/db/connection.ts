@@ -5,6 +5,8 @@ import pg from 'pg';
 import type { Config } from '../config/index.js';
 import { exposeLocally, sharedLocally } from './local-socket.js';
 import { Mutex, PGliteDialect } from './pglite-dialect.js';
+import { clusterTemplate } from './pglite-template.js';
+import { preparedStatementsPool } from './prepared.js';
 
 /** The engine queries tables named by resource definitions, so the schema type stays open. */
 // biome-ignore lint/suspicious/noExplicitAny: the engine names tables at run time.
@@ -60,7 +62,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     // (503), and the pool drops the broken client and opens a new one when asked.
     pool.on('error', () => {});
     pool.on('connect', (client) => client.on('error', () => {}));
-    const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
+    const db: Database = new Kysely({ dialect: new PostgresDialect({ pool: config.databasePreparedStatements ? preparedStatementsPool(pool) : pool }) });
     const listener = new Listener(config);
     const pooled = new PoolListener(pool);
     return {
@@ -93,7 +95,16 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
   }
   let stopSharing = async () => {};
   try {
-    const pglite = await PGlite.create(config.dataDir);
+    // First start: the build's initialised and migrated cluster, copied, instead of initdb (see pglite-template).
+    const template = inMemory || fs.existsSync(path.join(config.dataDir, 'PG_VERSION')) ? undefined : clusterTemplate();
+    if (template) fs.cpSync(template, config.dataDir, { recursive: true });
+    const pglite = await PGlite.create({
+      dataDir: config.dataDir,
+      // PGlite keeps PostgreSQL's shared buffers in its WebAssembly memory, all of it resident once touched:
+      // 32 MB (PostgreSQL's default is 128 MB) bounds the process's memory; the data files are read through
+      // Node's file system, cached by the operating system.
+      postgresqlconf: 'shared_buffers = 32MB',
+    });
     const mutex = new Mutex();
     const db: Database = new Kysely({ dialect: new PGliteDialect(pglite, mutex) });
     const catchUps = new Set<() => void>();
