@@ -21,8 +21,6 @@ export interface Config {
   /** Upper bound for one database statement and for acquiring a connection. */
   databaseTimeoutMs: number;
   databasePoolSize: number;
-  /** Run statements with parameters as named prepared statements on PostgreSQL (parsed once per connection). */
-  databasePreparedStatements: boolean;
   bodyLimitBytes: number;
   /** What `include` may add to one response: records, and bytes of their JSON; beyond, 400 invalid_includes. */
   includeMaxRecords: number;
@@ -133,7 +131,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     credentialCacheMs: int(env, 'CREDENTIAL_CACHE_MS', 5000),
     databaseTimeoutMs: int(env, 'DATABASE_TIMEOUT_MS', 5000),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10),
-    databasePreparedStatements: (text(env, 'DATABASE_PREPARED_STATEMENTS') ?? 'true') !== 'false',
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 1024 * 1024),
     includeMaxRecords: int(env, 'INCLUDE_MAX_RECORDS', 1000),
     includeMaxBytes: int(env, 'INCLUDE_MAX_BYTES', 8 * 1024 * 1024),
