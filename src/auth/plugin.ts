@@ -92,7 +92,7 @@ async function credentialCache(app: FastifyInstance, options: AuthOptions): Prom
   cache.resume();
   app.addHook('onClose', async () => {
     cache.suspend();
-    await unlisten();
+    await unlisten().catch(() => {});
   });
   return cache;
 }

@@ -123,9 +123,10 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
         const unsubscribe = await pglite.listen(channel, onNotify);
         const catchUp = () => onResumed?.();
         catchUps.add(catchUp);
-        return () => {
+        return async () => {
           catchUps.delete(catchUp);
-          return unsubscribe();
+          // Closed already (the database before the server): nothing listens any more.
+          if (!pglite.closed) await unsubscribe();
         };
       },
       close: async () => {
