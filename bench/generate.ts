@@ -30,8 +30,11 @@ async function timed(label: string, work: () => Promise<unknown>) {
 
 const run = (db: Database, text: string) => sql.raw(text).execute(db);
 
-export async function generate(databaseUrl: string, scale = 1): Promise<BenchData> {
-  const config = loadConfig({ DATABASE_URL: databaseUrl, DATABASE_TIMEOUT_MS: '3600000' } as NodeJS.ProcessEnv);
+/** Generates into PostgreSQL (a URL) or into an embedded database (`{ dataDir }`, PGlite). */
+export async function generate(target: string | { dataDir: string }, scale = 1): Promise<BenchData> {
+  const config = loadConfig(
+    (typeof target === 'string' ? { DATABASE_URL: target, DATABASE_TIMEOUT_MS: '3600000' } : { DATA_DIR: target.dataDir }) as NodeJS.ProcessEnv,
+  );
   const database = await openDatabase(config);
   const db = database.db;
   const n = (count: number) => Math.max(1, Math.round(count * scale));

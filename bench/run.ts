@@ -1,14 +1,16 @@
 /**
- * npm run bench: generates the data set in PostgreSQL, starts Parley and the
- * hand-written baseline, drives both with autocannon at several concurrencies,
- * and prints requests/s, latencies, errors, server RSS and Parley/baseline ratios.
- * Then the same on the embedded database, smaller, and the agent runtime's
- * turn overhead (bench/agents.ts, runnable alone) and live events (bench/events.ts, runnable alone:
- * `npx tsx bench/events.ts`, or `npm run bench -- --only events`). Figures, not assertions.
+ * npm run bench: generates the data set in PostgreSQL, starts Parley, the
+ * hand-written Fastify baseline and the bare node:http + pg server
+ * (bench/bare-server.mjs, the limit), drives them alternately with autocannon at
+ * several concurrencies, and prints requests/s, latencies, errors, server RSS and
+ * Parley's ratios to both. Then the embedded database on a smaller data set, and
+ * the agent runtime's turn overhead (bench/agents.ts, runnable alone) and live events
+ * (bench/events.ts, runnable alone: `npx tsx bench/events.ts`, or `npm run bench -- --only events`).
  *
- *   npm run bench                       full run (about 10 minutes)
- *   npm run bench -- --reuse            keep an already generated database
+ *   npm run bench                       full run
+ *   npm run bench -- --reuse            keep an already generated database (and embedded data directory)
  *   npm run bench -- --scale 0.01 --duration 3
+ *   npm run bench -- --only "first page,get conversation item" --no-embedded --no-agents
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -27,16 +29,27 @@ const { values: args } = parseArgs({
     duration: { type: 'string', default: '5' },
     reuse: { type: 'boolean', default: false },
     concurrency: { type: 'string', default: '1,8,32' },
+    /** Rounds per server and concurrency for the scenarios the bare server serves, alternating the servers. */
+    rounds: { type: 'string', default: '2' },
+    /** Comma-separated parts of scenario names to run (default: all). */
     only: { type: 'string' },
+    'no-embedded': { type: 'boolean', default: false },
+    'no-agents': { type: 'boolean', default: false },
+    /** Conversations in the embedded database's data set (with items, calls and events in proportion). */
+    'embedded-conversations': { type: 'string', default: '100000' },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench' },
   },
 });
 const scale = Number(args.scale);
 const duration = Number(args.duration);
 const concurrencies = args.concurrency!.split(',').map(Number);
+const rounds = Math.max(1, Number(args.rounds));
+const only = args.only?.split(',').map((s) => s.trim()).filter(Boolean);
+const selected = (name: string) => !only || only.some((part) => name.includes(part));
 const databaseUrl = args['database-url']!;
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
-const cacheFile = path.join(root, 'bench', '.data.json');
+/** What --reuse needs of a generated database (its keys), one file per database name. */
+const cacheFile = path.join(root, 'bench', `.data.${new URL(databaseUrl).pathname.slice(1)}.json`);
 
 interface Row {
   scenario: string;
@@ -49,8 +62,20 @@ interface Row {
   p99: number;
   errors: number;
   rssMb: number;
+  /** The server process's CPU time (user + system) per request served, in microseconds. */
+  cpuUs: number;
 }
 const rows: Row[] = [];
+
+/** CPU time (user + system) a process has used so far, in ms, from /proc (Linux; 100 ticks a second). */
+function cpuMs(pid: number): number {
+  try {
+    const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+  } catch {
+    return 0;
+  }
+}
 
 function rssMb(pid: number): number {
   try {
@@ -86,6 +111,7 @@ type Request = { method?: string; path: string; body?: string };
 async function load(url: string, pid: number, connections: number, requests: () => Request): Promise<Omit<Row, 'scenario' | 'server' | 'connections'>> {
   let peak = rssMb(pid);
   const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 200);
+  const cpuBefore = cpuMs(pid);
   const result = await autocannon({
     url,
     connections,
@@ -101,19 +127,55 @@ async function load(url: string, pid: number, connections: number, requests: () 
     ],
   });
   clearInterval(sampler);
+  const cpuUs = result.requests.total > 0 ? Math.round(((cpuMs(pid) - cpuBefore) * 1000) / result.requests.total) : 0;
   const errors = result.errors + result.timeouts + result.non2xx;
-  return { rps: result.requests.average, p50: result.latency.p50, mean: result.latency.average, p99: result.latency.p99, errors, rssMb: Math.round(peak) };
+  return { rps: result.requests.average, p50: result.latency.p50, mean: result.latency.average, p99: result.latency.p99, errors, rssMb: Math.round(peak), cpuUs };
 }
 
 const current = { token: '' };
 
-async function measure(scenario: string, server: string, url: string, pid: number, requests: () => Request) {
+interface Contender {
+  server: string;
+  url: string;
+  pid: number;
+  requests: () => Request;
+}
+
+/**
+ * Drives each server at each concurrency; with several rounds the servers take turns (A, B, C, A, B, C), so
+ * that a change in the machine's load during the run falls on all of them alike, and the rounds are averaged.
+ */
+async function measure(scenario: string, contenders: Contender[], roundCount = 1) {
   for (const connections of concurrencies) {
-    // A short warm-up so that caches and JIT are comparable across servers.
-    await autocannon({ url, connections, duration: 1, headers: { authorization: `Bearer ${current.token}` }, requests: [{ setupRequest: (r: autocannon.Request) => ({ ...r, method: 'GET', ...requests() }) as autocannon.Request }] });
-    const figures = await load(url, pid, connections, requests);
-    rows.push({ scenario, connections, server, ...figures });
-    console.log(`  ${scenario.padEnd(34)} c=${String(connections).padEnd(3)} ${server.padEnd(8)} ${figures.rps.toFixed(0).padStart(6)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  errors ${figures.errors}  rss ${figures.rssMb} MB`);
+    const results = new Map<string, Omit<Row, 'scenario' | 'server' | 'connections'>[]>();
+    for (let round = 0; round < roundCount; round++) {
+      for (const { server, url, pid, requests } of contenders) {
+        // A warm-up so that caches and JIT are comparable across servers (Parley has more code to optimise).
+        if (round === 0) {
+          await autocannon({ url, connections, duration: 3, headers: { authorization: `Bearer ${current.token}` }, requests: [{ setupRequest: (r: autocannon.Request) => ({ ...r, method: 'GET', ...requests() }) as autocannon.Request }] });
+        }
+        const figures = await load(url, pid, connections, requests);
+        results.set(server, [...(results.get(server) ?? []), figures]);
+        console.log(
+          `  ${scenario.padEnd(34)} c=${String(connections).padEnd(3)} ${server.padEnd(8)} ${figures.rps.toFixed(0).padStart(6)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  errors ${figures.errors}  rss ${figures.rssMb} MB  cpu ${figures.cpuUs} us/req`,
+        );
+      }
+    }
+    for (const [server, list] of results) {
+      const mean = (pick: (f: (typeof list)[number]) => number) => list.reduce((sum, f) => sum + pick(f), 0) / list.length;
+      rows.push({
+        scenario,
+        connections,
+        server,
+        rps: mean((f) => f.rps),
+        p50: Math.round(mean((f) => f.p50)),
+        mean: mean((f) => f.mean),
+        p99: Math.round(mean((f) => f.p99)),
+        errors: list.reduce((sum, f) => sum + f.errors, 0),
+        rssMb: Math.max(...list.map((f) => f.rssMb)),
+        cpuUs: Math.round(mean((f) => f.cpuUs)),
+      });
+    }
   }
 }
 
@@ -166,17 +228,43 @@ async function postgresScenarios(data: BenchData) {
   console.log(`Big organisation: ${total} conversations; keyset page at row ${depth} (page ${Math.round(depth / 25)})`);
 
   const env = { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000', DATABASE_POOL_SIZE: '10' };
-  const parley = startProcess([process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], { ...env, PORT: '18080', HOST: '127.0.0.1' });
+  // The HTTP servers are compared: the agent runtime (bench/agents.ts measures it) would otherwise spend the
+  // run answering the generated conversations whose last item is a user's, in Parley's process and database.
+  const parley = startProcess([process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], {
+    ...env,
+    PORT: '18080',
+    HOST: '127.0.0.1',
+    AGENT_RUNTIME: 'false',
+    // The login scenario measures password hashing: 32 parallel sign-ins of one user would otherwise meet the
+    // per-user throttle (attempts are reserved before hashing) and be refused with 429.
+    LOGIN_FAILURES_PER_WINDOW: '1000000',
+  });
   const baseline = startProcess([process.execPath, '--import', 'tsx', 'bench/baseline/server.ts'], { ...env, PORT: '18081' });
-  const servers = { parley: { url: 'http://127.0.0.1:18080', pid: parley.pid! }, baseline: { url: 'http://127.0.0.1:18081', pid: baseline.pid! } };
+  const bare = startProcess([process.execPath, 'bench/bare-server.mjs'], { ...env, PORT: '18083' });
+  const servers = {
+    parley: { url: 'http://127.0.0.1:18080', pid: parley.pid! },
+    baseline: { url: 'http://127.0.0.1:18081', pid: baseline.pid! },
+    bare: { url: 'http://127.0.0.1:18083', pid: bare.pid! },
+  };
   try {
     await waitForHealth(servers.parley.url);
     await waitForHealth(servers.baseline.url);
+    await waitForHealth(servers.bare.url);
     current.token = data.secretKey;
     const deepCursor = await cursorAfter(servers.parley.url, deep);
-    const scenarios: { name: string; parley: () => Request; baseline?: () => Request }[] = [
-      { name: 'list conversations, first page', parley: () => ({ path: '/api/conversations' }), baseline: () => ({ path: '/api/conversations' }) },
-      { name: 'list conversations, keyset page 10k', parley: () => ({ path: `/api/conversations?page[after]=${deepCursor}` }), baseline: () => ({ path: `/api/conversations?after=${deep}` }) },
+    const scenarios: { name: string; parley: () => Request; baseline?: () => Request; bare?: () => Request }[] = [
+      {
+        name: 'list conversations, first page',
+        parley: () => ({ path: '/api/conversations' }),
+        baseline: () => ({ path: '/api/conversations' }),
+        bare: () => ({ path: '/api/conversations' }),
+      },
+      {
+        name: 'list conversations, keyset page 10k',
+        parley: () => ({ path: `/api/conversations?page[after]=${deepCursor}` }),
+        baseline: () => ({ path: `/api/conversations?after=${deep}` }),
+        bare: () => ({ path: `/api/conversations?page[after]=${deep}` }),
+      },
       {
         name: 'list conversations, filter+sort+include',
         parley: () => ({ path: '/api/conversations?filter[status]=active&sort=-mode&include=ai_agent' }),
@@ -188,16 +276,23 @@ async function postgresScenarios(data: BenchData) {
         parley: () => ({ path: `/api/call_transcripts?filter[call_id]=${pick(calls)}` }),
         baseline: () => ({ path: `/api/call_transcripts?call_id=${pick(calls)}` }),
       },
-      { name: 'get conversation item', parley: () => ({ path: `/api/conversation_items/${pick(items)}` }), baseline: () => ({ path: `/api/conversation_items/${pick(items)}` }) },
+      {
+        name: 'get conversation item',
+        parley: () => ({ path: `/api/conversation_items/${pick(items)}` }),
+        baseline: () => ({ path: `/api/conversation_items/${pick(items)}` }),
+        bare: () => ({ path: `/api/conversation_items/${pick(items)}` }),
+      },
       {
         name: 'create item, many conversations',
         parley: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(pick(conversations)) }),
         baseline: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(pick(conversations)) }),
+        bare: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(pick(conversations)) }),
       },
       {
         name: 'create item, one hot conversation',
         parley: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(hot) }),
         baseline: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(hot) }),
+        bare: () => ({ method: 'POST', path: '/api/conversation_items', body: itemBody(hot) }),
       },
       {
         name: 'create operator status',
@@ -216,60 +311,112 @@ async function postgresScenarios(data: BenchData) {
       },
     ];
     console.log(`\nPostgreSQL: ${duration} s per run, concurrency ${concurrencies.join(', ')}`);
-    for (const scenario of scenarios) {
-      await measure(scenario.name, 'parley', servers.parley.url, servers.parley.pid, scenario.parley);
-      if (scenario.baseline) await measure(scenario.name, 'baseline', servers.baseline.url, servers.baseline.pid, scenario.baseline);
+    for (const scenario of scenarios.filter((s) => selected(s.name))) {
+      const contenders: Contender[] = [{ server: 'parley', ...servers.parley, requests: scenario.parley }];
+      if (scenario.baseline) contenders.push({ server: 'baseline', ...servers.baseline, requests: scenario.baseline });
+      if (scenario.bare) contenders.push({ server: 'bare', ...servers.bare, requests: scenario.bare });
+      await measure(scenario.name, contenders, scenario.bare ? rounds : 1);
     }
-    current.token = data.publishableKey;
-    const loginBody = JSON.stringify({ data: { type: 'User', attributes: { email: data.email, password: data.password } } });
-    await measure('login', 'parley', servers.parley.url, servers.parley.pid, () => ({ method: 'POST', path: '/api/users/login', body: loginBody }));
+    if (selected('login')) {
+      current.token = data.publishableKey;
+      const loginBody = JSON.stringify({ data: { type: 'User', attributes: { email: data.email, password: data.password } } });
+      await measure('login', [{ server: 'parley', ...servers.parley, requests: () => ({ method: 'POST', path: '/api/users/login', body: loginBody }) }]);
+    }
   } finally {
     parley.kill('SIGTERM');
     baseline.kill('SIGTERM');
+    bare.kill('SIGTERM');
     await new Promise((r) => setTimeout(r, 1000));
   }
 }
 
-async function embeddedScenarios() {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-'));
-  const started = Date.now();
-  const parley = spawn(process.execPath, ['dist/cli/main.js', 'serve'], {
+function startEmbedded(dataDir: string): ChildProcess {
+  return spawn(process.execPath, ['dist/cli/main.js', 'serve'], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: '', DATA_DIR: dataDir, PORT: '18082', HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  let output = '';
-  parley.stdout!.on('data', (chunk) => (output += chunk));
+}
+
+async function stop(child: ChildProcess) {
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+}
+
+/** The embedded database's data set: generated once into a data directory kept in bench/ (with --reuse). */
+async function embeddedData(): Promise<{ dataDir: string; data: BenchData }> {
+  const dataDir = path.join(root, 'bench', '.embedded-data');
+  const dataFile = path.join(root, 'bench', `.embedded-data.${args['embedded-conversations']}.json`);
+  if (args.reuse && fs.existsSync(dataFile)) {
+    console.log('Reusing the generated embedded database');
+    return { dataDir, data: JSON.parse(fs.readFileSync(dataFile, 'utf8')) };
+  }
+  fs.rmSync(dataDir, { recursive: true, force: true });
+  for (const file of fs.readdirSync(path.join(root, 'bench')).filter((f) => f.startsWith('.embedded-data.'))) fs.rmSync(path.join(root, 'bench', file));
+  const embeddedScale = Number(args['embedded-conversations']) / 1_000_000;
+  console.log(`\nGenerating the embedded data set (scale ${embeddedScale}) in ${dataDir}`);
+  const start = Date.now();
+  const data = await generate({ dataDir }, embeddedScale);
+  console.log(`  generated in ${((Date.now() - start) / 1000).toFixed(0)} s`);
+  fs.writeFileSync(dataFile, JSON.stringify(data));
+  return { dataDir, data };
+}
+
+async function embeddedScenarios() {
+  const url = 'http://127.0.0.1:18082';
+  // First start: an empty data directory (creating the cluster, migrating, seeding the demo).
+  const emptyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-'));
+  const started = Date.now();
+  const first = startEmbedded(emptyDir);
   try {
-    await waitForHealth('http://127.0.0.1:18082');
+    await waitForHealth(url);
     const bootMs = Date.now() - started;
-    while (!/Secret key/.test(output)) await new Promise((r) => setTimeout(r, 50));
-    current.token = /Secret key \(server-to-server, shown once\): (\S+)/.exec(output)![1];
-    console.log(`\nEmbedded database (PGlite): boot on an empty data directory ${bootMs} ms`);
-    rows.push({ scenario: 'embedded: boot to /healthz (ms)', connections: 0, server: 'parley', rps: bootMs, p50: 0, mean: 0, p99: 0, errors: 0, rssMb: Math.round(rssMb(parley.pid!)) });
-    await measure('embedded: list conversations', 'parley', 'http://127.0.0.1:18082', parley.pid!, () => ({ path: '/api/conversations' }));
-    await measure('embedded: get call transcripts', 'parley', 'http://127.0.0.1:18082', parley.pid!, () => ({ path: '/api/call_transcripts' }));
+    console.log(`\nEmbedded database (PGlite): first start on an empty data directory ${bootMs} ms`);
+    rows.push({ scenario: 'embedded: first start to /healthz (ms)', connections: 0, server: 'parley', rps: bootMs, p50: 0, mean: 0, p99: 0, errors: 0, rssMb: Math.round(rssMb(first.pid!)), cpuUs: 0 });
   } finally {
-    parley.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 500));
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    await stop(first);
+    fs.rmSync(emptyDir, { recursive: true, force: true });
+  }
+
+  const { dataDir, data } = await embeddedData();
+  const parley = startEmbedded(dataDir);
+  try {
+    await waitForHealth(url);
+    current.token = data.secretKey;
+    const list = await fetch(`${url}/api/conversations?page[limit]=100`, { headers: { authorization: `Bearer ${data.secretKey}` } });
+    const ids = ((await list.json()) as { data: { id: string }[] }).data.map((d) => d.id);
+    const conversations = Number(args['embedded-conversations']);
+    console.log(`Embedded database with ${conversations} conversations`);
+    const pid = parley.pid!;
+    await measure('embedded: list conversations', [{ server: 'parley', url, pid, requests: () => ({ path: '/api/conversations' }) }]);
+    await measure('embedded: get conversation', [{ server: 'parley', url, pid, requests: () => ({ path: `/api/conversations/${pick(ids)}` }) }]);
+    await measure('embedded: list call transcripts', [{ server: 'parley', url, pid, requests: () => ({ path: '/api/call_transcripts' }) }]);
+  } finally {
+    await stop(parley);
   }
 }
 
 function report() {
-  console.log('\n| scenario | conn | Parley req/s | p50 ms | p99 ms | errors | RSS MB | baseline req/s | ratio |');
-  console.log('|---|---|---|---|---|---|---|---|---|');
+  console.log('\n| scenario | conn | Parley req/s | p50 ms | p99 ms | errors | RSS MB | CPU us/req | Fastify baseline req/s | ratio | bare server req/s | ratio | bare CPU us/req |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   const checks: string[] = [];
+  const find = (server: string, row: Row) => rows.find((r) => r.server === server && r.scenario === row.scenario && r.connections === row.connections);
+  const ratioTo = (row: Row, other: Row | undefined) => (other && other.rps > 0 ? (row.rps / other.rps).toFixed(2) : other ? 'n/a' : '');
+  const check = (row: Row, other: Row, name: string, target: number) => {
+    const valid = other.rps > 0 && other.errors === 0;
+    const verdict = !valid ? `FAIL (${name} served nothing or errors)` : row.rps / other.rps >= target ? 'PASS' : 'FAIL';
+    checks.push(`${verdict} ${row.scenario}: ratio to the ${name} ${ratioTo(row, other)} (target ${target})`);
+  };
   for (const row of rows.filter((r) => r.server === 'parley')) {
-    const base = rows.find((r) => r.server === 'baseline' && r.scenario === row.scenario && r.connections === row.connections);
-    const ratio = base && base.rps > 0 ? (row.rps / base.rps).toFixed(2) : base ? 'n/a' : '';
-    console.log(`| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${base ? base.rps.toFixed(0) : ''} | ${ratio} |`);
-    if (base && row.connections === 32) {
-      const target = row.scenario.startsWith('create') ? 0.7 : 0.8;
-      const valid = base.rps > 0 && base.errors === 0;
-      const verdict = !valid ? 'FAIL (baseline served nothing or errors)' : row.rps / base.rps >= target ? 'PASS' : 'FAIL';
-      checks.push(`${verdict} ${row.scenario}: ratio ${ratio} (target ${target})`);
-    }
+    const base = find('baseline', row);
+    const bare = find('bare', row);
+    console.log(
+      `| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${row.cpuUs || ''} | ${base ? base.rps.toFixed(0) : ''} | ${ratioTo(row, base)} | ${bare ? bare.rps.toFixed(0) : ''} | ${ratioTo(row, bare)} | ${bare ? bare.cpuUs : ''} |`,
+    );
+    if (base && row.connections === 32) check(row, base, 'Fastify baseline', row.scenario.startsWith('create') ? 0.7 : 0.8);
+    // The issue's targets against the bare server: list and get >= 0.9 (beating it: > 1.0), create >= 0.85.
+    if (bare && row.connections === 32) check(row, bare, 'bare server', row.scenario.startsWith('create') ? 0.85 : 0.9);
     if (row.connections === 32 && !row.scenario.startsWith('embedded')) {
       checks.push(`${row.rps > 0 && row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`);
     }
@@ -284,10 +431,18 @@ function report() {
       `${ok ? 'PASS' : 'FAIL'} keyset page 10k vs page 1 at c=${connections}: p50 ${deep.p50} vs ${first.p50} ms, mean ${deep.mean.toFixed(2)} vs ${first.mean.toFixed(2)} ms (within 1.3x)`,
     );
   }
-  const rss = Math.max(...rows.filter((r) => r.server === 'parley' && !r.scenario.startsWith('embedded')).map((r) => r.rssMb));
-  checks.push(`${rss <= 300 ? 'PASS' : 'FAIL'} Parley RSS under load ${rss} MB (target <= 300)`);
-  const boot = rows.find((r) => r.scenario.startsWith('embedded: boot'));
-  if (boot) checks.push(`${boot.rps <= 10_000 ? 'PASS' : 'FAIL'} embedded boot ${boot.rps} ms (target <= 10000)`);
+  const pgRows = rows.filter((r) => r.server === 'parley' && !r.scenario.startsWith('embedded'));
+  if (pgRows.length) {
+    const rss = Math.max(...pgRows.map((r) => r.rssMb));
+    checks.push(`${rss <= 300 ? 'PASS' : 'FAIL'} Parley RSS under load ${rss} MB (target <= 300)`);
+  }
+  const boot = rows.find((r) => r.scenario.startsWith('embedded: first start'));
+  if (boot) checks.push(`${boot.rps <= 5_000 ? 'PASS' : 'FAIL'} embedded first start ${boot.rps} ms (target <= 5000)`);
+  const embeddedLoad = rows.filter((r) => r.server === 'parley' && r.scenario.startsWith('embedded:') && r.connections > 0);
+  if (embeddedLoad.length) {
+    const peak = Math.max(...embeddedLoad.map((r) => r.rssMb));
+    checks.push(`${peak <= 400 ? 'PASS' : 'FAIL'} embedded RSS under load ${peak} MB with ${args['embedded-conversations']} conversations (target <= 400)`);
+  }
   const embedded = rows.filter((r) => r.scenario === 'embedded: list conversations');
   if (embedded.length) {
     const best = Math.max(...embedded.map((r) => r.rps));
@@ -300,13 +455,15 @@ const started = Date.now();
 if (args.only !== 'events') {
   const data = await prepareData();
   await postgresScenarios(data);
-  await embeddedScenarios();
+  if (!args['no-embedded']) await embeddedScenarios();
   report();
   // The agent runtime's turn overhead (issue 12): in-process, its own database next to the generated one.
-  console.log(`\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`);
+  if (!args['no-agents']) console.log(`\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`);
 }
-// Live events: throughput with the outbox, commit-to-stream latency with 100 streams, webhook deliveries/s.
-console.log('\nLive events:');
-const events = await eventsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_events'), { duration: Math.max(duration, 3) });
-console.log(eventsChecks(events).join('\n'));
+if (!args.only || args.only === 'events') {
+  // Live events: throughput with the outbox, commit-to-stream latency with 100 streams, webhook deliveries/s.
+  console.log('\nLive events:');
+  const events = await eventsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_events'), { duration: Math.max(duration, 3) });
+  console.log(eventsChecks(events).join('\n'));
+}
 console.log(`\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`);

@@ -4,6 +4,7 @@ import type { DatabaseHandle } from '../db/connection.js';
 import { forbidden } from '../jsonapi/errors.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { authenticate } from './authenticate.js';
+import { CREDENTIALS_CHANNEL, CredentialCache } from './credential-cache.js';
 
 interface AuthOptions extends AppServices {
   database: DatabaseHandle;
@@ -47,12 +48,13 @@ export const isApiPath = (request: FastifyRequest) => requestPath(request).start
  * that the request limiter (which runs in between) counts it against the client address.
  */
 export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) => {
+  const cache = await credentialCache(app, options);
   app.addHook('onRequest', async (request: FastifyRequest) => {
     if (!isApiPath(request)) return;
     const config = request.routeOptions.config;
     if (config?.public) return;
     try {
-      const principal = await authenticate(options.database.db, options, request.headers.authorization);
+      const principal = await authenticate(options.database.db, options, request.headers.authorization, cache);
       if (principal.credential === 'publishable_key' && !config?.allowPublishable) {
         request.authFailure = forbidden('A publishable key may only sign users in and open visitor sessions.');
         return;
@@ -67,6 +69,33 @@ export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) 
     }
   });
 }, { name: 'parley-auth' });
+
+/**
+ * The server's cache of verified credentials, dropped by every change to the records behind them, which the
+ * database announces (migration 0009). Without a notification channel (a command sharing a server's
+ * embedded database) there is no cache.
+ */
+async function credentialCache(app: FastifyInstance, options: AuthOptions): Promise<CredentialCache | undefined> {
+  const ttlMs = options.config.credentialCacheMs;
+  if (ttlMs <= 0) return undefined;
+  const cache = new CredentialCache(ttlMs);
+  let unlisten: () => Promise<void>;
+  try {
+    unlisten = await options.database.listen(CREDENTIALS_CHANNEL, () => cache.invalidate(), () => cache.resume(), {
+      onLost: () => cache.suspend(),
+      ownStatementsFirst: true,
+    });
+  } catch (error) {
+    app.log.warn({ err: error }, 'credentials are read on every request: no notification channel');
+    return undefined;
+  }
+  cache.resume();
+  app.addHook('onClose', async () => {
+    cache.suspend();
+    await unlisten().catch(() => {});
+  });
+  return cache;
+}
 
 /** Answers the refusal `authPlugin` recorded; registered after the rate limiter, before the body is parsed. */
 export function refuseUnauthenticated(app: FastifyInstance): void {

@@ -13,6 +13,11 @@ export interface Config {
   signingSecret: string | undefined;
   logLevel: string;
   userTokenTtlSeconds: number;
+  /**
+   * How long a verified API key or user token (its key or session and membership) is kept in memory, in
+   * milliseconds; 0 reads them on every request. Any change to those records drops the cache at once.
+   */
+  credentialCacheMs: number;
   /** Upper bound for one database statement and for acquiring a connection. */
   databaseTimeoutMs: number;
   databasePoolSize: number;
@@ -150,6 +155,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signingSecret,
     logLevel: text(env, 'LOG_LEVEL') ?? 'info',
     userTokenTtlSeconds: int(env, 'USER_TOKEN_TTL_SECONDS', 12 * 3600),
+    credentialCacheMs: int(env, 'CREDENTIAL_CACHE_MS', 5000),
     databaseTimeoutMs: int(env, 'DATABASE_TIMEOUT_MS', 5000),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 1024 * 1024),

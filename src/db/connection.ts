@@ -5,6 +5,7 @@ import pg from 'pg';
 import type { Config } from '../config/index.js';
 import { exposeLocally, sharedLocally } from './local-socket.js';
 import { Mutex, PGliteDialect } from './pglite-dialect.js';
+import { clusterTemplate } from './pglite-template.js';
 
 /** The engine queries tables named by resource definitions, so the schema type stays open. */
 // biome-ignore lint/suspicious/noExplicitAny: the engine names tables at run time.
@@ -51,10 +52,24 @@ export interface DatabaseHandle {
   /**
    * Subscribes to a PostgreSQL notification channel (LISTEN/NOTIFY; lower-case names). `onNotify` gets each
    * payload; `onResumed` is called after a lost listening connection is back, since notifications sent while
-   * it was down are gone and the subscriber must catch up from the table itself. Returns the unsubscribe.
+   * it was down are gone and the subscriber must catch up from the table itself (on the embedded database:
+   * after a local command's statements, whose notifications do not reach this process's listeners).
+   * Returns the unsubscribe.
    */
-  listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void): Promise<() => Promise<void>>;
+  listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void, options?: ListenOptions): Promise<() => Promise<void>>;
   close(): Promise<void>;
+}
+
+export interface ListenOptions {
+  /** Called when the listening connection is lost (notifications are missed until `onResumed`). */
+  onLost?: () => void;
+  /**
+   * Also listen on every pooled connection, so that a notification raised by this process's own statement
+   * reaches `onNotify` before that statement's result does: PostgreSQL delivers a session's own notifications
+   * on its connection before it reports the commit ready. A notification may then arrive more than once.
+   * (PGlite is one connection: always so.)
+   */
+  ownStatementsFirst?: boolean;
 }
 
 export interface OpenOptions {
@@ -78,10 +93,18 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     pool.on('connect', (client) => client.on('error', () => {}));
     const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
     const listener = new Listener(config);
+    const pooled = new PoolListener(pool);
     return {
       db,
       kind: 'postgres',
-      listen: (channel, onNotify, onResumed) => listener.listen(channel, onNotify, onResumed),
+      listen: async (channel, onNotify, onResumed, options = {}) => {
+        const unlisten = await listener.listen(channel, onNotify, onResumed, options.onLost);
+        const unpool = options.ownStatementsFirst ? pooled.listen(channel, onNotify) : () => {};
+        return () => {
+          unpool();
+          return unlisten();
+        };
+      },
       close: async () => {
         await listener.close();
         await db.destroy();
@@ -101,18 +124,40 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
   }
   let stopSharing = async () => {};
   try {
-    const pglite = await PGlite.create(config.dataDir);
+    // First start: the build's initialised and migrated cluster, copied, instead of initdb (see pglite-template).
+    const template = inMemory || fs.existsSync(path.join(config.dataDir, 'PG_VERSION')) ? undefined : clusterTemplate();
+    if (template) fs.cpSync(template, config.dataDir, { recursive: true });
+    const pglite = await PGlite.create({
+      dataDir: config.dataDir,
+      // PGlite keeps PostgreSQL's shared buffers in its WebAssembly memory, all of it resident once touched:
+      // 32 MB (PostgreSQL's default is 128 MB) bounds the process's memory; the data files are read through
+      // Node's file system, cached by the operating system.
+      postgresqlconf: 'shared_buffers = 32MB',
+    });
     const mutex = new Mutex();
     const db: Database = new Kysely({ dialect: new PGliteDialect(pglite, mutex) });
-    if (shareLocally && !inMemory) stopSharing = await exposeLocally(pglite, mutex, config.dataDir);
+    const catchUps = new Set<() => void>();
+    if (shareLocally && !inMemory) {
+      // A local command's statements reach PGlite through the socket, whose output is not parsed for
+      // notifications: after each of its units of work, subscribers catch up as after a lost connection.
+      stopSharing = await exposeLocally(pglite, mutex, config.dataDir, () => {
+        for (const catchUp of catchUps) catchUp();
+      });
+    }
     return {
       db,
       kind: 'pglite',
       // PGlite delivers the notifications of its own connection, which is every writer in this process.
-      listen: async (channel, onNotify) => {
+      listen: async (channel, onNotify, onResumed) => {
         checkChannel(channel);
         const unsubscribe = await pglite.listen(channel, onNotify);
-        return () => unsubscribe();
+        const catchUp = () => onResumed?.();
+        catchUps.add(catchUp);
+        return async () => {
+          catchUps.delete(catchUp);
+          // Closed already (the database before the server): nothing listens any more.
+          if (!pglite.closed) await unsubscribe();
+        };
       },
       close: async () => {
         await stopSharing();
@@ -154,6 +199,7 @@ function checkChannel(channel: string): void {
 interface Subscription {
   onNotify: (payload: string) => void;
   onResumed?: () => void;
+  onLost?: () => void;
 }
 
 /**
@@ -171,9 +217,9 @@ class Listener {
 
   constructor(private readonly config: Config) {}
 
-  async listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void): Promise<() => Promise<void>> {
+  async listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void, onLost?: () => void): Promise<() => Promise<void>> {
     checkChannel(channel);
-    const subscription: Subscription = { onNotify, onResumed };
+    const subscription: Subscription = { onNotify, onResumed, onLost };
     let subscribers = this.channels.get(channel);
     if (!subscribers) {
       subscribers = new Set();
@@ -218,6 +264,7 @@ class Listener {
     if (this.client !== client) return;
     this.client = undefined;
     client.end().catch(() => {});
+    for (const subscribers of this.channels.values()) for (const s of subscribers) s.onLost?.();
     if (!this.closed) this.scheduleReconnect();
   }
 
@@ -244,6 +291,43 @@ class Listener {
     const client = this.client;
     this.client = undefined;
     await client?.end().catch(() => {});
+  }
+}
+
+/**
+ * LISTEN on the pool's connections: each connection, when handed out, first listens to the channels it does
+ * not listen to yet (the statement is queued before the borrower's), so the connection a statement of this
+ * process runs on brings that statement's own notifications before its result.
+ */
+class PoolListener {
+  private readonly channels = new Map<string, Set<(payload: string) => void>>();
+  private readonly listening = new WeakMap<pg.PoolClient, Set<string>>();
+
+  constructor(pool: pg.Pool) {
+    pool.on('acquire', (client) => {
+      let mine = this.listening.get(client);
+      if (!mine) {
+        mine = new Set();
+        this.listening.set(client, mine);
+        client.on('notification', (message) => {
+          for (const onNotify of this.channels.get(message.channel) ?? []) onNotify(message.payload ?? '');
+        });
+      }
+      for (const channel of this.channels.keys()) {
+        if (mine.has(channel)) continue;
+        mine.add(channel);
+        client.query(`LISTEN ${channel}`).catch(() => mine.delete(channel));
+      }
+    });
+  }
+
+  listen(channel: string, onNotify: (payload: string) => void): () => void {
+    checkChannel(channel);
+    const subscribers = this.channels.get(channel) ?? new Set();
+    this.channels.set(channel, subscribers);
+    subscribers.add(onNotify);
+    // Connections keep listening after the last unsubscribe; nothing is delivered to anyone then.
+    return () => subscribers.delete(onNotify);
   }
 }
 

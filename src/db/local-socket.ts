@@ -27,8 +27,11 @@ const SYNC = 0x53; // 'S': ends an extended-protocol sequence
 const QUERY = 0x51; // 'Q': a simple query, complete in itself
 const TERMINATE = 0x58; // 'X'
 
-/** Starts the socket; resolves to a function that stops it. */
-export async function exposeLocally(pglite: PGlite, mutex: Mutex, dataDir: string): Promise<() => Promise<void>> {
+/**
+ * Starts the socket; resolves to a function that stops it. `onCommandWork` is called after each unit of a
+ * command's work (outside a transaction block), before its result goes back to the command.
+ */
+export async function exposeLocally(pglite: PGlite, mutex: Mutex, dataDir: string, onCommandWork: () => void = () => {}): Promise<() => Promise<void>> {
   const socketPath = localSocketPath(dataDir);
   // We hold the data directory's lock: a socket file left here is a dead server's.
   fs.rmSync(socketPath, { force: true });
@@ -39,6 +42,7 @@ export async function exposeLocally(pglite: PGlite, mutex: Mutex, dataDir: strin
   };
   const letGo = () => {
     if (pglite.isInTransaction()) return;
+    if (release) onCommandWork();
     const done = release;
     release = undefined;
     done?.();

@@ -6,6 +6,7 @@ import * as sipEdge from './migrations/0005_sip_edge.js';
 import * as events from './migrations/0006_events.js';
 import * as manage from './migrations/0007_manage.js';
 import * as agentRuntime from './migrations/0008_agent_runtime.js';
+import * as credentialCache from './migrations/0009_credential_cache.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -15,6 +16,7 @@ const migrations: Record<string, { up: string }> = {
   '0006_events': events,
   '0007_manage': manage,
   '0008_agent_runtime': agentRuntime,
+  '0009_credential_cache': credentialCache,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

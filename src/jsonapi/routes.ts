@@ -10,7 +10,7 @@ import { fetchById, listRows, renderWithIncludes, type Reader } from './read.js'
 import { ROLES, type Principal } from './principal.js';
 import type { AttributeDef, CustomAction, ResourceDef } from './resource.js';
 import { requirePermission } from './scope.js';
-import { document, queryString, type RenderContext } from './serialize.js';
+import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
 import { UUID_PATTERN, validateBody, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
 import { assertWritable, createRecords, type Records } from './records.js';
@@ -115,7 +115,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
     if (resource.operations.list) {
       allowed[collection].push('GET');
-      app.get(collection, visitorMay('read'), async (request) => {
+      app.get(collection, visitorMay('read'), async (request, reply) => {
         const { principal, reader } = context(request);
         requirePermission(resource, principal, 'read');
         // Cursors are bound to the caller's organisation: another organisation's cursor does not verify.
@@ -123,11 +123,14 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         const query = parseQuery(request.query as Query, resource, registry, 'list', { ...queryOptions, cursors });
         const result = await listRows(reader, resource, query);
         const ctx = renderContext(request, principal, query);
-        const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
         const page: Record<string, unknown> = { limit: query.page.limit };
         if (query.page.offset !== undefined) page.offset = query.page.offset;
         if (result.total !== undefined) page.total = result.total;
         const links = listLinks(`${ctx.baseUrl}${collection}`, request.query as Query, query, result, cursors);
+        if (noIncludes(query) && plainRendering(resource, ctx)) {
+          return reply.send(documentJson(result.rows.map((row) => resourceJson(resource, row, ctx)), { page }, links));
+        }
+        const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
         return document(data, included, { page }, links);
       });
     }
@@ -148,11 +151,18 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
     if (resource.operations.get) {
       allowed[member].push('GET');
-      app.get(member, visitorMay('read'), async (request) => {
+      app.get(member, visitorMay('read'), async (request, reply) => {
         const { principal } = context(request);
         requirePermission(resource, principal, 'read');
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        return single(request, resource, idParam(request), query);
+        const id = idParam(request);
+        const ctx = renderContext(request, principal, query);
+        if (noIncludes(query) && plainRendering(resource, ctx)) {
+          const row = await fetchById({ db, principal, registry }, resource, id);
+          if (!row) throw notFound();
+          return reply.send(documentJson(resourceJson(resource, row, ctx), {}));
+        }
+        return single(request, resource, id, query);
       });
     }
 
@@ -253,6 +263,9 @@ export function methodNotAllowed(app: FastifyInstance, url: string, methods: str
     },
   });
 }
+
+/** No `include`: the document's primary data is all there is to render. */
+const noIncludes = (query: ParsedQuery) => Object.keys(query.include).length === 0;
 
 /** The `:id` path parameter; a malformed id names no record. */
 function idParam(request: FastifyRequest): string {

@@ -104,3 +104,65 @@ export function document(data: unknown, included: unknown[], meta: Record<string
   doc.jsonapi = { version: '1.0' };
   return doc;
 }
+
+type ResourceJson = (row: Row, ctx: RenderContext) => string;
+const compiled = new WeakMap<ResourceDef, ResourceJson>();
+
+/**
+ * One resource object as JSON text: exactly `JSON.stringify(renderResource(resource, row, ctx))` (the same
+ * members, order and values) for the common case of no sparse fieldset for the type, no included to-many
+ * linkage and no revealed attribute, which callers check (`plainRendering`). The member names and the
+ * constant parts are worked out once per resource; a row then costs a string concatenation with one
+ * `JSON.stringify` per value, a third of building the objects and serialising them (measured for a page of
+ * 25 conversations).
+ */
+export function resourceJson(resource: ResourceDef, row: Row, ctx: RenderContext): string {
+  let render = compiled.get(resource);
+  if (!render) {
+    render = compileResourceJson(resource);
+    compiled.set(resource, render);
+  }
+  return render(row, ctx);
+}
+
+/** Whether `resourceJson` renders `resource` as `renderResource` would for this request. */
+export const plainRendering = (resource: ResourceDef, ctx: RenderContext) => !ctx.fields.has(resource.type) && !ctx.revealed;
+
+function compileResourceJson(resource: ResourceDef): ResourceJson {
+  const typeJson = JSON.stringify(resource.type);
+  const attributes = Object.entries(resource.attributes)
+    .filter(([, def]) => !def.writeOnly)
+    .map(([name, def], i) => ({ name, def, key: `${i === 0 ? '' : ','}${JSON.stringify(name)}:` }));
+  const relationships = Object.entries(resource.relationships).map(([name, relationship], i) => {
+    const key = `${i === 0 ? '' : ','}${JSON.stringify(name)}:`;
+    if (relationship.cardinality === 'one') {
+      const column = linkageColumn(name);
+      const relatedType = JSON.stringify(relationship.type);
+      return (row: Row, ctx: RenderContext) => {
+        const related = relationship.resolve ? relationship.resolve(ctx.principal) : row[column];
+        return `${key}{"data":${related ? `{"id":${JSON.stringify(String(related))},"type":${relatedType},"meta":{}}` : 'null'}}`;
+      };
+    }
+    return (row: Row, ctx: RenderContext) => {
+      const related = relatedLink(resource, relationship.inverseKey, String(row.id), name, ctx);
+      return `${key}${related ? `{"links":{"related":${JSON.stringify(related)}},"meta":{}}` : '{"meta":{}}'}`;
+    };
+  });
+  return (row, ctx) => {
+    const id = String(row.id);
+    let json = `{"id":${JSON.stringify(id)},"type":${typeJson},"attributes":{`;
+    for (const { name, def, key } of attributes) json += key + JSON.stringify(renderValue(def, def.revealedOnCreate ? undefined : row[name]));
+    json += '},"relationships":{';
+    for (const relationship of relationships) json += relationship(row, ctx);
+    json += '}';
+    const self = selfLink(resource, id, ctx.baseUrl);
+    if (self) json += `,"links":{"self":${JSON.stringify(self)}}`;
+    return `${json},"meta":{}}`;
+  };
+}
+
+/** `document(...)` as JSON text, with primary data already rendered as JSON text (an object, or an array's items). */
+export function documentJson(data: string | string[], meta: Record<string, unknown>, links?: Record<string, string | null>): string {
+  const primary = Array.isArray(data) ? `[${data.join(',')}]` : data;
+  return `{"data":${primary},"included":[],"meta":${JSON.stringify(meta)}${links ? `,"links":${JSON.stringify(links)}` : ''},"jsonapi":{"version":"1.0"}}`;
+}

@@ -22,9 +22,16 @@ export interface CursorCodec {
 /** `status:asc:last,id:asc:last`: what a cursor is bound to. */
 const sortSignature = (sort: SortKey[]) => sort.map((k) => `${k.attribute}:${k.direction}:${k.nulls}`).join(',');
 
+/** The cursor key derived from each signing secret, derived once (a codec is made for every list request). */
+const derived = new WeakMap<Uint8Array, Buffer>();
+
 /** A codec for cursors of one organisation (`scope`): a cursor of another scope does not verify. */
 export function cursorCodec(secret: Uint8Array, scope: string): CursorCodec {
-  const key = createHmac('sha256', secret).update('parley keyset cursor').digest();
+  let key = derived.get(secret);
+  if (!key) {
+    key = createHmac('sha256', secret).update('parley keyset cursor').digest();
+    derived.set(secret, key);
+  }
   const mac = (payload: string) => createHmac('sha256', key).update(`${scope}\n${payload}`).digest().subarray(0, MAC_BYTES);
   return {
     encode(sort, cursor) {

@@ -1,0 +1,84 @@
+import type { Principal } from '../jsonapi/principal.js';
+
+/** The notification channel the 0009 migration's triggers announce credential changes on. */
+export const CREDENTIALS_CHANNEL = 'parley_credentials';
+const CAPACITY = 10_000;
+
+/**
+ * Verified API keys and user tokens (the principal their key or session record and membership gave), kept
+ * for a few seconds so that a request need not read them again: without it every request pays a database
+ * round trip before its own query. Revocation stays immediate:
+ *
+ * - every UPDATE, DELETE or TRUNCATE of api_keys, user_sessions, memberships or users is announced by a
+ *   trigger on PostgreSQL's `parley_credentials` channel at commit, whoever wrote it, and every process drops
+ *   its whole cache (`invalidate`). This process's own writes bring their notification on their own
+ *   connection before their commit returns (see ListenOptions.ownStatementsFirst), so the request or command
+ *   that revoked something has its answer only once the cache is dropped; another process hears of it on its
+ *   listening connection as soon as PostgreSQL delivers it at the commit;
+ * - a read that began before a change is not kept (the generation it started in has passed), so a read of
+ *   the old state that finishes after the change's notification is not kept;
+ * - while the listening connection is down nothing is cached (`suspend`), and when it is back the cache starts
+ *   empty (`resume`), since notifications sent in between are lost;
+ * - an entry never outlives its key's or session's own expiry.
+ *
+ * Visitor credentials are not cached (they depend on their conversation too).
+ */
+export class CredentialCache {
+  private readonly entries = new Map<string, { principal: Principal; until: number }>();
+  private generation = 0;
+  private live = false;
+
+  constructor(
+    private readonly ttlMs: number,
+    private readonly capacity = CAPACITY,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  get(token: string): Principal | undefined {
+    if (!this.live) return undefined;
+    const entry = this.entries.get(token);
+    if (!entry) return undefined;
+    if (entry.until <= this.now()) {
+      this.entries.delete(token);
+      return undefined;
+    }
+    return { ...entry.principal };
+  }
+
+  /** Taken before reading a credential's records; `set` keeps the result only if nothing changed since. */
+  mark(): number {
+    return this.generation;
+  }
+
+  /** Keeps a principal read since `mark`, until the cache's lifetime or `notAfterMs` (the record's expiry). */
+  set(token: string, principal: Principal, notAfterMs: number, mark: number): void {
+    const now = this.now();
+    if (!this.live || this.ttlMs <= 0 || mark !== this.generation) return;
+    const until = Math.min(now + this.ttlMs, notAfterMs);
+    if (until <= now) return;
+    if (this.entries.size >= this.capacity) this.entries.delete(this.entries.keys().next().value!);
+    this.entries.set(token, { principal: { ...principal }, until });
+  }
+
+  /** A credential record changed (a notification): forget everything, and void reads in flight. */
+  invalidate(): void {
+    this.entries.clear();
+    this.generation++;
+  }
+
+  /** Listening (again): changes are announced from now on; what was kept before may be stale. */
+  resume(): void {
+    this.invalidate();
+    this.live = true;
+  }
+
+  /** Not listening: changes would go unseen, so nothing is kept or served. */
+  suspend(): void {
+    this.invalidate();
+    this.live = false;
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * The precompiled rendering of resource objects as JSON text must be exactly what serialising the rendered
+ * objects gives, for every resource: same members, order and values (dates, nulls, JSON values, to-one
+ * linkage, related links, self links).
+ */
+import { describe, expect, it } from 'vitest';
+import { buildRegistry } from '../../src/jsonapi/routes.js';
+import { documentJson, document, renderResource, resourceJson, type RenderContext, type Row } from '../../src/jsonapi/serialize.js';
+import { linkageColumn } from '../../src/jsonapi/select.js';
+import { resources } from '../../src/resources/index.js';
+
+const registry = buildRegistry(resources);
+const ctx: RenderContext = {
+  baseUrl: 'https://parley.example:8443',
+  principal: { organisationId: '01890000-0000-7000-8000-000000000001', userId: null, role: 'admin', credential: 'secret_key', credentialId: 'k' },
+  registry,
+  fields: new Map(),
+};
+
+/** A row with a value of the attribute's kind, or null, for every attribute and to-one relationship. */
+function row(resource: (typeof resources)[number], variant: number): Row {
+  const values: Row = { id: `01890000-0000-7000-8000-00000000000${variant}` };
+  let n = 0;
+  for (const [name, def] of Object.entries(resource.attributes)) {
+    n++;
+    if ((n + variant) % 4 === 0) {
+      values[name] = null;
+      continue;
+    }
+    const kind = def.kind;
+    values[name] =
+      kind === 'timestamp'
+        ? new Date(Date.UTC(2026, 0, 2, 3, 4, 5, 678 + variant))
+        : kind === 'integer'
+          ? n * 7 + variant
+          : kind === 'boolean'
+            ? variant % 2 === 0
+            : kind === 'object'
+              ? { nested: { list: [1, 'two', null], quote: 'say "hi"\n' }, n }
+              : kind === 'string_array'
+                ? ['a', `b${variant}`]
+                : `value "${name}" ${variant} \u2028 é`;
+  }
+  for (const [name, relationship] of Object.entries(resource.relationships)) {
+    if (relationship.cardinality === 'one') values[linkageColumn(name)] = variant % 2 ? null : `01890000-0000-7000-8000-0000000000${10 + variant}`;
+  }
+  return values;
+}
+
+describe('resourceJson', () => {
+  for (const resource of resources) {
+    it(`renders ${resource.type} exactly as the serialised resource object`, () => {
+      for (const variant of [0, 1, 2, 3]) {
+        const r = row(resource, variant);
+        expect(resourceJson(resource, r, ctx)).toBe(JSON.stringify(renderResource(resource, r, ctx)));
+      }
+    });
+  }
+
+  it('documentJson is the serialised document', () => {
+    const resource = resources.find((r) => r.type === 'Conversation')!;
+    const rows = [row(resource, 0), row(resource, 1)];
+    const links = { self: `${ctx.baseUrl}/api/conversations`, next: null };
+    expect(documentJson(rows.map((r) => resourceJson(resource, r, ctx)), { page: { limit: 25 } }, links)).toBe(
+      JSON.stringify(document(rows.map((r) => renderResource(resource, r, ctx)), [], { page: { limit: 25 } }, links)),
+    );
+    expect(documentJson(resourceJson(resource, rows[0], ctx), {})).toBe(JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})));
+    expect(documentJson([], { page: { limit: 25 } })).toBe(JSON.stringify(document([], [], { page: { limit: 25 } })));
+  });
+});
