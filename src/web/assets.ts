@@ -38,10 +38,13 @@ export async function registerWebAssets(app: FastifyInstance, root = PUBLIC_DIR)
     index: false,
     wildcard: true,
     serve: true,
+    // Cache-Control is set per file below, not by send's max-age default.
+    cacheControl: false,
     // Vite names assets by content hash, so they never change; the page itself is always revalidated.
-    setHeaders: (reply, file) => {
-      reply.headers(CONSOLE_HEADERS);
-      reply.header('Cache-Control', /[\\/]assets[\\/]/.test(file) ? 'public, max-age=31536000, immutable' : 'no-cache');
+    // (@fastify/static hands the raw Node response here.)
+    setHeaders: (response, file) => {
+      for (const [name, value] of Object.entries(CONSOLE_HEADERS)) response.setHeader(name, value);
+      response.setHeader('Cache-Control', /[\\/]assets[\\/]/.test(file) ? 'public, max-age=31536000, immutable' : 'no-cache');
     },
   });
   const page = async (_request: unknown, reply: FastifyReply) => {
