@@ -12,7 +12,6 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import pg from 'pg';
 import { AgentRuntime, wakingRecords, type TurnTiming } from '../src/agents/runtime.js';
 import { createServices } from '../src/app.js';
 import { createOrganisation } from '../src/auth/accounts.js';
@@ -20,6 +19,7 @@ import { loadConfig } from '../src/config/index.js';
 import { openDatabase } from '../src/db/connection.js';
 import { migrate } from '../src/db/migrate.js';
 import { systemActor } from '../src/jsonapi/actor.js';
+import { recreateDatabase } from './database.js';
 
 export interface AgentBenchResult {
   conversations: number;
@@ -51,12 +51,7 @@ async function instantModel(): Promise<{ url: string; close(): Promise<void> }> 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 
 export async function agentBenchmark(databaseUrl: string, conversations = 50, messagesEach = 20): Promise<AgentBenchResult> {
-  const admin = new pg.Client({ connectionString: databaseUrl.replace(/\/[^/]+$/, '/postgres') });
-  const name = new URL(databaseUrl).pathname.slice(1);
-  await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
+  await recreateDatabase(databaseUrl);
 
   const model = await instantModel();
   const config = loadConfig({

@@ -15,11 +15,10 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
-import net, { type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
-import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { createOrganisation, createUserInOrganisation } from '../src/auth/accounts.js';
 import { createApiKey } from '../src/auth/api-keys.js';
@@ -27,6 +26,8 @@ import { loadConfig } from '../src/config/index.js';
 import { openDatabase } from '../src/db/connection.js';
 import { migrate } from '../src/db/migrate.js';
 import { systemActor } from '../src/jsonapi/actor.js';
+import { freePort } from '../test/helpers/ports.js';
+import { recreateDatabase } from './database.js';
 
 export interface EventsBenchResult {
   connections: number;
@@ -44,15 +45,6 @@ export interface EventsBenchResult {
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function recreate(databaseUrl: string): Promise<void> {
-  const admin = new pg.Client({ connectionString: databaseUrl.replace(/\/[^/]+$/, '/postgres') });
-  const name = new URL(databaseUrl).pathname.slice(1);
-  await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-}
 
 async function server(databaseUrl: string, port: number, env: Record<string, string>): Promise<ChildProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'bench/events-server.ts'], {
@@ -78,15 +70,6 @@ async function server(databaseUrl: string, port: number, env: Record<string, str
   }
   child.kill('SIGKILL');
   throw new Error('bench events server did not start');
-}
-
-/** A port nothing listens on now (other benchmarks may run on this machine). */
-async function freePort(): Promise<number> {
-  const probe = net.createServer();
-  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise((r) => probe.close(r));
-  return port;
 }
 
 async function stop(child: ChildProcess): Promise<void> {
@@ -158,7 +141,7 @@ export async function eventsBenchmark(
   options: { duration?: number; rounds?: number; streams?: number; deliveries?: number; connections?: number } = {},
 ): Promise<EventsBenchResult> {
   const { duration = 5, rounds = 2, streams = 100, deliveries = 2000, connections = 32 } = options;
-  await recreate(databaseUrl);
+  await recreateDatabase(databaseUrl);
   const config = loadConfig({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', PASSWORD_HASH_COST_LOG2: '10', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
   const database = await openDatabase(config);
   await migrate(database.db);

@@ -22,6 +22,7 @@ import pg from 'pg';
 import { agentBenchmark, agentChecks } from './agents.js';
 import { eventsBenchmark, eventsChecks } from './events.js';
 import { generate, type BenchData } from './generate.js';
+import { recreateDatabase } from './database.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -197,12 +198,7 @@ async function prepareData(): Promise<BenchData> {
     console.log('Reusing the generated database');
     return JSON.parse(fs.readFileSync(cacheFile, 'utf8'));
   }
-  const admin = new pg.Client({ connectionString: databaseUrl.replace(/\/[^/]+$/, '/postgres') });
-  await admin.connect();
-  const name = new URL(databaseUrl).pathname.slice(1);
-  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
+  const name = await recreateDatabase(databaseUrl);
   console.log(`Generating the data set (scale ${scale}) in ${name}`);
   const start = Date.now();
   const data = await generate(databaseUrl, scale);

@@ -6,7 +6,6 @@
  * The cache's lifetime is set to a minute here, so that only invalidation, never expiry, can explain a 401.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import net from 'node:net';
 import path from 'node:path';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -20,6 +19,7 @@ import { client, resourceDocument } from './helpers/http.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { expectJsonApi } from './support/conformance.js';
 import { seedTenant } from './support/seed.js';
+import { freePort } from './helpers/ports.js';
 
 const principal = (id: string): Principal => ({ organisationId: 'o', userId: 'u', role: 'admin', credential: 'secret_key', credentialId: id });
 
@@ -190,14 +190,6 @@ describe.skipIf(!process.env.DATABASE_URL)('two server processes on one PostgreS
   let t: TestApp;
   const children: ChildProcess[] = [];
   const ports: number[] = [];
-
-  async function freePort(): Promise<number> {
-    const server = net.createServer();
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as net.AddressInfo;
-    await new Promise((resolve) => server.close(resolve));
-    return port;
-  }
 
   async function serve(port: number): Promise<void> {
     const env: NodeJS.ProcessEnv = {

@@ -6,13 +6,14 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
-import net from 'node:net';
+import type net from 'node:net';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openSse } from './helpers/sse.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
+import { freePort } from './helpers/ports.js';
 
 const onPostgres = Boolean(process.env.DATABASE_URL);
 const cli = path.resolve('src/cli/main.ts');
@@ -20,14 +21,6 @@ const SECRET = 'events-processes-test-signing-secret-0123456789';
 const children = new Set<ChildProcess>();
 let t: TestApp;
 let tenant: Tenant;
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** `parley serve` on the test's database; resolves once /healthz answers. */
 async function serve(): Promise<{ child: ChildProcess; url: string; exited: Promise<void> }> {

@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectJsonApi } from './support/conformance.js';
+import { freePort } from './helpers/ports.js';
 
 const cli = path.resolve('src/cli/main.ts');
 /** How long the test waits at most before giving up (so that a slow start reports its figure instead of timing out). */
@@ -36,15 +37,6 @@ const children: ChildProcess[] = [];
 let dataDir: string;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** A port nothing listens on right now (the kernel picks it). */
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 function serve(port: number): Served {
   const env: NodeJS.ProcessEnv = {
