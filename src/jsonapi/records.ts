@@ -16,10 +16,11 @@ import type { Registry } from './query/parse.js';
 import { fetchById, type Reader } from './read.js';
 import type { ActionContext, ActionResult, AttributeDef, ResourceDef } from './resource.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
+import { viewIndependent } from './select.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './services.js';
 import { validateAttributes } from './validate.js';
-import { applyDefaults, checkReferences, columnValues, insertRow, runTransaction } from './write.js';
+import { applyDefaults, checkReferences, columnValues, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
 
 /** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
 export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
@@ -88,9 +89,7 @@ function bind(options: RecordsOptions, db: Database): Records {
     (actor: Actor, resource: ResourceDef) =>
     async (trx: Database, result: ActionResult): Promise<Row> => {
       const principal = principalOf(actor);
-      const reader: Reader = { db: trx, principal, registry };
-      const row = await fetchById(reader, resource, result.id);
-      if (!row) throw notFound();
+      const row = await writtenRow({ db: trx, principal, registry }, resource, result);
       const baseUrl = services.config.publicUrl ?? `http://127.0.0.1:${services.config.port}`;
       const revealed = result.revealed ? new Map([[result.id, result.revealed]]) : undefined;
       return renderResource(resource, row, { baseUrl, principal, registry, fields: new Map(), revealed });
@@ -100,10 +99,13 @@ function bind(options: RecordsOptions, db: Database): Records {
    * Queues the change's event (the outbox, src/jsonapi/outbox.ts): the record as a GET by the organisation
    * renders it (its members' roles are applied when the event is read), never a write-only or shown-once value.
    */
-  const emit = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction, id: string, rendered?: Row) => {
+  const emit = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction, result: ActionResult, rendered?: Row) => {
     if (resource.events === false) return;
     const organisationId = principalOf(actor).organisationId;
-    const data = rendered ?? (await plainRender(systemActor(organisationId, 'engine'), resource)(trx, { id, status: 200 }));
+    // The row the write already has is the organisation's view when every reader sees the resource alike.
+    const reuse = result.row && (actor.kind === 'system' || viewIndependent(resource));
+    const row: ActionResult = reuse ? { id: result.id, status: 200, row: { ...result.row, [STORED_VISIBLE]: true } } : { id: result.id, status: 200 };
+    const data = rendered ?? (await plainRender(systemActor(organisationId, 'engine'), resource)(trx, row));
     await queueEvent(trx, { organisationId, type: `${resource.type}.${action}`, occurredAt: new Date(), data });
   };
 
@@ -118,16 +120,16 @@ function bind(options: RecordsOptions, db: Database): Records {
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
         const provided = new Set(Object.keys(values));
-        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided };
+        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, registry };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         applyDefaults(resource, values);
         await resource.beforeInsert?.(ctx);
-        const result = resource.create ? await resource.create(ctx) : { id: await insertRow(ctx), status: 201 as const };
+        const result = resource.create ? await resource.create(ctx) : await insertRecord(ctx);
         // 201: a new record; 200: an upsert that updated one, or an idempotent repeat that changed nothing.
         const record = await render(trx, result);
         // The system's plain rendering is the organisation's view: the event reuses it (unless it shows a value once).
         const same = !opts.render && actor.kind === 'system' && !result.revealed;
-        if (!result.unchanged) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id, same ? (record as Row) : undefined);
+        if (!result.unchanged) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result, same ? (record as Row) : undefined);
         return { id: result.id, status: result.status, record };
       });
     },
@@ -146,7 +148,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         if (!system) await assertWritable(trx, resource, principal, id);
         const values = validateAttributes(input, accepted, []);
         const provided = new Set(Object.keys(values));
-        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing };
+        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing, registry };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         await resource.beforeUpdate?.(ctx);
         const columns = columnValues(resource, values);
@@ -158,7 +160,7 @@ function bind(options: RecordsOptions, db: Database): Records {
             .execute();
         }
         const record = await render(trx, { id, status: 200 });
-        if (Object.keys(columns).length > 0) await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
+        if (Object.keys(columns).length > 0) await emit(trx, actor, resource, 'updated', { id, status: 200 }, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
         return { id, status: 200 as const, record };
       });
     },
@@ -172,7 +174,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         const existing = await lockVisible(trx, resource, principal, id);
         if (!system && !mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
         if (!system) await assertWritable(trx, resource, principal, id);
-        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values: {}, provided: new Set(), existing };
+        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values: {}, provided: new Set(), existing, registry };
         // The deleted event carries the record as it was, rendered before anything goes.
         const before = resource.events === false ? undefined : await plainRender(systemActor(principal.organisationId, 'engine'), resource)(trx, { id, status: 200 });
         const removed: Record<string, number> = (await resource.beforeDelete?.(ctx)) ?? {};
@@ -184,7 +186,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         await refuseWhileReferenced(trx, registry, resource, id);
         await trx.deleteFrom(resource.table).where('id', '=', id).execute();
         removed[resource.type] = (removed[resource.type] ?? 0) + 1;
-        await emit(trx, actor, resource, 'deleted', id, before);
+        await emit(trx, actor, resource, 'deleted', { id, status: 200 }, before);
         return { id, removed };
       });
     },
@@ -196,6 +198,21 @@ function bind(options: RecordsOptions, db: Database): Records {
     },
   };
   return records;
+}
+
+/**
+ * The written record as `reader` reads it: the row the write returned (`ActionResult.row`, the actor's select
+ * list) when it has one, else read back; 404 when the reader's scope does not cover it.
+ */
+export async function writtenRow(reader: Reader, resource: ResourceDef, result: ActionResult): Promise<Row> {
+  if (result.row) {
+    const { [STORED_VISIBLE]: visible, ...row } = result.row;
+    if (!visible) throw notFound();
+    return row;
+  }
+  const row = await fetchById(reader, resource, result.id);
+  if (!row) throw notFound();
+  return row;
 }
 
 /** The visible row, locked for the rest of the transaction; 404 when the actor cannot see it. */

@@ -7,6 +7,7 @@
 import type { RawBuilder } from 'kysely';
 import type { Database } from '../db/connection.js';
 import type { Actor } from './actor.js';
+import type { Registry } from './query/parse.js';
 import type { Records } from './records.js';
 import type { Principal, PrincipalRole, Role } from './principal.js';
 import type { AppServices } from './services.js';
@@ -121,6 +122,8 @@ export interface ActionContext {
   provided: ReadonlySet<string>;
   /** For update: the current row (columns by name). */
   existing?: Record<string, unknown>;
+  /** Every resource by type (select lists that name related tables). */
+  registry: Registry;
 }
 
 /** The outcome of a write: which record to render and with which status. */
@@ -132,6 +135,12 @@ export interface ActionResult {
   revealed?: Record<string, unknown>;
   /** An idempotent repeat that changed nothing: no event. (A 200 otherwise is an upsert's update, an `updated` event.) */
   unchanged?: boolean;
+  /**
+   * The stored record as the actor's select list reads it, when the action already has it (`insertRecord`
+   * returns it from the INSERT itself), so that the write renders its response and its event without
+   * reading the row back. `STORED_VISIBLE` in it says whether the actor's row scope covers it.
+   */
+  row?: Record<string, unknown>;
 }
 
 export interface ResourceDef {

@@ -8,12 +8,12 @@ import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
 import { fetchById, listRows, renderWithIncludes, type Reader } from './read.js';
 import { ROLES, type Principal } from './principal.js';
-import type { AttributeDef, CustomAction, ResourceDef } from './resource.js';
+import type { ActionResult, AttributeDef, CustomAction, ResourceDef } from './resource.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
 import { UUID_PATTERN, validateBody, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
-import { assertWritable, createRecords, type Records } from './records.js';
+import { assertWritable, createRecords, type Records, writtenRow } from './records.js';
 import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
@@ -84,14 +84,15 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     query: ParsedQuery,
     meta = {},
     on = db,
-    revealed?: Record<string, unknown>,
+    written?: ActionResult,
   ) {
     const { principal } = context(request);
     const reader: Reader = { db: on, principal, registry };
-    const row = await fetchById(reader, resource, id);
+    // A write's record: the row the write returned when it has one (no read-back).
+    const row = written ? await writtenRow(reader, resource, written) : await fetchById(reader, resource, id);
     if (!row) throw notFound();
     const ctx = renderContext(request, principal, query);
-    if (revealed) ctx.revealed = new Map([[id, revealed]]);
+    if (written?.revealed) ctx.revealed = new Map([[id, written.revealed]]);
     const { data, included } = await renderWithIncludes(reader, resource, [row], query.include, ctx);
     return document(data[0], included, meta);
   }
@@ -174,7 +175,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
         const values = validateBody(request.body, { type: resource.type, kind: 'create', ...createInput });
         const { status, record } = await records.create(actor, resource.type, values, {
-          render: (trx, result) => single(request, resource, result.id, query, {}, trx, result.revealed),
+          render: (trx, result) => single(request, resource, result.id, query, {}, trx, result),
         });
         return created(reply, record, status);
       });
@@ -235,6 +236,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         values,
         provided: new Set(Object.keys(values)),
         clientAddress: request.ip,
+        registry,
       });
       const doc = await single(request, resource, result.id, query, result.meta ?? {});
       return created(reply, doc, result.status);

@@ -31,3 +31,22 @@ export function selectList(resource: ResourceDef, principal: Principal, registry
   }
   return sql.join(parts);
 }
+
+const independent = new WeakMap<ResourceDef, boolean>();
+
+/**
+ * Whether every reader of the organisation gets the same row of `resource` from `selectList` and the same
+ * rendering of it: no computed attribute and no to-one linkage that depends on who asks (an expression, a
+ * linkage resolved from the principal or looked up under the reader's row scope). Then one read of a written
+ * row serves both the writer's response and the event, which is the organisation's view.
+ */
+export function viewIndependent(resource: ResourceDef): boolean {
+  let known = independent.get(resource);
+  if (known === undefined) {
+    known =
+      Object.values(resource.attributes).every((def) => !def.expression || def.writeOnly || def.revealedOnCreate) &&
+      Object.values(resource.relationships).every((r) => r.cardinality !== 'one' || (r.foreignKey !== undefined && !r.resolve));
+    independent.set(resource, known);
+  }
+  return known;
+}

@@ -5,7 +5,9 @@ import { transaction, type Database } from '../db/connection.js';
 import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
 import type { Principal } from './principal.js';
 import type { Registry } from './query/parse.js';
-import { columnOf, type ActionContext, type AttributeDef, type ResourceDef } from './resource.js';
+import { columnOf, type ActionContext, type ActionResult, type AttributeDef, type ResourceDef } from './resource.js';
+import { selectList } from './select.js';
+import type { Row } from './serialize.js';
 import { rowScope, tenancyScope } from './scope.js';
 
 /** What a reference check needs: the transaction and whose visibility applies. */
@@ -26,21 +28,32 @@ export function columnValues(resource: ResourceDef, values: Record<string, unkno
   return columns;
 }
 
-/** Inserts `ctx.values` as a new row of the caller's organisation; returns the new id. */
-export async function insertRow(ctx: ActionContext): Promise<string> {
+/** The member of a row returned by `insertRecord` that says whether the actor's row scope covers it. */
+export const STORED_VISIBLE = '_visible';
+
+/**
+ * Inserts `ctx.values` as a new row of the caller's organisation and returns it as the actor's select list
+ * reads it (`INSERT ... RETURNING`, with whether the actor's row scope covers it), so that the write renders
+ * its response and its event without a second statement. The returned row is what a read of it in the same
+ * transaction gives: RETURNING evaluates the select list's subqueries in the statement's snapshot, which holds
+ * everything the transaction did before (PostgreSQL: "Data-Modifying Statements in WITH" and INSERT).
+ */
+export async function insertRecord(ctx: ActionContext): Promise<ActionResult & { row: Row }> {
   const id = uuidv7();
   const now = new Date();
-  await ctx.db
-    .insertInto(ctx.resource.table)
-    .values({
-      ...columnValues(ctx.resource, ctx.values),
-      id,
-      organisation_id: ctx.principal.organisationId,
-      created_at: now,
-      updated_at: now,
-    })
-    .execute();
-  return id;
+  const columns: Record<string, unknown> = {
+    ...columnValues(ctx.resource, ctx.values),
+    id,
+    organisation_id: ctx.principal.organisationId,
+    created_at: now,
+    updated_at: now,
+  };
+  const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
+  const { rows } = await sql<Row>`
+    INSERT INTO ${sql.table(ctx.resource.table)} AS t (${sql.join(names.map((name) => sql.id(name)))})
+    VALUES (${sql.join(names.map((name) => sql`${columns[name]}`))})
+    RETURNING ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)}`.execute(ctx.db);
+  return { id, status: 201, row: rows[0] };
 }
 
 export function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, insertRow, rel, rowScope } from '../jsonapi/index.js';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, insertRecord, rel, rowScope } from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
@@ -81,8 +81,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
             WHERE id = ${values.conversation_id}`.execute(db);
   values.content_index = contentIndex;
   values.item_id ??= `item_${randomUUID().replaceAll('-', '')}`;
-  const id = await insertRow(ctx);
-  return { id, status: 201 };
+  return insertRecord(ctx);
 }
 
 export default defineResource({

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, type ErrorObject, insertRow, rel } from '../jsonapi/index.js';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, type ErrorObject, insertRecord, rel } from '../jsonapi/index.js';
 import { eventTypes } from './event-types.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
@@ -35,7 +35,7 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
 async function createEndpoint(ctx: ActionContext): Promise<ActionResult> {
   const secret = newWebhookSecret();
   ctx.values.secret = secret;
-  return { id: await insertRow(ctx), status: 201, revealed: { secret } };
+  return { ...(await insertRecord(ctx)), revealed: { secret } };
 }
 
 /** Enabling an endpoint again (after it was disabled for failing) starts its failure count afresh. */
