@@ -7,7 +7,6 @@ import net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemActor } from '../src/jsonapi/actor.js';
-import { nextEventId } from '../src/jsonapi/outbox.js';
 import { client, errorCodes, resourceDocument, type Client } from './helpers/http.js';
 import { bodyOf, openSse, type SseMessage, type SseStream } from './helpers/sse.js';
 import { startTestApp, type TestApp } from './support/app.js';
@@ -134,15 +133,30 @@ describe('the outbox', () => {
     expect(events.at(-1)!.id > future).toBe(true);
   });
 
-  it('draws an id above the last one even when the clock is behind it', () => {
+  it('draws an id above the last one even when the clock is behind it', async () => {
+    const idAfter = async (last: string) => (await sql<{ id: string }>`SELECT parley_event_id_after(${last}::uuid)::text AS id`.execute(t.db)).rows[0].id;
     const ahead = '7fffffff-ffff-7fff-bfff-fffffffffffe';
-    const next = nextEventId(ahead);
+    const next = await idAfter(ahead);
     expect(next > ahead).toBe(true);
-    expect(next).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(next).toBe('7fffffff-ffff-7fff-bfff-ffffffffffff');
+    expect(await idAfter('01234567-89ab-7cde-8000-0000ffffffff')).toBe('01234567-89ab-7cde-8000-000100000000');
     const full = '7fffffff-ffff-7abc-bfff-ffffffffffff';
-    const rolled = nextEventId(full);
+    const rolled = await idAfter(full);
     expect(rolled > full).toBe(true);
     expect(rolled).toMatch(/^80000000-0000-7abc-8000-000000000000$/);
+  });
+
+  it('settles ids in commit order when writes of one organisation race', async () => {
+    const racing = await seedTenant(t, 'Racing');
+    const writer = client(t.app, racing.admin.token);
+    const created = await Promise.all(Array.from({ length: 24 }, () => writer.post('/api/conversations', resourceDocument('Conversation', {}))));
+    expect(created.every((r) => r.status === 201)).toBe(true);
+    const events = await eventsOf(racing.organisationId);
+    expect(events.filter((e) => e.type === 'Conversation.created')).toHaveLength(24);
+    const ids = events.map((e) => e.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    const { rows } = await sql<{ last_id: string }>`SELECT last_id::text FROM event_order WHERE organisation_id = ${racing.organisationId}`.execute(t.db);
+    expect(rows[0].last_id).toBe(ids.at(-1));
   });
 });
 

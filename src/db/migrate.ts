@@ -7,6 +7,7 @@ import * as events from './migrations/0006_events.js';
 import * as manage from './migrations/0007_manage.js';
 import * as agentRuntime from './migrations/0008_agent_runtime.js';
 import * as credentialCache from './migrations/0009_credential_cache.js';
+import * as eventOrder from './migrations/0010_event_order.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -17,6 +18,7 @@ const migrations: Record<string, { up: string }> = {
   '0007_manage': manage,
   '0008_agent_runtime': agentRuntime,
   '0009_credential_cache': credentialCache,
+  '0010_event_order': eventOrder,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */
@@ -37,9 +39,23 @@ const provider: MigrationProvider = {
   },
 };
 
-/** Our migrations keep every `;` at a line end outside literals, so a line-end split is exact. */
-function splitStatements(script: string): string[] {
-  return script.split(/;\s*\n/).map((s) => s.trim()).filter(Boolean);
+/**
+ * Our migrations end each statement with `;` at a line end, and have no other such `;` outside `$$`-quoted
+ * function bodies (whose statements end lines too), so splitting there, outside `$$ ... $$`, is exact.
+ */
+export function splitStatements(script: string): string[] {
+  const statements: string[] = [];
+  let quoted = false;
+  let current = '';
+  for (const part of script.split(/(\$\$|;\s*\n)/)) {
+    if (part === '$$') quoted = !quoted;
+    if (!quoted && /^;\s*\n$/.test(part)) {
+      statements.push(current);
+      current = '';
+    } else current += part;
+  }
+  statements.push(current);
+  return statements.map((s) => s.trim()).filter(Boolean);
 }
 
 /** Applies pending migrations (under Kysely's advisory lock, so concurrent nodes are safe). */
