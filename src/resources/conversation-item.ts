@@ -32,6 +32,21 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   if (ctx.principal.role === 'visitor' && values.role !== 'user') {
     throw ApiError.of(403, 'forbidden', 'A visitor may only post items with role user.', { pointer: '/data/attributes/role' });
   }
+  // The usual post (no item_id, no content_index): one statement takes the next index of an open conversation
+  // in the caller's scope, locking its row as the SELECT ... FOR UPDATE below would. Anything else (a closed
+  // or invisible conversation, no index left) changes nothing there and takes the path below for its answer.
+  if (values.item_id === undefined && values.content_index === undefined) {
+    const taken = await sql<{ content_index: number }>`
+      UPDATE conversations c SET next_content_index = c.next_content_index + 1
+      WHERE c.id = ${values.conversation_id} AND ${rowScope(conversation, ctx.principal, 'c')}
+        AND c.status <> 'closed' AND c.next_content_index <= ${MAX_CONTENT_INDEX}
+      RETURNING c.next_content_index - 1 AS content_index`.execute(db);
+    if (taken.rows[0]) {
+      values.content_index = taken.rows[0].content_index;
+      values.item_id = `item_${randomUUID().replaceAll('-', '')}`;
+      return insertRecord(ctx);
+    }
+  }
   // The caller's scope of conversations (a visitor's is its one conversation) decides which it may post to.
   const target = await sql<{ status: string; next_content_index: number }>`
     SELECT status, next_content_index FROM conversations c
