@@ -6,7 +6,12 @@
 import net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { systemActor } from '../src/jsonapi/actor.js';
+import { principalOf, systemActor } from '../src/jsonapi/actor.js';
+import { resourceJsonb } from '../src/jsonapi/json-sql.js';
+import { fetchById } from '../src/jsonapi/read.js';
+import { buildRegistry } from '../src/jsonapi/routes.js';
+import { renderResource } from '../src/jsonapi/serialize.js';
+import { resources } from '../src/resources/index.js';
 import { client, errorCodes, resourceDocument, type Client } from './helpers/http.js';
 import { bodyOf, openSse, type SseMessage, type SseStream } from './helpers/sse.js';
 import { startTestApp, type TestApp } from './support/app.js';
@@ -63,6 +68,33 @@ describe('the outbox', () => {
     expect(events[0].data.attributes.status).toBe('active');
     expect(events[1].id > events[0].id).toBe(true);
     expect(events[0].id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  it('renders in PostgreSQL exactly the resource objects the API renders (events stored with their record)', async () => {
+    const conversation = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
+    const item = await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: conversation, role: 'user', content: 'say "hi" \u2028 é', metadata: { n: [1, null] } }));
+    await admin.post('/api/ai_agents', resourceDocument('AiAgent', { name: 'Rendered', languages: ['en', 'de'] }));
+    await admin.post('/api/gateways', resourceDocument('Gateway', { username: 'trunk', realm: 'sip.example.net', password: 'hunter22', inbound_acl: ['192.0.2.0/24'] }));
+    await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/rendered', event_types: ['Call.created'] }));
+    const itemEvent = (await eventsOf(tenant.organisationId)).find((e) => e.type === 'ConversationItem.created' && e.data.id === item.body.data.id)!;
+    expect(itemEvent.data).toEqual({ ...item.body.data, links: { self: `http://parley.test/api/conversation_items/${item.body.data.id}` } });
+
+    const principal = principalOf(systemActor(tenant.organisationId, 'test'));
+    const registry = buildRegistry(resources);
+    const checked: string[] = [];
+    for (const resource of registry.values()) {
+      const json = resourceJsonb(resource, 'http://parley.test');
+      if (!json || resource.type === 'Organisation') continue;
+      const { rows } = await sql<{ id: string; data: Record<string, unknown> }>`
+        SELECT t.id, ${json} AS data FROM ${sql.table(resource.table)} t WHERE t.organisation_id = ${tenant.organisationId} ORDER BY t.id LIMIT 5`.execute(t.db);
+      for (const row of rows) {
+        const stored = await fetchById({ db: t.db, principal, registry }, resource, row.id);
+        const rendered = renderResource(resource, stored!, { baseUrl: 'http://parley.test', principal, registry, fields: new Map() });
+        expect(row.data).toEqual(JSON.parse(JSON.stringify(rendered)));
+      }
+      if (rows.length > 0) checked.push(resource.type);
+    }
+    expect(checked).toEqual(expect.arrayContaining(['ApiKey', 'ConversationItem', 'AiAgent', 'Gateway', 'WebhookEndpoint']));
   });
 
   it('writes none for a rolled-back transaction or a refused write', async () => {

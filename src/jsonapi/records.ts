@@ -20,7 +20,7 @@ import { viewIndependent } from './select.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './services.js';
 import { validateAttributes } from './validate.js';
-import { applyDefaults, checkReferences, columnValues, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
+import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
 
 /** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
 export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
@@ -90,7 +90,7 @@ function bind(options: RecordsOptions, db: Database): Records {
     async (trx: Database, result: ActionResult): Promise<Row> => {
       const principal = principalOf(actor);
       const row = await writtenRow({ db: trx, principal, registry }, resource, result);
-      const baseUrl = services.config.publicUrl ?? `http://127.0.0.1:${services.config.port}`;
+      const baseUrl = eventBaseUrl(services);
       const revealed = result.revealed ? new Map([[result.id, result.revealed]]) : undefined;
       return renderResource(resource, row, { baseUrl, principal, registry, fields: new Map(), revealed });
     };
@@ -120,7 +120,8 @@ function bind(options: RecordsOptions, db: Database): Records {
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
         const provided = new Set(Object.keys(values));
-        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, registry };
+        const eventOnInsert = resource.events === false ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
+        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, registry, eventOnInsert };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         applyDefaults(resource, values);
         await resource.beforeInsert?.(ctx);
@@ -129,7 +130,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         const record = await render(trx, result);
         // The system's plain rendering is the organisation's view: the event reuses it (unless it shows a value once).
         const same = !opts.render && actor.kind === 'system' && !result.revealed;
-        if (!result.unchanged) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result, same ? (record as Row) : undefined);
+        if (!result.unchanged && !result.evented) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result, same ? (record as Row) : undefined);
         return { id: result.id, status: result.status, record };
       });
     },

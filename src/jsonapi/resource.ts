@@ -124,6 +124,11 @@ export interface ActionContext {
   existing?: Record<string, unknown>;
   /** Every resource by type (select lists that name related tables). */
   registry: Registry;
+  /**
+   * Set by the records service on a create whose change makes an event: `insertRecord` may store the event in
+   * its own statement (then its result says `evented`).
+   */
+  eventOnInsert?: { type: string; occurredAt: Date };
 }
 
 /** The outcome of a write: which record to render and with which status. */
@@ -141,6 +146,8 @@ export interface ActionResult {
    * reading the row back. `STORED_VISIBLE` in it says whether the actor's row scope covers it.
    */
   row?: Record<string, unknown>;
+  /** The write's event is stored already (`insertRecord` inserted it with the record). */
+  evented?: boolean;
 }
 
 export interface ResourceDef {

@@ -6,7 +6,9 @@ import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js'
 import type { Principal } from './principal.js';
 import type { Registry } from './query/parse.js';
 import { columnOf, type ActionContext, type ActionResult, type AttributeDef, type ResourceDef } from './resource.js';
+import { resourceJsonb } from './json-sql.js';
 import { selectList } from './select.js';
+import type { AppServices } from './services.js';
 import type { Row } from './serialize.js';
 import { rowScope, tenancyScope } from './scope.js';
 
@@ -31,12 +33,17 @@ export function columnValues(resource: ResourceDef, values: Record<string, unkno
 /** The member of a row returned by `insertRecord` that says whether the actor's row scope covers it. */
 export const STORED_VISIBLE = '_visible';
 
+/** The base of links in records rendered outside a request (events): PUBLIC_URL, else the local listener. */
+export const eventBaseUrl = (services: AppServices) => services.config.publicUrl ?? `http://127.0.0.1:${services.config.port}`;
+
 /**
  * Inserts `ctx.values` as a new row of the caller's organisation and returns it as the actor's select list
  * reads it (`INSERT ... RETURNING`, with whether the actor's row scope covers it), so that the write renders
- * its response and its event without a second statement. The returned row is what a read of it in the same
- * transaction gives: RETURNING evaluates the select list's subqueries in the statement's snapshot, which holds
- * everything the transaction did before (PostgreSQL: "Data-Modifying Statements in WITH" and INSERT).
+ * its response without a second statement. The returned row is what a read of it in the same transaction
+ * gives: the select list's subqueries see everything the transaction did before (PostgreSQL, "Data-Modifying
+ * Statements in WITH"). When the records service asks for the create's event (`ctx.eventOnInsert`) and
+ * PostgreSQL can render the record (json-sql.ts), the same statement inserts the event; its id is settled at
+ * COMMIT like every event's (outbox.ts).
  */
 export async function insertRecord(ctx: ActionContext): Promise<ActionResult & { row: Row }> {
   const id = uuidv7();
@@ -49,11 +56,22 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
     updated_at: now,
   };
   const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
+  const event = ctx.eventOnInsert && resourceJsonb(ctx.resource, eventBaseUrl(ctx.services));
   const { rows } = await sql<Row>`
-    INSERT INTO ${sql.table(ctx.resource.table)} AS t (${sql.join(names.map((name) => sql.id(name)))})
-    VALUES (${sql.join(names.map((name) => sql`${columns[name]}`))})
-    RETURNING ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)}`.execute(ctx.db);
-  return { id, status: 201, row: rows[0] };
+    WITH t AS (
+      INSERT INTO ${sql.table(ctx.resource.table)} (${sql.join(names.map((name) => sql.id(name)))})
+      VALUES (${sql.join(names.map((name) => sql`${columns[name]}`))})
+      RETURNING *
+    )${
+      event && ctx.eventOnInsert
+        ? sql`, event AS (
+      INSERT INTO events (id, organisation_id, type, occurred_at, data)
+      SELECT ${uuidv7()}::uuid, t.organisation_id, ${ctx.eventOnInsert.type}, ${ctx.eventOnInsert.occurredAt}::timestamptz, ${event} FROM t
+    )`
+        : sql``
+    }
+    SELECT ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(ctx.db);
+  return { id, status: 201, row: rows[0], evented: event !== undefined };
 }
 
 export function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {
