@@ -20,7 +20,10 @@ const compiled = new WeakMap<ResourceDef, Map<string, RawBuilder<unknown>>>();
 export function resourceJsonb(resource: ResourceDef, baseUrl: string): RawBuilder<unknown> | undefined {
   if (!viewIndependent(resource)) return undefined;
   let byBase = compiled.get(resource);
-  if (!byBase) compiled.set(resource, (byBase = new Map()));
+  if (!byBase) {
+    byBase = new Map();
+    compiled.set(resource, byBase);
+  }
   let json = byBase.get(baseUrl);
   if (!json) {
     json = frozen(compile(resource)(baseUrl));

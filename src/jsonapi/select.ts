@@ -26,7 +26,10 @@ export function selectList(resource: ResourceDef, principal: Principal, registry
   // Built once per resource, or per reader when it depends on who reads (the query builder's nodes are
   // immutable, so one serves every query): building it took a twentieth of a list request's CPU.
   let cached = selectLists.get(resource);
-  if (!cached) selectLists.set(resource, (cached = new Map()));
+  if (!cached) {
+    cached = new Map();
+    selectLists.set(resource, cached);
+  }
   const key = viewIndependent(resource) ? '' : `${principal.organisationId}|${principal.role}|${principal.userId}|${principal.conversationId ?? ''}`;
   let list = cached.get(key);
   if (!list) {

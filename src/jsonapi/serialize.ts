@@ -31,9 +31,16 @@ function selfLink(resource: ResourceDef, id: string, baseUrl: string): string | 
   return resource.path ? `${baseUrl}/api/${resource.path}/${id}` : undefined;
 }
 
+/** RFC 3986 unreserved characters only: the text qs's own encoder gives, without its per-character loop. */
+const UNRESERVED = /^[A-Za-z0-9._~-]*$/;
+
+/** qs's encoder, skipped for the usual key or value that needs no escape (keyset cursors are base64url). */
+const unreservedAsIs = (text: unknown, encode: qs.defaultEncoder, charset: string): string =>
+  typeof text === 'string' && UNRESERVED.test(text) ? text : encode(text, encode, charset);
+
 /** `?a[b]=c` with brackets percent-encoded, as links must be. */
 export function queryString(query: Record<string, unknown>): string {
-  const text = qs.stringify(query, { encode: true, encodeValuesOnly: false });
+  const text = qs.stringify(query, { encode: true, encodeValuesOnly: false, encoder: unreservedAsIs });
   return text ? `?${text}` : '';
 }
 

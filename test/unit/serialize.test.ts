@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { buildRegistry } from '../../src/jsonapi/routes.js';
-import { documentJson, document, renderResource, resourceJson, type RenderContext, type Row } from '../../src/jsonapi/serialize.js';
+import qs from 'qs';
+import { documentJson, document, queryString, renderResource, resourceJson, type RenderContext, type Row } from '../../src/jsonapi/serialize.js';
 import { linkageColumn } from '../../src/jsonapi/select.js';
 import { resources } from '../../src/resources/index.js';
 
@@ -66,5 +67,21 @@ describe('resourceJson', () => {
     );
     expect(documentJson(resourceJson(resource, rows[0], ctx), {})).toBe(JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})));
     expect(documentJson([], { page: { limit: 25 } })).toBe(JSON.stringify(document([], [], { page: { limit: 25 } })));
+  });
+});
+
+describe('queryString', () => {
+  it("is qs's RFC 3986 encoding, keys and values alike", () => {
+    const cases: Record<string, unknown>[] = [
+      { page: { after: 'WyJpZDph.ZB27eSp-_~' } },
+      { filter: { name: "a b&c=d/é()*!'" }, sort: '-id' },
+      { filter: { status: { in: ['a', 'b c'] } }, include: 'conversation_items' },
+      { 'weird key[]': 'x', n: 5, b: true, z: null },
+      {},
+    ];
+    for (const query of cases) {
+      const text = qs.stringify(query, { encode: true, encodeValuesOnly: false });
+      expect(queryString(query)).toBe(text ? `?${text}` : '');
+    }
   });
 });
