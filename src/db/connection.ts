@@ -6,6 +6,7 @@ import type { Config } from '../config/index.js';
 import { exposeLocally, sharedLocally } from './local-socket.js';
 import { Mutex, PGliteDialect } from './pglite-dialect.js';
 import { clusterTemplate } from './pglite-template.js';
+import { preparedStatementsPool } from './prepared.js';
 
 /** The engine queries tables named by resource definitions, so the schema type stays open. */
 // biome-ignore lint/suspicious/noExplicitAny: the engine names tables at run time.
@@ -91,7 +92,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     // (503), and the pool drops the broken client and opens a new one when asked.
     pool.on('error', () => {});
     pool.on('connect', (client) => client.on('error', () => {}));
-    const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
+    const db: Database = new Kysely({ dialect: new PostgresDialect({ pool: preparedStatementsPool(pool) }) });
     const listener = new Listener(config);
     const pooled = new PoolListener(pool);
     return {
@@ -182,7 +183,7 @@ function openShared(config: Config): DatabaseHandle {
     connectionTimeoutMillis: config.databaseTimeoutMs,
   });
   pool.on('error', () => {});
-  const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
+  const db: Database = new Kysely({ dialect: new PostgresDialect({ pool: preparedStatementsPool(pool) }) });
   return {
     db,
     kind: 'pglite',
