@@ -55,11 +55,18 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
     ? sql`${selectList(resource, reader.principal, reader.registry)}, ${cursorColumns}`
     : selectList(resource, reader.principal, reader.registry);
 
+  // The page's rows first, then the select list over them alone: when no index gives the order, PostgreSQL
+  // sorts every matching row, and would otherwise compute each one's select list (timestamps as text, linkage
+  // subqueries) before sorting, for rows the page does not show.
+  const order = orderBySql(resource, sort, backwards);
   const { rows } = await sql<Row>`
-    SELECT ${columns} FROM ${sql.table(resource.table)} t
-    WHERE ${where([scope, filter, keyset])}
-    ORDER BY ${orderBySql(resource, sort, backwards)}
-    LIMIT ${page.limit + 1} OFFSET ${page.offset ?? 0}`.execute(reader.db);
+    SELECT ${columns} FROM (
+      SELECT t.* FROM ${sql.table(resource.table)} t
+      WHERE ${where([scope, filter, keyset])}
+      ORDER BY ${order}
+      LIMIT ${page.limit + 1} OFFSET ${page.offset ?? 0}
+    ) t
+    ORDER BY ${order}`.execute(reader.db);
 
   const hasMore = rows.length > page.limit;
   if (hasMore) rows.pop();
