@@ -183,7 +183,9 @@ function openShared(config: Config): DatabaseHandle {
     connectionTimeoutMillis: config.databaseTimeoutMs,
   });
   pool.on('error', () => {});
-  const db: Database = new Kysely({ dialect: new PostgresDialect({ pool: preparedStatementsPool(pool) }) });
+  // Unnamed statements only: every local command shares the server's one embedded session, where a name
+  // prepared by one command would still be there, for another text, when the next command comes.
+  const db: Database = new Kysely({ dialect: new PostgresDialect({ pool }) });
   return {
     db,
     kind: 'pglite',
