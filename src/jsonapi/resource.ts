@@ -126,7 +126,8 @@ export interface ActionContext {
   registry: Registry;
   /**
    * Set by the records service on a create whose change makes an event: `insertRecord` may store the event in
-   * its own statement (then its result says `evented`).
+   * its own statement (then its result says `evented`), showing the row as inserted. An action that changes
+   * the row after inserting it clears this first, so that the event is rendered from the final row.
    */
   eventOnInsert?: { type: string; occurredAt: Date };
 }
