@@ -16,7 +16,6 @@ import type { Registry } from './query/parse.js';
 import { fetchById, type Reader } from './read.js';
 import type { ActionContext, ActionResult, AttributeDef, ResourceDef } from './resource.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
-import { viewIndependent } from './select.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './services.js';
 import { validateAttributes } from './validate.js';
@@ -99,13 +98,10 @@ function bind(options: RecordsOptions, db: Database): Records {
    * Queues the change's event (the outbox, src/jsonapi/outbox.ts): the record as a GET by the organisation
    * renders it (its members' roles are applied when the event is read), never a write-only or shown-once value.
    */
-  const emit = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction, result: ActionResult, rendered?: Row) => {
+  const emit = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction, id: string, rendered?: Row) => {
     if (resource.events === false) return;
     const organisationId = principalOf(actor).organisationId;
-    // The row the write already has is the organisation's view when every reader sees the resource alike.
-    const reuse = result.row && (actor.kind === 'system' || viewIndependent(resource));
-    const row: ActionResult = reuse ? { id: result.id, status: 200, row: { ...result.row, [STORED_VISIBLE]: true } } : { id: result.id, status: 200 };
-    const data = rendered ?? (await plainRender(systemActor(organisationId, 'engine'), resource)(trx, row));
+    const data = rendered ?? (await plainRender(systemActor(organisationId, 'engine'), resource)(trx, { id, status: 200 }));
     await queueEvent(trx, { organisationId, type: `${resource.type}.${action}`, occurredAt: new Date(), data });
   };
 
@@ -130,7 +126,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         const record = await render(trx, result);
         // The system's plain rendering is the organisation's view: the event reuses it (unless it shows a value once).
         const same = !opts.render && actor.kind === 'system' && !result.revealed;
-        if (!result.unchanged && !result.evented) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result, same ? (record as Row) : undefined);
+        if (!result.unchanged && !result.evented) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id, same ? (record as Row) : undefined);
         return { id: result.id, status: result.status, record };
       });
     },
@@ -161,7 +157,7 @@ function bind(options: RecordsOptions, db: Database): Records {
             .execute();
         }
         const record = await render(trx, { id, status: 200 });
-        if (Object.keys(columns).length > 0) await emit(trx, actor, resource, 'updated', { id, status: 200 }, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
+        if (Object.keys(columns).length > 0) await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
         return { id, status: 200 as const, record };
       });
     },
@@ -187,7 +183,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         await refuseWhileReferenced(trx, registry, resource, id);
         await trx.deleteFrom(resource.table).where('id', '=', id).execute();
         removed[resource.type] = (removed[resource.type] ?? 0) + 1;
-        await emit(trx, actor, resource, 'deleted', { id, status: 200 }, before);
+        await emit(trx, actor, resource, 'deleted', id, before);
         return { id, removed };
       });
     },

@@ -56,22 +56,22 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
     updated_at: now,
   };
   const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
-  const event = ctx.eventOnInsert && resourceJsonb(ctx.resource, eventBaseUrl(ctx.services));
+  const { eventOnInsert } = ctx;
+  const data = eventOnInsert && resourceJsonb(ctx.resource, eventBaseUrl(ctx.services));
+  const event = data
+    ? sql`, event AS (
+      INSERT INTO events (id, organisation_id, type, occurred_at, data)
+      SELECT ${uuidv7()}::uuid, t.organisation_id, ${eventOnInsert.type}, ${eventOnInsert.occurredAt}::timestamptz, ${data} FROM t
+    )`
+    : sql``;
   const { rows } = await sql<Row>`
     WITH t AS (
       INSERT INTO ${sql.table(ctx.resource.table)} (${sql.join(names.map((name) => sql.id(name)))})
       VALUES (${sql.join(names.map((name) => sql`${columns[name]}`))})
       RETURNING *
-    )${
-      event && ctx.eventOnInsert
-        ? sql`, event AS (
-      INSERT INTO events (id, organisation_id, type, occurred_at, data)
-      SELECT ${uuidv7()}::uuid, t.organisation_id, ${ctx.eventOnInsert.type}, ${ctx.eventOnInsert.occurredAt}::timestamptz, ${event} FROM t
-    )`
-        : sql``
-    }
+    )${event}
     SELECT ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(ctx.db);
-  return { id, status: 201, row: rows[0], evented: event !== undefined };
+  return { id, status: 201, row: rows[0], evented: data !== undefined };
 }
 
 export function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {

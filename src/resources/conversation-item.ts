@@ -17,6 +17,9 @@ const MAX_CONTENT_INDEX = 2_147_483_646;
  */
 export const CONTENT_INDEX_LOOKAHEAD = 1000;
 
+/** An item id for an item posted without one. */
+const newItemId = () => `item_${randomUUID().replaceAll('-', '')}`;
+
 /**
  * Appends an item. The conversation row is locked first, so concurrent posts
  * to one conversation take consecutive `content_index` values, and a repeated
@@ -43,7 +46,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
       RETURNING c.next_content_index - 1 AS content_index`.execute(db);
     if (taken.rows[0]) {
       values.content_index = taken.rows[0].content_index;
-      values.item_id = `item_${randomUUID().replaceAll('-', '')}`;
+      values.item_id = newItemId();
       return insertRecord(ctx);
     }
   }
@@ -95,7 +98,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   await sql`UPDATE conversations SET next_content_index = GREATEST(next_content_index, ${contentIndex + 1})
             WHERE id = ${values.conversation_id}`.execute(db);
   values.content_index = contentIndex;
-  values.item_id ??= `item_${randomUUID().replaceAll('-', '')}`;
+  values.item_id ??= newItemId();
   return insertRecord(ctx);
 }
 
