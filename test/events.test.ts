@@ -6,6 +6,7 @@
 import net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readEvents } from '../src/events/stream.js';
 import { principalOf, systemActor } from '../src/jsonapi/actor.js';
 import { resourceJsonb } from '../src/jsonapi/json-sql.js';
 import { fetchById } from '../src/jsonapi/read.js';
@@ -154,28 +155,21 @@ describe('the outbox', () => {
     expect(slowEvent).toBeGreaterThan(fastEvent);
   });
 
-  it("continues above an id from another process's clock that is ahead", async () => {
+  it('continues above the last id even when the database clock is behind it', async () => {
     const ahead = await seedTenant(t, 'Ahead');
+    // An event whose id is far ahead of the clock (a clock that stepped back since it was drawn).
     const future = '7fffffff-0000-7000-8000-000000000000';
-    await sql`INSERT INTO events (id, organisation_id, type, occurred_at, data) VALUES (${future}, ${ahead.organisationId}, 'Conversation.created', now(), '{}')`.execute(t.db);
-    const conversation = (await client(t.app, ahead.admin.token).post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
+    await sql`UPDATE events SET id = ${future} WHERE id = (SELECT max(id::text)::uuid FROM events WHERE organisation_id = ${ahead.organisationId})`.execute(t.db);
+    const first = (await client(t.app, ahead.admin.token).post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
+    const second = (await client(t.app, ahead.admin.token).post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
     const events = await eventsOf(ahead.organisationId);
-    expect(events.at(-2)!.id).toBe(future);
-    expect(events.at(-1)!.data.id).toBe(conversation);
-    expect(events.at(-1)!.id > future).toBe(true);
-  });
-
-  it('draws an id above the last one even when the clock is behind it', async () => {
-    const idAfter = async (last: string) => (await sql<{ id: string }>`SELECT parley_event_id_after(${last}::uuid)::text AS id`.execute(t.db)).rows[0].id;
-    const ahead = '7fffffff-ffff-7fff-bfff-fffffffffffe';
-    const next = await idAfter(ahead);
-    expect(next > ahead).toBe(true);
-    expect(next).toBe('7fffffff-ffff-7fff-bfff-ffffffffffff');
-    expect(await idAfter('01234567-89ab-7cde-8000-0000ffffffff')).toBe('01234567-89ab-7cde-8000-000100000000');
-    const full = '7fffffff-ffff-7abc-bfff-ffffffffffff';
-    const rolled = await idAfter(full);
-    expect(rolled > full).toBe(true);
-    expect(rolled).toMatch(/^80000000-0000-7abc-8000-000000000000$/);
+    expect(events.at(-3)!.id).toBe(future);
+    expect(events.at(-2)!.data.id).toBe(first);
+    expect(events.at(-1)!.data.id).toBe(second);
+    expect(events.at(-2)!.id > future).toBe(true);
+    expect(events.at(-1)!.id > events.at(-2)!.id).toBe(true);
+    // The millisecond of the last id is kept; the sequence number orders them.
+    expect(events.at(-1)!.id.slice(0, 13)).toBe('7fffffff-0000');
   });
 
   it('settles ids in commit order when writes of one organisation race', async () => {
@@ -187,8 +181,39 @@ describe('the outbox', () => {
     expect(events.filter((e) => e.type === 'Conversation.created')).toHaveLength(24);
     const ids = events.map((e) => e.id);
     expect(new Set(ids).size).toBe(ids.length);
-    const { rows } = await sql<{ last_id: string }>`SELECT last_id::text FROM event_order WHERE organisation_id = ${racing.organisationId}`.execute(t.db);
-    expect(rows[0].last_id).toBe(ids.at(-1));
+    // Every id is a UUIDv7 (version 7, variant 10), and none is left with the writer's provisional id.
+    for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7000-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  it('lets a reader see only a prefix of the events: it waits for commits that have taken their ids', async () => {
+    const prefix = await seedTenant(t, 'Prefix');
+    const writer = client(t.app, prefix.admin.token);
+    let stop = false;
+    const writing = (async () => {
+      let n = 0;
+      while (!stop && n < 400) {
+        await Promise.all(Array.from({ length: 4 }, () => writer.post('/api/conversations', resourceDocument('Conversation', {}))));
+        n += 4;
+      }
+    })();
+    // A reader tailing by id while writes race: it must end with every event, each once, in id order.
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    const deadline = Date.now() + 1500;
+    while (Date.now() < deadline) {
+      const rows = await readEvents(t.db, prefix.organisationId, cursor);
+      for (const row of rows) seen.push(row.id);
+      cursor = seen.at(-1) ?? cursor;
+    }
+    stop = true;
+    await writing;
+    for (let rows = await readEvents(t.db, prefix.organisationId, cursor); rows.length > 0; rows = await readEvents(t.db, prefix.organisationId, cursor)) {
+      for (const row of rows) seen.push(row.id);
+      cursor = seen.at(-1);
+    }
+    const all = (await eventsOf(prefix.organisationId)).map((e) => e.id);
+    expect(seen.length).toBeGreaterThan(10);
+    expect(seen).toEqual(all);
   });
 });
 

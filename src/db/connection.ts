@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import type { Config } from '../config/index.js';
 import { exposeLocally, sharedLocally } from './local-socket.js';
@@ -17,23 +17,27 @@ export function inTransaction<T>(db: Database, work: (trx: Database) => Promise<
   return db.isTransaction ? work(db) : transaction(db, work);
 }
 
-/** Work registered by `beforeCommit`, by open transaction. */
-const commitHooks = new WeakMap<Database, Array<() => Promise<void>>>();
+/** Work registered by `beforeCommit` and `afterCommit`, by open transaction. */
+const commitHooks = new WeakMap<Database, { before: Array<() => Promise<void>>; after: Array<(db: Database) => void> }>();
 
 /**
  * A new transaction whose `beforeCommit` hooks run, in order, after `work` and just before COMMIT (the event
- * outbox appends there, so that its per-organisation lock is the last lock the transaction takes).
+ * outbox appends there, so that a transaction's events follow its other writes), and whose `afterCommit`
+ * hooks run once COMMIT has succeeded, with `db`.
  */
-export function transaction<T>(db: Database, work: (trx: Database) => Promise<T>, committing?: () => void): Promise<T> {
-  return db.transaction().execute(async (trx) => {
-    const hooks: Array<() => Promise<void>> = [];
-    commitHooks.set(trx, hooks);
+export async function transaction<T>(db: Database, work: (trx: Database) => Promise<T>, committing?: () => void): Promise<T> {
+  const after: Array<(db: Database) => void> = [];
+  const result = await db.transaction().execute(async (trx) => {
+    const before: Array<() => Promise<void>> = [];
+    commitHooks.set(trx, { before, after });
     const result = await work(trx);
     // A hook may register another; each runs once.
-    for (let i = 0; i < hooks.length; i++) await hooks[i]();
+    for (let i = 0; i < before.length; i++) await before[i]();
     committing?.();
     return result;
   });
+  for (const hook of after) hook(db);
+  return result;
 }
 
 /**
@@ -43,8 +47,95 @@ export function transaction<T>(db: Database, work: (trx: Database) => Promise<T>
 export function beforeCommit(trx: Database, hook: () => Promise<void>): boolean {
   const hooks = commitHooks.get(trx);
   if (!hooks) return false;
-  hooks.push(hook);
+  hooks.before.push(hook);
   return true;
+}
+
+/**
+ * Runs `hook` (with the database `trx` was opened on) after `trx` has committed; never for a rollback. False
+ * when `trx` was not opened by `transaction`.
+ */
+export function afterCommit(trx: Database, hook: (db: Database) => void): boolean {
+  const hooks = commitHooks.get(trx);
+  if (!hooks) return false;
+  hooks.after.push(hook);
+  return true;
+}
+
+/** The shortest time between two notification statements of one database handle. */
+export const NOTIFY_BATCH_MS = 10;
+
+interface Notifier {
+  /** Payloads waiting, by channel. */
+  waiting: Map<string, Set<string>>;
+  timer?: NodeJS.Timeout;
+  sending?: Promise<void>;
+  last: number;
+}
+const notifiers = new WeakMap<Database, Notifier>();
+
+/**
+ * Sends `payload` on `channel` (NOTIFY) once `trx` commits, never for a rollback (`trx` not in a transaction:
+ * at once; in one not opened by `transaction`: with a NOTIFY in it). The notifications are sent after COMMIT in a statement of their own, at most one
+ * such statement every `NOTIFY_BATCH_MS`, with every payload waiting: a NOTIFY inside a transaction makes every
+ * notifying commit of the database wait for the one before it (PostgreSQL queues notifications under a
+ * database-wide lock held until the commit is flushed). The first commit after a quiet spell is announced at
+ * once, those that follow within `NOTIFY_BATCH_MS` together after it. A subscriber must not rely on every
+ * notification arriving (a process may stop before sending it): it also looks for what it missed.
+ */
+export function notifyAfterCommit(trx: Database, channel: string, payload: string): void {
+  checkChannel(channel);
+  if (afterCommit(trx, (db) => queueNotification(db, channel, payload))) return;
+  if (!trx.isTransaction) queueNotification(trx, channel, payload);
+  // A transaction opened elsewhere: a NOTIFY in it, delivered by PostgreSQL if it commits.
+  else void sql`SELECT pg_notify(${channel}, ${payload})`.execute(trx).catch(() => {});
+}
+
+function queueNotification(db: Database, channel: string, payload: string): void {
+  let notifier = notifiers.get(db);
+  if (!notifier) {
+    notifier = { waiting: new Map(), last: 0 };
+    notifiers.set(db, notifier);
+  }
+  const payloads = notifier.waiting.get(channel) ?? new Set();
+  notifier.waiting.set(channel, payloads);
+  payloads.add(payload);
+  scheduleNotifications(db, notifier);
+}
+
+function scheduleNotifications(db: Database, notifier: Notifier): void {
+  if (notifier.timer || notifier.sending) return;
+  notifier.timer = setTimeout(() => {
+    notifier.timer = undefined;
+    notifier.sending = sendNotifications(db, notifier).finally(() => {
+      notifier.sending = undefined;
+      if (notifier.waiting.size > 0) scheduleNotifications(db, notifier);
+    });
+  }, Math.max(0, notifier.last + NOTIFY_BATCH_MS - Date.now()));
+}
+
+async function sendNotifications(db: Database, notifier: Notifier): Promise<void> {
+  const channels: string[] = [];
+  const payloads: string[] = [];
+  for (const [channel, waiting] of notifier.waiting) {
+    for (const payload of waiting) {
+      channels.push(channel);
+      payloads.push(payload);
+    }
+  }
+  notifier.waiting.clear();
+  notifier.last = Date.now();
+  await sql`SELECT pg_notify(c, p) FROM unnest(${channels}::text[], ${payloads}::text[]) AS n (c, p)`.execute(db).catch(() => {});
+}
+
+/** Sends the notifications still waiting (before the database closes). */
+async function flushNotifications(db: Database): Promise<void> {
+  const notifier = notifiers.get(db);
+  if (!notifier) return;
+  clearTimeout(notifier.timer);
+  notifier.timer = undefined;
+  await notifier.sending;
+  if (notifier.waiting.size > 0) await sendNotifications(db, notifier);
 }
 
 export interface DatabaseHandle {
@@ -107,6 +198,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
         };
       },
       close: async () => {
+        await flushNotifications(db);
         await listener.close();
         await db.destroy();
       },
@@ -161,6 +253,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
         };
       },
       close: async () => {
+        await flushNotifications(db);
         await stopSharing();
         await db.destroy();
         unlock();
@@ -190,7 +283,10 @@ function openShared(config: Config): DatabaseHandle {
     db,
     kind: 'pglite',
     listen: () => Promise.reject(new Error('A local command cannot listen on the running server\'s embedded database.')),
-    close: () => db.destroy(),
+    close: async () => {
+      await flushNotifications(db);
+      await db.destroy();
+    },
   };
 }
 

@@ -222,7 +222,6 @@ export const tables = {
   },
   // The outbox and webhooks (migration 0006).
   events: { id: uuid(), organisation_id: uuid(), type: text(), occurred_at: timestamptz(), data: jsonb() },
-  event_order: { organisation_id: uuid(), last_id: uuid() },
   webhook_endpoints: {
     id: uuid(),
     organisation_id: uuid(),

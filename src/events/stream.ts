@@ -7,7 +7,9 @@
  * in process on PGlite). On a notification it reads the organisation's new rows from the outbox once, by id
  * (ids sort in commit order, src/jsonapi/outbox.ts), and hands them to that organisation's streams. Each
  * stream first replays retained events after Last-Event-ID (or page[after]) from the outbox, then goes live.
- * A client never holds a database connection or lock, so an open stream never blocks writes; a client that
+ * Each read holds the organisation's event lock for its one statement (migration 0011: commits of the
+ * organisation wait that long to take their ids); a client never holds a database connection or lock, so an
+ * open stream never blocks writes; a client that
  * reads too slowly is disconnected (it resumes with Last-Event-ID), never buffered without bound.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -39,17 +41,21 @@ const MAX_QUEUED = 5000;
 /** Safety net besides NOTIFY: how often the hub looks for rows it was not told about. */
 const SWEEP_MS = 5000;
 
-/** The outbox rows of one organisation after `after` (all when undefined), in id (commit) order. */
+/**
+ * The outbox rows of one organisation after `after` (all when undefined), in id (commit) order: a prefix of the
+ * organisation's events, read under the organisation's event lock (migration 0011), so no event with a smaller
+ * id than those returned can commit later.
+ */
 export async function readEvents(db: Db, organisationId: string, after: string | undefined, limit = PAGE): Promise<EventRow[]> {
   const { rows } = await sql<EventRow>`
-    SELECT id, type, organisation_id,
-      json_build_object('id', id, 'type', type,
-        'occurred_at', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'organisation_id', organisation_id, 'data', data)::text AS json
-    FROM events
-    WHERE organisation_id = ${organisationId} ${after ? sql`AND id > ${after}` : sql``}
-    ORDER BY id LIMIT ${limit}`.execute(db);
+    SELECT id, type, organisation_id, event_json AS json FROM parley_read_events(${organisationId}::uuid, ${after ?? null}::uuid, ${limit}::integer)`.execute(db);
   return rows;
+}
+
+/** The id of the organisation's last event, under the same lock as `readEvents` (undefined when none). */
+async function lastEventId(db: Db, organisationId: string): Promise<string | undefined> {
+  const { rows } = await sql<{ id: string | null }>`SELECT parley_last_event_id(${organisationId}::uuid) AS id`.execute(db);
+  return rows[0]?.id ?? undefined;
 }
 
 interface Listener {
@@ -77,7 +83,7 @@ export class EventHub {
     private readonly onError: (error: unknown) => void = () => {},
   ) {}
 
-  /** Adds a listener; resolves with the organisation's last event id seen by the hub (live starts after it). */
+  /** Adds a listener; resolves with the organisation's last event id when it was added (live starts after it). */
   async subscribe(organisationId: string, listener: Listener): Promise<{ cursor: string | undefined; unsubscribe: () => void }> {
     this.unlisten ??= this.database.listen(
       EVENTS_CHANNEL,
@@ -96,14 +102,14 @@ export class EventHub {
       this.sweep.unref();
     }
     let state = this.organisations.get(organisationId);
+    let fresh = false;
     if (!state) {
       const created: OrganisationState = { cursor: undefined, ready: Promise.resolve(), listeners: new Set(), running: false, again: false };
       // Listening already, so any event after this snapshot is announced; the cursor starts at the snapshot.
-      created.ready = sql<{ id: string }>`SELECT id FROM events WHERE organisation_id = ${organisationId} ORDER BY id DESC LIMIT 1`
-        .execute(this.database.db)
-        .then(({ rows }) => {
-          created.cursor = rows[0]?.id;
-        });
+      created.ready = lastEventId(this.database.db, organisationId).then((id) => {
+        created.cursor = id;
+      });
+      fresh = true;
       this.organisations.set(organisationId, created);
       state = created;
       try {
@@ -117,8 +123,18 @@ export class EventHub {
     }
     const current = state;
     current.listeners.add(listener);
+    // The hub learns of commits shortly after they happen (outbox.ts): a stream starts after the last event
+    // committed before it opened, even if the hub has not read it yet (the stream skips what it has passed).
+    let cursor = current.cursor;
+    if (!fresh) {
+      const last = await lastEventId(this.database.db, organisationId).catch((error) => {
+        current.listeners.delete(listener);
+        throw error;
+      });
+      if (last && (!cursor || last > cursor)) cursor = last;
+    }
     return {
-      cursor: current.cursor,
+      cursor,
       unsubscribe: () => {
         current.listeners.delete(listener);
         if (current.listeners.size === 0 && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
@@ -126,11 +142,10 @@ export class EventHub {
     };
   }
 
-  private notified(payload: string): void {
-    const [organisationId, id] = payload.split(':');
+  /** A notification names an organisation with new events (outbox.ts). */
+  private notified(organisationId: string): void {
     const state = this.organisations.get(organisationId);
-    if (!state || (id && state.cursor && id <= state.cursor)) return;
-    void this.fetch(organisationId, state);
+    if (state) void this.fetch(organisationId, state);
   }
 
   private catchUpAll(): void {

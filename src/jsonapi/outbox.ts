@@ -4,22 +4,26 @@
  * exactly when its change does (a rolled-back write leaves none), whoever wrote.
  *
  * Order: an event's id is a UUIDv7 that sorts in commit order within its organisation, which is what lets a
- * client resume with Last-Event-ID and a reader tail the table by id without missing a row. Two transactions
- * of one organisation could otherwise draw ids in one order and commit in the other. So the id drawn here is
- * settled at COMMIT by a deferred trigger (migration 0010) under the organisation's `event_order` row lock,
- * after the organisation's last committed id. The append runs as the transaction's last step (a commit hook),
- * so that a transaction's events follow its other writes.
+ * client resume with Last-Event-ID and a reader tail the table by id without missing a row. So events are
+ * written by the transaction's last statement before COMMIT (a commit hook here; a create that is its own
+ * transaction inserts its event with its record, src/jsonapi/write.ts), and take their ids there from
+ * `parley_event_id` (migration 0011): the database's clock and a sequence, under a lock of the organisation
+ * that writers share and a reader of the events (`parley_read_events`) takes alone for one statement, so that
+ * what a reader sees is always a prefix of the organisation's events in id order. A trigger queues the
+ * events' webhook deliveries in the same statement.
  *
- * The same trigger queues a webhook delivery for each enabled endpoint of the organisation that wants the
- * type, and a NOTIFY (sent by PostgreSQL only on commit) tells every server process that the organisation has
- * new events; the payload is small, readers fetch the rows.
+ * Readers in every server process learn of new events from a notification on `parley_events` with the
+ * organisation's id, which the writing process sends after its commit (`notifyAfterCommit`: one statement
+ * at most every 10 ms, for every organisation written to meanwhile): a NOTIFY inside the writing transaction
+ * would make every notifying commit of the database wait for the one before it (PostgreSQL queues
+ * notifications under a database-wide lock held until the commit is flushed). Readers also look for
+ * rows they were not told about every few seconds, which covers a lost announcement.
  */
 import { sql } from 'kysely';
-import { uuidv7 } from 'uuidv7';
-import { beforeCommit, type Database } from '../db/connection.js';
+import { beforeCommit, notifyAfterCommit, type Database } from '../db/connection.js';
 import type { Row } from './serialize.js';
 
-/** The NOTIFY channel: payload `<organisation id>:<last event id>`. */
+/** The NOTIFY channel: payload `<organisation id>` (readers read the organisation's new rows). */
 export const EVENTS_CHANNEL = 'parley_events';
 
 export type EventAction = 'created' | 'updated' | 'deleted';
@@ -57,17 +61,23 @@ export async function queueEvent(trx: Database, event: PendingEvent): Promise<vo
     pending.set(trx, events);
     return;
   }
-  // A transaction opened outside `transaction()`: write now (its id is settled at its COMMIT all the same).
+  // A transaction opened outside `transaction()`: write now (readers wait for its end all the same).
   await appendEvents(trx, events);
 }
 
-/**
- * Inserts the events with ids from this process's clock (ascending). The deferred trigger of migration 0010
- * settles each id at COMMIT (after the organisation's last one), queues its webhook deliveries and notifies.
- */
+/** Inserts the events, in order, with their ids (`parley_event_id`, migration 0011). */
 async function appendEvents(trx: Database, events: PendingEvent[]): Promise<void> {
   const values = sql.join(
-    events.map((event) => sql`(${uuidv7()}::uuid, ${event.organisationId}::uuid, ${event.type}, ${event.occurredAt}::timestamptz, ${JSON.stringify(event.data)}::jsonb)`),
+    events.map(
+      (event) =>
+        sql`(parley_event_id(${event.organisationId}::uuid), ${event.organisationId}::uuid, ${event.type}, ${event.occurredAt}::timestamptz, ${JSON.stringify(event.data)}::jsonb)`,
+    ),
   );
   await sql`INSERT INTO events (id, organisation_id, type, occurred_at, data) VALUES ${values}`.execute(trx);
+  for (const organisationId of new Set(events.map((event) => event.organisationId))) eventsWritten(trx, organisationId);
+}
+
+/** Records that `trx` wrote events of `organisationId`: announced on `parley_events` once it commits. */
+export function eventsWritten(trx: Database, organisationId: string): void {
+  notifyAfterCommit(trx, EVENTS_CHANNEL, organisationId);
 }

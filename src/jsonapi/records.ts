@@ -116,7 +116,9 @@ function bind(options: RecordsOptions, db: Database): Records {
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
         const provided = new Set(Object.keys(values));
-        const eventOnInsert = resource.events === false ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
+        // The event with the record, when the create is its own transaction: the insert is then its last
+        // statement before COMMIT, where events take their ids (outbox.ts). In a larger transaction, the commit hook.
+        const eventOnInsert = resource.events === false || db.isTransaction ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
         const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, registry, eventOnInsert };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         applyDefaults(resource, values);

@@ -7,6 +7,7 @@ import type { Principal } from './principal.js';
 import type { Registry } from './query/parse.js';
 import { columnOf, type ActionContext, type ActionResult, type AttributeDef, type ResourceDef } from './resource.js';
 import { resourceJsonb } from './json-sql.js';
+import { eventsWritten } from './outbox.js';
 import { selectList } from './select.js';
 import type { AppServices } from './services.js';
 import type { Row } from './serialize.js';
@@ -42,8 +43,9 @@ export const eventBaseUrl = (services: AppServices) => services.config.publicUrl
  * its response without a second statement. The returned row is what a read of it in the same transaction
  * gives: the select list's subqueries see everything the transaction did before (PostgreSQL, "Data-Modifying
  * Statements in WITH"). When the records service asks for the create's event (`ctx.eventOnInsert`) and
- * PostgreSQL can render the record (json-sql.ts), the same statement inserts the event; its id is settled at
- * COMMIT like every event's (outbox.ts).
+ * PostgreSQL can render the record (json-sql.ts), the same statement inserts the event with its id (the
+ * records service asks only when the create is its own transaction, so that this is its last statement
+ * before COMMIT, outbox.ts); it is announced after COMMIT.
  */
 export async function insertRecord(ctx: ActionContext): Promise<ActionResult & { row: Row }> {
   const id = uuidv7();
@@ -61,7 +63,7 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
   const event = data
     ? sql`, event AS (
       INSERT INTO events (id, organisation_id, type, occurred_at, data)
-      SELECT ${uuidv7()}::uuid, t.organisation_id, ${eventOnInsert.type}, ${eventOnInsert.occurredAt}::timestamptz, ${data} FROM t
+      SELECT parley_event_id(t.organisation_id), t.organisation_id, ${eventOnInsert.type}, ${eventOnInsert.occurredAt}::timestamptz, ${data} FROM t
     )`
     : sql``;
   const { rows } = await sql<Row>`
@@ -71,6 +73,7 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
       RETURNING *
     )${event}
     SELECT ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(ctx.db);
+  if (data) eventsWritten(ctx.db, ctx.principal.organisationId);
   return { id, status: 201, row: rows[0], evented: data !== undefined };
 }
 
