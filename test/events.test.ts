@@ -7,6 +7,7 @@ import net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEvents } from '../src/events/stream.js';
+import { EventPruner } from '../src/events/webhooks.js';
 import { principalOf, systemActor } from '../src/jsonapi/actor.js';
 import { resourceJsonb } from '../src/jsonapi/json-sql.js';
 import { fetchById } from '../src/jsonapi/read.js';
@@ -183,6 +184,26 @@ describe('the outbox', () => {
     expect(new Set(ids).size).toBe(ids.length);
     // Every id is a UUIDv7 (version 7, variant 10), and none is left with the writer's provisional id.
     for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7000-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  it('prunes events past the retention, by the time in their ids, and keeps the rest', async () => {
+    const pruned = await seedTenant(t, 'Pruned');
+    const now = Date.now();
+    const idAt = (daysAgo: number) => {
+      const hex = (now - daysAgo * 86_400_000).toString(16).padStart(12, '0');
+      return `${hex.slice(0, 8)}-${hex.slice(8)}-7000-8000-00000000000${daysAgo}`;
+    };
+    for (const daysAgo of [9, 8, 6]) {
+      await sql`INSERT INTO events (id, organisation_id, type, occurred_at, data)
+        VALUES (${idAt(daysAgo)}::uuid, ${pruned.organisationId}, 'Conversation.created', now() - make_interval(days => ${daysAgo}), '{}')`.execute(t.db);
+    }
+    const before = (await eventsOf(pruned.organisationId)).map((e) => e.id);
+    expect(before).toEqual(expect.arrayContaining([idAt(9), idAt(8), idAt(6)]));
+    expect(await new EventPruner(t.db, 7).prune()).toBeGreaterThanOrEqual(2);
+    const after = (await eventsOf(pruned.organisationId)).map((e) => e.id);
+    expect(after).not.toContain(idAt(9));
+    expect(after).not.toContain(idAt(8));
+    expect(after).toEqual(before.filter((id) => id !== idAt(9) && id !== idAt(8)));
   });
 
   it('lets a reader see only a prefix of the events: it waits for commits that have taken their ids', async () => {

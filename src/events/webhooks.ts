@@ -347,9 +347,13 @@ export class EventPruner {
     let total = 0;
     try {
       for (;;) {
+        // By id: an event's id begins with the millisecond of the database's clock when it was written, never
+        // earlier (migration 0011), so ids below the bound are older than the retention (the primary key finds them).
         const { rows } = await sql<{ id: string }>`
           DELETE FROM events WHERE id IN (
-            SELECT id FROM events WHERE occurred_at < now() - make_interval(days => ${this.retentionDays}) LIMIT 5000)
+            SELECT id FROM events
+            WHERE id < (lpad(to_hex((extract(epoch FROM now() - make_interval(days => ${this.retentionDays})) * 1000)::bigint), 12, '0') || '70008000000000000000')::uuid
+            LIMIT 5000)
           RETURNING id`.execute(this.db);
         total += rows.length;
         if (rows.length < 5000) break;
