@@ -9,8 +9,8 @@
  * stream first replays retained events after Last-Event-ID (or page[after]) from the outbox, then goes live.
  * Each read holds the organisation's event lock for its one statement (migration 0011: commits of the
  * organisation wait that long to take their ids); a client never holds a database connection or lock, so an
- * open stream never blocks writes; a client that
- * reads too slowly is disconnected (it resumes with Last-Event-ID), never buffered without bound.
+ * open stream never blocks writes; a client that reads too slowly is disconnected (it resumes with
+ * Last-Event-ID), never buffered without bound.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
