@@ -1,4 +1,4 @@
-import type { PostgresPool, PostgresPoolClient } from 'kysely';
+import { sql, type PostgresPool, type PostgresPoolClient, type RawBuilder } from 'kysely';
 import type pg from 'pg';
 
 /** Distinct statement texts that get a name; beyond, statements run unnamed (as before). */
@@ -7,19 +7,53 @@ const MAX_NAMED = 2000;
 /** A statement that writes: INSERT, UPDATE or DELETE, alone or as the first part of a WITH. */
 const WRITES = /^\s*(?:WITH\s+\w+\s+AS\s*\(\s*)?(?:INSERT|UPDATE|DELETE)\b/i;
 
+/** The comment that opens a read whose best plan does not depend on its parameters' values (`genericPlan`). */
+const GENERIC_PLAN_MARK = '/* generic plan */';
+
 /**
- * The pool as Kysely sees it, with every write that has parameters run as a named prepared statement:
- * node-postgres parses a name once per connection and then sends only Bind and Execute, so PostgreSQL skips
- * parsing and analysing the text (and, once it settles on a generic plan, planning) on every run after a
- * connection's first (PostgreSQL: PREPARE, "plan_cache_mode"). A create's statement carries its select list
- * and the event's rendering (a few kilobytes of SQL), which PostgreSQL otherwise parsed on every create.
- * Reads stay unnamed: a list's plan depends on the organisation (one may hold a fifth of the rows), which a
- * generic plan would not know, and measured, naming them gained nothing. The engine's statements are a
- * bounded set of texts (values are parameters), so each gets one name for the life of the process.
+ * A read whose plan is the same whatever its parameters' values: a lookup by primary key, or a page of an
+ * organisation's records in an indexed order with no filter on values. It runs as a named statement under
+ * `plan_cache_mode = force_generic_plan`, so PostgreSQL plans it once per connection instead of on every
+ * call. Left to itself (`auto`) PostgreSQL keeps planning such a list anew for a large organisation: its
+ * estimated cost for that organisation's rows is lower than the generic plan's, which assumes an average
+ * organisation, although both plans are the same index scan. Measured on the benchmark's list of
+ * conversations, planning was over half of PostgreSQL's CPU time for the request (docs/benchmarks.md).
+ * A read whose best plan depends on the values (a filter on a status, a sort over what a filter leaves)
+ * stays unmarked and is planned for its values on every call.
+ */
+export function genericPlan(statement: RawBuilder<unknown>): RawBuilder<unknown> {
+  return sql`${sql.raw(GENERIC_PLAN_MARK)} ${statement}`;
+}
+
+type PlanMode = 'auto' | 'generic';
+
+/** A pooled connection as the facade keeps it: its session's plan mode, and whether this checkout chose it. */
+interface Held {
+  client: pg.PoolClient;
+  mode: PlanMode;
+  chosen: boolean;
+  facade: PostgresPoolClient;
+}
+
+/**
+ * The pool as Kysely sees it, with every write that has parameters, and every read marked by `genericPlan`,
+ * run as a named prepared statement: node-postgres parses a name once per connection and then sends only
+ * Bind and Execute, so PostgreSQL skips parsing and analysing the text (and, once it settles on a generic
+ * plan, planning) on every run after a connection's first (PostgreSQL: PREPARE, "plan_cache_mode"). A
+ * create's statement carries its select list and the event's rendering (a few kilobytes of SQL), which
+ * PostgreSQL otherwise parsed on every create. Other reads stay unnamed: a list filtered on values has a
+ * plan that depends on them and on the organisation (one may hold a fifth of the rows). The engine's
+ * statements are a bounded set of texts (values are parameters), so each gets one name for the life of
+ * the process.
+ *
+ * The plan mode is a connection's setting: the first statement of a checkout chooses it, `force_generic_plan`
+ * for a marked read and PostgreSQL's default (`auto`) for anything else, so a transaction (which opens with
+ * BEGIN) always runs in the default mode. The connection keeps its mode until a checkout needs the other,
+ * which costs one `SET` then; under a steady load of one kind no checkout changes it.
  */
 export function preparedStatementsPool(pool: pg.Pool): PostgresPool {
   const names = new Map<string, string>();
-  const wrapped = new WeakMap<pg.PoolClient, PostgresPoolClient>();
+  const held = new WeakMap<pg.PoolClient, Held>();
   const nameOf = (text: string): string | undefined => {
     let name = names.get(text);
     if (name === undefined && names.size < MAX_NAMED) {
@@ -28,24 +62,52 @@ export function preparedStatementsPool(pool: pg.Pool): PostgresPool {
     }
     return name;
   };
-  const wrap = (client: pg.PoolClient): PostgresPoolClient => {
-    let facade = wrapped.get(client);
-    if (!facade) {
-      facade = {
+  const run = (client: pg.PoolClient, text: string, parameters: unknown[], named: boolean) => {
+    const name = named ? nameOf(text) : undefined;
+    return name ? client.query({ name, text, values: parameters }) : client.query(text, parameters);
+  };
+  const hold = (client: pg.PoolClient): Held => {
+    const state: Held = {
+      client,
+      mode: 'auto',
+      chosen: false,
+      facade: {
         // biome-ignore lint/suspicious/noExplicitAny: Kysely's overloads (text with parameters, or a cursor).
         query: ((text: any, parameters?: readonly unknown[]) => {
-          if (typeof text !== 'string' || !parameters || parameters.length === 0 || !WRITES.test(text)) return client.query(text, parameters as unknown[]);
-          const name = nameOf(text);
-          return name ? client.query({ name, text, values: parameters as unknown[] }) : client.query(text, parameters as unknown[]);
+          if (typeof text !== 'string') return client.query(text, parameters as unknown[]);
+          const values = (parameters ?? []) as unknown[];
+          const marked = values.length > 0 && text.startsWith(GENERIC_PLAN_MARK);
+          const named = marked || (values.length > 0 && WRITES.test(text));
+          if (!state.chosen) {
+            state.chosen = true;
+            const wanted: PlanMode = marked ? 'generic' : 'auto';
+            if (wanted !== state.mode) {
+              // Outside any transaction (this is the checkout's first statement), so the setting holds.
+              const setting = wanted === 'generic' ? 'SET plan_cache_mode = force_generic_plan' : 'RESET plan_cache_mode';
+              return client.query(setting).then(() => {
+                state.mode = wanted;
+                return run(client, text, values, named);
+              });
+            }
+          }
+          return run(client, text, values, named);
         }) as unknown as PostgresPoolClient['query'],
         release: () => client.release(),
-      };
-      wrapped.set(client, facade);
-    }
-    return facade;
+      },
+    };
+    return state;
   };
   return {
-    connect: async () => wrap(await pool.connect()),
+    connect: async () => {
+      const client = await pool.connect();
+      let state = held.get(client);
+      if (!state) {
+        state = hold(client);
+        held.set(client, state);
+      }
+      state.chosen = false;
+      return state.facade;
+    },
     end: () => pool.end(),
   };
 }

@@ -1,6 +1,7 @@
 /** Reading records: by id, by list query, and the records a request includes. */
 import { sql, type RawBuilder } from 'kysely';
 import type { Database } from '../db/connection.js';
+import { genericPlan } from '../db/prepared.js';
 import type { Registry } from './query/parse.js';
 import { cursorSelectSql, filterSql, keysetSql, orderBySql } from './query/sql.js';
 import type { IncludeTree, ParsedQuery } from './query/types.js';
@@ -25,10 +26,11 @@ function where(conditions: (RawBuilder<unknown> | undefined)[]): RawBuilder<unkn
 
 async function fetchByIds(reader: Reader, resource: ResourceDef, ids: string[]): Promise<Row[]> {
   if (ids.length === 0) return [];
-  const { rows } = await sql<Row>`
+  // By primary key: one plan serves every value (genericPlan).
+  const { rows } = await genericPlan(sql`
     SELECT ${selectList(resource, reader.principal, reader.registry)} FROM ${sql.table(resource.table)} t
-    WHERE ${where([sql`t.id = ANY(${ids}::uuid[])`, rowScope(resource, reader.principal)])}`.execute(reader.db);
-  return rows;
+    WHERE ${where([sql`t.id = ANY(${ids}::uuid[])`, rowScope(resource, reader.principal)])}`).execute(reader.db);
+  return rows as Row[];
 }
 
 export async function fetchById(reader: Reader, resource: ResourceDef, id: string): Promise<Row | undefined> {
@@ -58,15 +60,21 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
   // The page's rows first, then the select list over them alone: when no index gives the order, PostgreSQL
   // sorts every matching row, and would otherwise compute each one's select list (timestamps as text, linkage
   // subqueries) before sorting, for rows the page does not show.
+  // Without a filter on values and with no row scope beyond the organisation, the plan is the organisation's
+  // records in the sort's order, whatever the organisation, cursor or page (genericPlan). A filter's
+  // selectivity, or an operator's own rows among the organisation's, depends on the values: such a list is
+  // planned for them on each call.
   const order = orderBySql(resource, sort, backwards);
-  const { rows } = await sql<Row>`
+  const statement = sql`
     SELECT ${columns} FROM (
       SELECT t.* FROM ${sql.table(resource.table)} t
       WHERE ${where([scope, filter, keyset])}
       ORDER BY ${order}
       LIMIT ${page.limit + 1} OFFSET ${page.offset ?? 0}
     ) t
-    ORDER BY ${order}`.execute(reader.db);
+    ORDER BY ${order}`;
+  const planStable = !filter && !resource.access.visible?.(reader.principal, 't');
+  const { rows } = (await (planStable ? genericPlan(statement) : statement).execute(reader.db)) as { rows: Row[] };
 
   const hasMore = rows.length > page.limit;
   if (hasMore) rows.pop();
