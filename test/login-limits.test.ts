@@ -1,7 +1,11 @@
+import http from 'node:http';
+import { sql } from 'kysely';
+import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedis } from '../src/app.js';
+import { hashPassword } from '../src/auth/passwords.js';
 import { buildServer } from '../src/http/server.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
@@ -133,6 +137,33 @@ describe('bounded password hashing', () => {
     // A refused (503) attempt is not a failed login: the throttle gave it back.
     expect((await login(t.app, tenant.publishableKey, tenant.admin.email, tenant.admin.password)).statusCode).toBe(200);
     console.log(`hash gate (1 running, 2 queued): 12 parallel logins, ${count(statuses, 401)} checked, ${count(statuses, 503)} answered 503`);
+  });
+
+  it('does not check the sign-ins of clients that have gone: a login right after them is checked, not refused', async () => {
+    // The owner's password made slow to check (its stored hash names scrypt's cost), so that the gate stays
+    // full while the abandoned sign-ins are in it.
+    const previous = process.env.PASSWORD_HASH_COST_LOG2;
+    process.env.PASSWORD_HASH_COST_LOG2 = '16';
+    const slow = hashPassword('slow-password-1');
+    process.env.PASSWORD_HASH_COST_LOG2 = previous;
+    await sql`UPDATE users SET password_hash = ${await slow} WHERE lower(email) = lower(${tenant.owner.email})`.execute(t.db);
+    await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = t.app.server.address() as AddressInfo;
+    const body = JSON.stringify({ data: { type: 'User', attributes: { email: tenant.owner.email, password: 'slow-password-1' } } });
+    // One check running and two waiting fill the gate (1 running, 2 queued); then their clients go.
+    const abandoned = Array.from({ length: 3 }, () => {
+      const request = http.request({ port, host: '127.0.0.1', method: 'POST', path: '/api/users/login', headers: { authorization: `Bearer ${tenant.publishableKey}`, 'content-type': 'application/vnd.api+json' } });
+      request.on('error', () => {});
+      request.end(body);
+      return request;
+    });
+    await new Promise((r) => setTimeout(r, 30));
+    for (const request of abandoned) request.destroy();
+    await new Promise((r) => setTimeout(r, 30));
+    // The two waiting left the queue with their clients: a login now waits for the one running check and is
+    // checked. (Had they stayed, the queue would be full and this login refused with 503.)
+    const after = await login(t.app, tenant.publishableKey, tenant.admin.email, tenant.admin.password);
+    expect(after.statusCode, after.body).toBe(200);
   });
 });
 

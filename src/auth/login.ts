@@ -35,7 +35,7 @@ const busy = () =>
  * is counted before the password is checked (see throttle.ts) and given back
  * when it succeeds.
  */
-export async function login(ctx: ActionContext & { clientAddress: string }): Promise<ActionResult & { meta: Record<string, unknown> }> {
+export async function login(ctx: ActionContext & { clientAddress: string; signal?: AbortSignal }): Promise<ActionResult & { meta: Record<string, unknown> }> {
   const email = String(ctx.values.email);
   const password = String(ctx.values.password);
   const organisationId = ctx.principal.organisationId;
@@ -48,7 +48,7 @@ export async function login(ctx: ActionContext & { clientAddress: string }): Pro
       JOIN memberships m ON m.user_id = u.id AND m.organisation_id = ${organisationId}
       WHERE lower(u.email) = ${email.toLowerCase()}`.execute(ctx.db);
     const user = rows[0];
-    const checked = await gate.run(() => (user ? verifyPassword(user.password_hash, password) : verifyAgainstDummy(password)));
+    const checked = await gate.run(() => (user ? verifyPassword(user.password_hash, password) : verifyAgainstDummy(password)), ctx.signal);
     if (!checked) throw busy();
     if (!user || !checked.value) {
       failed = true;

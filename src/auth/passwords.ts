@@ -41,17 +41,32 @@ export async function verifyAgainstDummy(password: string): Promise<false> {
  * Admission for password checks: at most `concurrency` hashes run at once and at most `queue` wait; anything
  * beyond is refused at once (503 with Retry-After) instead of joining a queue so long that every login behind
  * it -- the real ones too -- waits for seconds. scrypt runs on libuv's thread pool (4 threads by default).
+ * A sign-in whose client has gone (`signal` aborted) leaves the queue at once and is never checked: a burst of
+ * abandoned requests would otherwise hold the queue full for the time it takes to hash them all.
  */
 export class HashGate {
   private running = 0;
   private readonly waiting: (() => void)[] = [];
   constructor(private readonly concurrency: number, private readonly queue: number) {}
 
-  /** Runs `work` when a slot is free; undefined when the queue is full (the caller refuses the request). */
-  async run<T>(work: () => Promise<T>): Promise<{ value: T } | undefined> {
+  /** Runs `work` when a slot is free; undefined when the queue is full or `signal` aborts first (the caller refuses the request). */
+  async run<T>(work: () => Promise<T>, signal?: AbortSignal): Promise<{ value: T } | undefined> {
+    if (signal?.aborted) return undefined;
     if (this.running >= this.concurrency) {
       if (this.waiting.length >= this.queue) return undefined;
-      await new Promise<void>((resolve) => this.waiting.push(resolve));
+      const admitted = await new Promise<boolean>((resolve) => {
+        const admit = () => {
+          signal?.removeEventListener('abort', leave);
+          resolve(true);
+        };
+        const leave = () => {
+          this.waiting.splice(this.waiting.indexOf(admit), 1);
+          resolve(false);
+        };
+        this.waiting.push(admit);
+        signal?.addEventListener('abort', leave, { once: true });
+      });
+      if (!admitted) return undefined;
     } else this.running += 1;
     try {
       return { value: await work() };

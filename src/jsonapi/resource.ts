@@ -218,7 +218,8 @@ export interface CustomAction {
   status?: 200 | 201;
   /** A tighter request budget for this route, per client address (e.g. issuing visitor credentials). */
   rateLimitPerAddress?: (services: AppServices) => { max: number; timeWindowMs: number };
-  run: (ctx: ActionContext & { clientAddress: string }) => Promise<ActionResult & { meta?: Record<string, unknown> }>;
+  /** `signal` aborts when the client goes away before its answer (work it would wait for may be skipped). */
+  run: (ctx: ActionContext & { clientAddress: string; signal: AbortSignal }) => Promise<ActionResult & { meta?: Record<string, unknown> }>;
 }
 
 export function defineResource<const R extends ResourceDef>(resource: R): R {

@@ -226,6 +226,11 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
       const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
       const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
+      // The response closes before it has finished only when the connection went first: the client is gone.
+      const gone = new AbortController();
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableFinished) gone.abort();
+      });
       const result = await action.run({
         db,
         services: options,
@@ -236,6 +241,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         values,
         provided: new Set(Object.keys(values)),
         clientAddress: request.ip,
+        signal: gone.signal,
         registry,
       });
       const doc = await single(request, resource, result.id, query, result.meta ?? {});
