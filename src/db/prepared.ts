@@ -21,15 +21,14 @@ const GENERIC_PLAN_MARK = '/* generic plan */';
  * A read whose best plan depends on the values (a filter on a status, a sort over what a filter leaves)
  * stays unmarked and is planned for its values on every call.
  */
-export function genericPlan(statement: RawBuilder<unknown>): RawBuilder<unknown> {
-  return sql`${sql.raw(GENERIC_PLAN_MARK)} ${statement}`;
+export function genericPlan<T>(statement: RawBuilder<T>): RawBuilder<T> {
+  return sql<T>`${sql.raw(GENERIC_PLAN_MARK)} ${statement}`;
 }
 
 type PlanMode = 'auto' | 'generic';
 
 /** A pooled connection as the facade keeps it: its session's plan mode, and whether this checkout chose it. */
 interface Held {
-  client: pg.PoolClient;
   mode: PlanMode;
   chosen: boolean;
   facade: PostgresPoolClient;
@@ -68,7 +67,6 @@ export function preparedStatementsPool(pool: pg.Pool): PostgresPool {
   };
   const hold = (client: pg.PoolClient): Held => {
     const state: Held = {
-      client,
       mode: 'auto',
       chosen: false,
       facade: {

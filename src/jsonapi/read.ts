@@ -27,10 +27,10 @@ function where(conditions: (RawBuilder<unknown> | undefined)[]): RawBuilder<unkn
 async function fetchByIds(reader: Reader, resource: ResourceDef, ids: string[]): Promise<Row[]> {
   if (ids.length === 0) return [];
   // By primary key: one plan serves every value (genericPlan).
-  const { rows } = await genericPlan(sql`
+  const { rows } = await genericPlan(sql<Row>`
     SELECT ${selectList(resource, reader.principal, reader.registry)} FROM ${sql.table(resource.table)} t
     WHERE ${where([sql`t.id = ANY(${ids}::uuid[])`, rowScope(resource, reader.principal)])}`).execute(reader.db);
-  return rows as Row[];
+  return rows;
 }
 
 export async function fetchById(reader: Reader, resource: ResourceDef, id: string): Promise<Row | undefined> {
@@ -65,7 +65,7 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
   // selectivity, or an operator's own rows among the organisation's, depends on the values: such a list is
   // planned for them on each call.
   const order = orderBySql(resource, sort, backwards);
-  const statement = sql`
+  const statement = sql<Row>`
     SELECT ${columns} FROM (
       SELECT t.* FROM ${sql.table(resource.table)} t
       WHERE ${where([scope, filter, keyset])}
@@ -74,7 +74,7 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
     ) t
     ORDER BY ${order}`;
   const planStable = !filter && !resource.access.visible?.(reader.principal, 't');
-  const { rows } = (await (planStable ? genericPlan(statement) : statement).execute(reader.db)) as { rows: Row[] };
+  const { rows } = await (planStable ? genericPlan(statement) : statement).execute(reader.db);
 
   const hasMore = rows.length > page.limit;
   if (hasMore) rows.pop();
