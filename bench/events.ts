@@ -28,6 +28,7 @@ import { migrate } from '../src/db/migrate.js';
 import { systemActor } from '../src/jsonapi/actor.js';
 import { freePort } from '../test/helpers/ports.js';
 import { recreateDatabase } from './database.js';
+import { serveNodeFlags } from './serve-flags.js';
 
 export interface EventsBenchResult {
   connections: number;
@@ -47,7 +48,7 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function server(databaseUrl: string, port: number, env: Record<string, string>): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/events-server.ts'], {
+  const child = spawn(process.execPath, [...serveNodeFlags(), '--import', 'tsx', 'bench/events-server.ts'], {
     cwd: root,
     env: {
       ...process.env,

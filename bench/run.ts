@@ -23,6 +23,7 @@ import { agentBenchmark, agentChecks } from './agents.js';
 import { eventsBenchmark, eventsChecks } from './events.js';
 import { generate, type BenchData } from './generate.js';
 import { recreateDatabase } from './database.js';
+import { serveNodeFlags } from './serve-flags.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -236,7 +237,7 @@ async function postgresScenarios(data: BenchData) {
   const env = { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000', DATABASE_POOL_SIZE: '10' };
   // The HTTP servers are compared: the agent runtime (bench/agents.ts measures it) would otherwise spend the
   // run answering the generated conversations whose last item is a user's, in Parley's process and database.
-  const parley = startProcess([process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], {
+  const parley = startProcess([process.execPath, ...serveNodeFlags(), ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], {
     ...env,
     PORT: '18080',
     HOST: '127.0.0.1',
@@ -337,7 +338,7 @@ async function postgresScenarios(data: BenchData) {
 }
 
 function startEmbedded(dataDir: string): ChildProcess {
-  return spawn(process.execPath, ['dist/cli/main.js', 'serve'], {
+  return spawn(process.execPath, [...serveNodeFlags(), 'dist/cli/main.js', 'serve'], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: '', DATA_DIR: dataDir, PORT: '18082', HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000' },
     stdio: ['ignore', 'pipe', 'inherit'],

@@ -1,5 +1,14 @@
-#!/usr/bin/env node
-/** The `parley` command: serve, migrate, and the administration commands of the contract. */
+#!/usr/bin/env -S node --max-semi-space-size=32
+/**
+ * The `parley` command: serve, migrate, and the administration commands of the contract.
+ *
+ * The first line's Node flags are the server's runtime settings (`npm start` passes the same; a test checks
+ * they agree, and the benchmark starts the server with them). `--max-semi-space-size=32`: V8's young
+ * generation may grow to semi-spaces of 32 MB instead of 16 MB. A request allocates short-lived objects (rows,
+ * strings, the document); with 32 requests in flight, small semi-spaces are scavenged so often that objects
+ * still in use are copied, and promoted to the old generation, before they die. 64 MB saved more CPU but
+ * took the server's RSS under load past its 300 MB target (docs/benchmarks.md, "Node's young generation").
+ */
 import { Command, Option } from 'commander';
 import { sql } from 'kysely';
 import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
