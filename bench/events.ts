@@ -10,10 +10,11 @@
  *                                                 server process's worker
  *
  * Targets: p99 <= 1000 ms; throughput ratio >= 0.85. Run alone:
- *   npx tsx bench/events.ts [--duration 5] [--rounds 2] [--streams 100] [--deliveries 2000]
+ *   npx tsx bench/events.ts [--duration 5] [--rounds 4] [--streams 100] [--deliveries 2000]
  * (BENCH_EVENTS_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/parley_bench_events, recreated).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -35,6 +36,9 @@ export interface EventsBenchResult {
   createdOff: number;
   createdOn: number;
   ratio: number;
+  /** The machine's CPU time per created item (Parley, PostgreSQL and the load generator), events off and on. */
+  cpuOff: number;
+  cpuOn: number;
   streams: number;
   messages: number;
   latency: { p50: number; p99: number; max: number };
@@ -80,7 +84,19 @@ async function stop(child: ChildProcess): Promise<void> {
   child.kill('SIGKILL');
 }
 
-async function createItems(url: string, token: string, conversations: string[], seconds: number, connections = 32): Promise<number> {
+/** CPU time (user + system, every process and core) the machine has spent so far, in ms, from /proc/stat (Linux). */
+function machineCpuMs(): number {
+  try {
+    const [user, nice, system, , , irq, softirq] = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].split(/\s+/).slice(1).map(Number);
+    return ((user + nice + system + irq + softirq) * 1000) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Creates items for `seconds`: requests/s, and the machine's CPU time per request (server, database, load). */
+async function createItems(url: string, token: string, conversations: string[], seconds: number, connections = 32): Promise<{ rps: number; cpuUs: number }> {
+  const cpuBefore = machineCpuMs();
   let n = 0;
   const result = await autocannon({
     url,
@@ -97,9 +113,10 @@ async function createItems(url: string, token: string, conversations: string[], 
       },
     ],
   });
+  const cpuUs = ((machineCpuMs() - cpuBefore) * 1000) / Math.max(1, result.requests.total);
   const errors = result.errors + result.timeouts + result.non2xx;
   if (errors > 0) console.log(`    (${errors} errors)`);
-  return result.requests.average;
+  return { rps: result.requests.average, cpuUs };
 }
 
 /** Opens `count` streams; records each message's latency (arrival - occurred_at). */
@@ -141,7 +158,7 @@ export async function eventsBenchmark(
   databaseUrl: string,
   options: { duration?: number; rounds?: number; streams?: number; deliveries?: number; connections?: number } = {},
 ): Promise<EventsBenchResult> {
-  const { duration = 5, rounds = 2, streams = 100, deliveries = 2000, connections = 32 } = options;
+  const { duration = 5, rounds = 4, streams = 100, deliveries = 2000, connections = 32 } = options;
   await recreateDatabase(databaseUrl);
   const config = loadConfig({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', PASSWORD_HASH_COST_LOG2: '10', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
   const database = await openDatabase(config);
@@ -155,29 +172,32 @@ export async function eventsBenchmark(
   const conversations: string[] = [];
   for (let i = 0; i < 200; i++) conversations.push((await records.create(actor, 'Conversation', {})).id);
 
-  // Throughput, events off and on, alternated.
+  // Throughput, events off and on, alternated (off, on, on, off, ...: a drift of the machine, or the tables'
+  // growth, falls on both alike), each server warmed up for 3 s first.
   const port = await freePort();
-  const off: number[] = [];
-  const on: number[] = [];
+  const runs = { off: [] as { rps: number; cpuUs: number }[], on: [] as { rps: number; cpuUs: number }[] };
   for (let round = 0; round < rounds; round++) {
-    for (const mode of ['off', 'on'] as const) {
+    for (const mode of round % 2 === 0 ? (['off', 'on'] as const) : (['on', 'off'] as const)) {
       const child = await server(databaseUrl, port, { BENCH_EVENTS: mode });
-      await createItems(`http://127.0.0.1:${port}`, token, conversations, 1); // warm-up
-      const rps = await createItems(`http://127.0.0.1:${port}`, token, conversations, duration, connections);
-      (mode === 'off' ? off : on).push(rps);
-      console.log(`  create item c=${connections}, events ${mode.padEnd(3)} ${rps.toFixed(0).padStart(6)} req/s`);
+      await createItems(`http://127.0.0.1:${port}`, token, conversations, 3); // warm-up
+      const measured = await createItems(`http://127.0.0.1:${port}`, token, conversations, duration, connections);
+      runs[mode].push(measured);
+      console.log(`  create item c=${connections}, events ${mode.padEnd(3)} ${measured.rps.toFixed(0).padStart(6)} req/s, machine CPU ${measured.cpuUs.toFixed(0)} us/item`);
       await stop(child);
     }
   }
-  const createdOff = off.reduce((a, b) => a + b, 0) / off.length;
-  const createdOn = on.reduce((a, b) => a + b, 0) / on.length;
+  const mean = (list: { rps: number; cpuUs: number }[], key: 'rps' | 'cpuUs') => list.reduce((a, b) => a + b[key], 0) / list.length;
+  const createdOff = mean(runs.off, 'rps');
+  const createdOn = mean(runs.on, 'rps');
+  const cpuOff = mean(runs.off, 'cpuUs');
+  const cpuOn = mean(runs.on, 'cpuUs');
 
   // Latency with open streams while items are created at full rate.
   const child = await server(databaseUrl, port, { BENCH_EVENTS: 'on' });
   const opened = openStreams(`http://127.0.0.1:${port}`, token, streams);
   await opened.ready;
   await sleep(500);
-  const createdDuringStreams = await createItems(`http://127.0.0.1:${port}`, token, conversations, duration);
+  const createdDuringStreams = (await createItems(`http://127.0.0.1:${port}`, token, conversations, duration)).rps;
   await sleep(1500);
   opened.close();
   await stop(child);
@@ -212,6 +232,8 @@ export async function eventsBenchmark(
     createdOff,
     createdOn,
     ratio: createdOn / createdOff,
+    cpuOff,
+    cpuOn,
     streams,
     messages: sorted.length,
     latency: { p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted.at(-1) ?? 0 },
@@ -225,6 +247,7 @@ export function eventsChecks(r: EventsBenchResult): string[] {
   return [
     `| item create c=${r.connections}, events off | ${r.createdOff.toFixed(0)} req/s |`,
     `| item create c=${r.connections}, events on | ${r.createdOn.toFixed(0)} req/s (ratio ${r.ratio.toFixed(2)}) |`,
+    `| machine CPU per item, events off / on | ${r.cpuOff.toFixed(0)} / ${r.cpuOn.toFixed(0)} us (off / on ${(r.cpuOff / r.cpuOn).toFixed(2)}) |`,
     `| commit -> SSE message, ${r.streams} streams | p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, max ${r.latency.max} ms (${r.messages} messages; items ${r.createdDuringStreams.toFixed(0)} req/s meanwhile) |`,
     `| webhook deliveries to a local receiver | ${r.deliveriesPerSecond.toFixed(0)}/s (${r.deliveries}) |`,
     `${r.latency.p99 <= 1000 ? 'PASS' : 'FAIL'} commit -> SSE message p99 ${r.latency.p99} ms (target <= 1000)`,
@@ -236,7 +259,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const { values } = parseArgs({
     options: {
       duration: { type: 'string', default: '5' },
-      rounds: { type: 'string', default: '2' },
+      rounds: { type: 'string', default: '4' },
       streams: { type: 'string', default: '100' },
       deliveries: { type: 'string', default: '2000' },
       connections: { type: 'string', default: '32' },
