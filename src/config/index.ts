@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 
 /** Every setting Parley reads, with its default. Documented in the README. */
@@ -166,7 +167,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     loginWindowSeconds: int(env, 'LOGIN_WINDOW_SECONDS', 15 * 60),
     redisUrl: text(env, 'REDIS_URL'),
     demoOnFirstStart: (text(env, 'DEMO_ON_FIRST_START') ?? 'true') !== 'false',
-    loginHashConcurrency: Math.max(1, int(env, 'LOGIN_HASH_CONCURRENCY', 4)),
+    // A password check is a core's work for about 100 ms and 32 MiB (scrypt, N = 2^15): more checks at once than
+    // cores finish no sooner, and each holds its memory meanwhile. At most 4, libuv's threads.
+    loginHashConcurrency: Math.max(1, int(env, 'LOGIN_HASH_CONCURRENCY', Math.min(4, os.availableParallelism()))),
     loginHashQueue: int(env, 'LOGIN_HASH_QUEUE', 32),
     trustProxy: trustProxy(text(env, 'TRUST_PROXY')),
     corsAllowedOrigins: origins(text(env, 'CORS_ALLOWED_ORIGINS')),
