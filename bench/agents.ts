@@ -44,7 +44,11 @@ async function instantModel(): Promise<{ url: string; close(): Promise<void> }> 
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
-    close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -55,8 +59,13 @@ export async function agentBenchmark(databaseUrl: string, conversations = 50, me
 
   const model = await instantModel();
   const config = loadConfig({
-    DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', LLM_BASE_URL: model.url, LLM_API_KEY: 'bench', LLM_MODEL: 'instant',
-    AGENT_CONCURRENCY: String(conversations), DATABASE_POOL_SIZE: '20',
+    DATABASE_URL: databaseUrl,
+    LOG_LEVEL: 'silent',
+    LLM_BASE_URL: model.url,
+    LLM_API_KEY: 'bench',
+    LLM_MODEL: 'instant',
+    AGENT_CONCURRENCY: String(conversations),
+    DATABASE_POOL_SIZE: '20',
   } as NodeJS.ProcessEnv);
   const database = await openDatabase(config);
   await migrate(database.db);
@@ -70,7 +79,9 @@ export async function agentBenchmark(databaseUrl: string, conversations = 50, me
   const before: number[] = [];
   const after: number[] = [];
   const runtime = new AgentRuntime({
-    db: database.db, services, config,
+    db: database.db,
+    services,
+    config,
     onTurn: (t: TurnTiming) => {
       const t0 = committedAt.get(t.userItemId);
       if (t0 !== undefined && t.requestSentAt !== undefined) before.push(t.requestSentAt - t0);
@@ -92,7 +103,11 @@ export async function agentBenchmark(databaseUrl: string, conversations = 50, me
         const done = new Promise<void>((resolve) => (answered = resolve));
         // The item id is known only after the commit; the turn cannot finish before the create returns its id and
         // the runtime's own read, so the waiter is registered right after.
-        const written = await records.create(actor, 'ConversationItem', { conversation_id: conversationId, role: 'user', content: `message ${m}` });
+        const written = await records.create(actor, 'ConversationItem', {
+          conversation_id: conversationId,
+          role: 'user',
+          content: `message ${m}`,
+        });
         committedAt.set(written.id, performance.now());
         waiting.set(written.id, answered);
         await done;

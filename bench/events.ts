@@ -69,7 +69,10 @@ async function server(databaseUrl: string, port: number, env: Record<string, str
   });
   const started = Date.now();
   while (Date.now() - started < 60_000) {
-    const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return child;
     await sleep(200);
   }
@@ -87,7 +90,12 @@ async function stop(child: ChildProcess): Promise<void> {
 /** CPU time (user + system, every process and core) the machine has spent so far, in ms, from /proc/stat (Linux). */
 function machineCpuMs(): number {
   try {
-    const [user, nice, system, , , irq, softirq] = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].split(/\s+/).slice(1).map(Number);
+    const [user, nice, system, , , irq, softirq] = fs
+      .readFileSync('/proc/stat', 'utf8')
+      .split('\n', 1)[0]
+      .split(/\s+/)
+      .slice(1)
+      .map(Number);
     return ((user + nice + system + irq + softirq) * 1000) / 100;
   } catch {
     return Number.NaN;
@@ -95,7 +103,13 @@ function machineCpuMs(): number {
 }
 
 /** Creates items for `seconds`: requests/s, and the machine's CPU time per request (server, database, load). */
-async function createItems(url: string, token: string, conversations: string[], seconds: number, connections = 32): Promise<{ rps: number; cpuUs: number }> {
+async function createItems(
+  url: string,
+  token: string,
+  conversations: string[],
+  seconds: number,
+  connections = 32,
+): Promise<{ rps: number; cpuUs: number }> {
   const cpuBefore = machineCpuMs();
   let n = 0;
   const result = await autocannon({
@@ -107,7 +121,9 @@ async function createItems(url: string, token: string, conversations: string[], 
       {
         setupRequest: (request: autocannon.Request) => {
           const conversation_id = conversations[n++ % conversations.length];
-          const body = JSON.stringify({ data: { type: 'ConversationItem', attributes: { conversation_id, role: 'user', content: 'Benchmark message' } } });
+          const body = JSON.stringify({
+            data: { type: 'ConversationItem', attributes: { conversation_id, role: 'user', content: 'Benchmark message' } },
+          });
           return { ...request, method: 'POST', path: '/api/conversation_items', body } as autocannon.Request;
         },
       },
@@ -126,29 +142,36 @@ function openStreams(url: string, token: string, count: number) {
   let open = 0;
   const ready = new Promise<void>((resolve, reject) => {
     for (let i = 0; i < count; i++) {
-      const request = http.get(`${url}/api/events?filter[type]=ConversationItem.created`, { headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' }, agent: false }, (response) => {
-        if (response.statusCode !== 200) reject(new Error(`stream answered ${response.statusCode}`));
-        if (++open === count) resolve();
-        let buffer = '';
-        response.setEncoding('utf8');
-        response.on('data', (chunk: string) => {
-          const now = Date.now();
-          buffer += chunk;
-          for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
-            const block = buffer.slice(0, end);
-            buffer = buffer.slice(end + 2);
-            const data = block.split('\n').find((l) => l.startsWith('data: '));
-            if (!data) continue;
-            const occurred = /"occurred_at" ?: ?"([^"]+)"/.exec(data)?.[1];
-            if (occurred) latencies.push(now - Date.parse(occurred));
-          }
-        });
-      });
+      const request = http.get(
+        `${url}/api/events?filter[type]=ConversationItem.created`,
+        { headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' }, agent: false },
+        (response) => {
+          if (response.statusCode !== 200) reject(new Error(`stream answered ${response.statusCode}`));
+          if (++open === count) resolve();
+          let buffer = '';
+          response.setEncoding('utf8');
+          response.on('data', (chunk: string) => {
+            const now = Date.now();
+            buffer += chunk;
+            for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
+              const block = buffer.slice(0, end);
+              buffer = buffer.slice(end + 2);
+              const data = block.split('\n').find((l) => l.startsWith('data: '));
+              if (!data) continue;
+              const occurred = /"occurred_at" ?: ?"([^"]+)"/.exec(data)?.[1];
+              if (occurred) latencies.push(now - Date.parse(occurred));
+            }
+          });
+        },
+      );
       request.on('error', reject);
       requests.push(request);
     }
   });
-  return { ready, latencies, close: () => {
+  return {
+    ready,
+    latencies,
+    close: () => {
       for (const r of requests) r.destroy();
     },
   };
@@ -160,13 +183,25 @@ export async function eventsBenchmark(
 ): Promise<EventsBenchResult> {
   const { duration = 5, rounds = 4, streams = 100, deliveries = 2000, connections = 32 } = options;
   await recreateDatabase(databaseUrl);
-  const config = loadConfig({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', PASSWORD_HASH_COST_LOG2: '10', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
+  const config = loadConfig({
+    ...process.env,
+    DATABASE_URL: databaseUrl,
+    LOG_LEVEL: 'silent',
+    PASSWORD_HASH_COST_LOG2: '10',
+    WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
+  });
   const database = await openDatabase(config);
   await migrate(database.db);
   const services = await createServices(database, config);
   const records = services.records!;
   const org = await createOrganisation(records, { name: 'Events bench' });
-  const user = await createUserInOrganisation(records, { organisationId: org.id, email: 'bench@events.example', password: 'bench-password-1', fullName: 'Bench', role: 'admin' });
+  const user = await createUserInOrganisation(records, {
+    organisationId: org.id,
+    email: 'bench@events.example',
+    password: 'bench-password-1',
+    fullName: 'Bench',
+    role: 'admin',
+  });
   const { token } = await createApiKey(records, { organisationId: org.id, userId: user.id, keyType: 'secret', name: 'bench' });
   const actor = systemActor(org.id, 'test');
   const conversations: string[] = [];
@@ -182,7 +217,9 @@ export async function eventsBenchmark(
       await createItems(`http://127.0.0.1:${port}`, token, conversations, 3); // warm-up
       const measured = await createItems(`http://127.0.0.1:${port}`, token, conversations, duration, connections);
       runs[mode].push(measured);
-      console.log(`  create item c=${connections}, events ${mode.padEnd(3)} ${measured.rps.toFixed(0).padStart(6)} req/s, machine CPU ${measured.cpuUs.toFixed(0)} us/item`);
+      console.log(
+        `  create item c=${connections}, events ${mode.padEnd(3)} ${measured.rps.toFixed(0).padStart(6)} req/s, machine CPU ${measured.cpuUs.toFixed(0)} us/item`,
+      );
       await stop(child);
     }
   }
@@ -202,7 +239,9 @@ export async function eventsBenchmark(
   opened.close();
   await stop(child);
   const sorted = [...opened.latencies].sort((a, b) => a - b);
-  console.log(`  ${streams} streams: ${sorted.length} messages, commit -> message p50 ${percentile(sorted, 50)} ms, p99 ${percentile(sorted, 99)} ms (items ${createdDuringStreams.toFixed(0)} req/s meanwhile)`);
+  console.log(
+    `  ${streams} streams: ${sorted.length} messages, commit -> message p50 ${percentile(sorted, 50)} ms, p99 ${percentile(sorted, 99)} ms (items ${createdDuringStreams.toFixed(0)} req/s meanwhile)`,
+  );
 
   // Webhook deliveries per second: queue them, then let one worker work them off.
   let received = 0;
@@ -215,7 +254,10 @@ export async function eventsBenchmark(
   });
   receiver.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  await records.create(actor, 'WebhookEndpoint', { url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`, event_types: ['Conversation.created'] });
+  await records.create(actor, 'WebhookEndpoint', {
+    url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`,
+    event_types: ['Conversation.created'],
+  });
   for (let i = 0; i < deliveries; i++) await records.create(actor, 'Conversation', {});
   const started = Date.now();
   const worker = await server(databaseUrl, port, { BENCH_WEBHOOKS: 'on', WEBHOOK_POLL_MS: '100' });

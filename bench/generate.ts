@@ -33,7 +33,9 @@ const run = (db: Database, text: string) => sql.raw(text).execute(db);
 /** Generates into PostgreSQL (a URL) or into an embedded database (`{ dataDir }`, PGlite). */
 export async function generate(target: string | { dataDir: string }, scale = 1): Promise<BenchData> {
   const config = loadConfig(
-    (typeof target === 'string' ? { DATABASE_URL: target, DATABASE_TIMEOUT_MS: '3600000' } : { DATA_DIR: target.dataDir }) as NodeJS.ProcessEnv,
+    (typeof target === 'string'
+      ? { DATABASE_URL: target, DATABASE_TIMEOUT_MS: '3600000' }
+      : { DATA_DIR: target.dataDir }) as NodeJS.ProcessEnv,
   );
   const database = await openDatabase(config);
   const db = database.db;
@@ -45,80 +47,135 @@ export async function generate(target: string | { dataDir: string }, scale = 1):
   try {
     await migrate(db);
     await run(db, `SET synchronous_commit = off`);
-    await run(db, `CREATE OR REPLACE FUNCTION bench_uuid7(ts timestamptz) RETURNS uuid LANGUAGE sql VOLATILE AS $$
+    await run(
+      db,
+      `CREATE OR REPLACE FUNCTION bench_uuid7(ts timestamptz) RETURNS uuid LANGUAGE sql VOLATILE AS $$
       SELECT (lpad(to_hex(floor(extract(epoch FROM ts) * 1000)::bigint), 12, '0') || '7' || substr(md5(random()::text), 1, 3)
-              || '8' || substr(md5(random()::text), 1, 15))::uuid $$`);
+              || '8' || substr(md5(random()::text), 1, 15))::uuid $$`,
+    );
     // Row i of a table gets a timestamp i ms after the start, so id order is creation order.
     const start = `now() - interval '30 days'`;
     const passwordHash = await hashPassword(BENCH_PASSWORD);
 
     await timed('organisations, users, memberships', async () => {
-      await run(db, `INSERT INTO organisations (id, name) SELECT bench_uuid7(${start} + g * interval '1 ms'), 'Org ' || g FROM generate_series(1, ${orgs}) g`);
+      await run(
+        db,
+        `INSERT INTO organisations (id, name) SELECT bench_uuid7(${start} + g * interval '1 ms'), 'Org ' || g FROM generate_series(1, ${orgs}) g`,
+      );
       await run(db, `CREATE TEMP TABLE bench_orgs AS SELECT id, row_number() OVER (ORDER BY id) AS n FROM organisations`);
-      await run(db, `INSERT INTO users (id, email, full_name, password_hash)
+      await run(
+        db,
+        `INSERT INTO users (id, email, full_name, password_hash)
         SELECT bench_uuid7(${start} + (o.n * 4 + r) * interval '1 ms'), 'user' || r || '.' || o.n || '@bench.example', 'User ' || r || ' of ' || o.n, '${passwordHash}'
-        FROM bench_orgs o, generate_series(0, 3) r`);
-      await run(db, `INSERT INTO memberships (organisation_id, user_id, role)
+        FROM bench_orgs o, generate_series(0, 3) r`,
+      );
+      await run(
+        db,
+        `INSERT INTO memberships (organisation_id, user_id, role)
         SELECT o.id, u.id, CASE WHEN u.email LIKE 'user0.%' THEN 'owner' WHEN u.email LIKE 'user1.%' THEN 'admin' ELSE 'operator' END
-        FROM bench_orgs o JOIN users u ON u.email LIKE '%.' || o.n || '@bench.example'`);
-      await run(db, `INSERT INTO ai_agents (id, organisation_id, name, languages, workflow)
-        SELECT bench_uuid7(${start} + n * interval '1 ms'), id, 'Agent ' || n, ARRAY['en'], '{"steps":[]}' FROM bench_orgs`);
+        FROM bench_orgs o JOIN users u ON u.email LIKE '%.' || o.n || '@bench.example'`,
+      );
+      await run(
+        db,
+        `INSERT INTO ai_agents (id, organisation_id, name, languages, workflow)
+        SELECT bench_uuid7(${start} + n * interval '1 ms'), id, 'Agent ' || n, ARRAY['en'], '{"steps":[]}' FROM bench_orgs`,
+      );
     });
 
     // Organisation 1 is the big one: a fifth of everything.
     await timed(`${conversations} conversations`, () =>
-      run(db, `INSERT INTO conversations (id, organisation_id, channel, mode, status, public_id, ai_agent_id, metadata, next_content_index)
+      run(
+        db,
+        `INSERT INTO conversations (id, organisation_id, channel, mode, status, public_id, ai_agent_id, metadata, next_content_index)
         SELECT bench_uuid7(${start} + g * interval '1 ms'), o.id,
                (ARRAY['chat','voice','sms'])[1 + g % 3], (ARRAY['text','voice'])[1 + g % 2], (ARRAY['active','pending','closed'])[1 + g % 3],
                md5(g::text || random()::text), CASE WHEN g % 4 = 0 THEN a.id END, jsonb_build_object('n', g, 'vip', g % 10 = 0), 3
         FROM generate_series(1, ${conversations}) g
         JOIN bench_orgs o ON o.n = CASE WHEN g % 5 = 0 THEN 1 ELSE 2 + (g % ${orgs - 1}) END
-        JOIN ai_agents a ON a.organisation_id = o.id`));
+        JOIN ai_agents a ON a.organisation_id = o.id`,
+      ),
+    );
     await timed(`${conversations * 3} conversation items`, () =>
-      run(db, `INSERT INTO conversation_items (id, organisation_id, conversation_id, content, role, modality, content_index, item_id, occurred_at)
+      run(
+        db,
+        `INSERT INTO conversation_items (id, organisation_id, conversation_id, content, role, modality, content_index, item_id, occurred_at)
         SELECT bench_uuid7(${start} + interval '1 hour' + (c.rn * 3 + k) * interval '1 ms'), c.organisation_id, c.id,
                'Message ' || k || ' of a conversation about order ' || c.rn, (ARRAY['user','assistant','user'])[k + 1], 'text', k, 'i' || k, now()
-        FROM (SELECT id, organisation_id, row_number() OVER () AS rn FROM conversations) c, generate_series(0, 2) k`));
+        FROM (SELECT id, organisation_id, row_number() OVER () AS rn FROM conversations) c, generate_series(0, 2) k`,
+      ),
+    );
     await timed('SIP users, operator statuses', async () => {
-      await run(db, `INSERT INTO sip_users (id, organisation_id, sip_username, sip_password, user_id)
+      await run(
+        db,
+        `INSERT INTO sip_users (id, organisation_id, sip_username, sip_password, user_id)
         SELECT bench_uuid7(${start} + (o.n * 2 + r) * interval '1 ms'), o.id, 'op' || o.n || '_' || r, md5(random()::text), u.id
         FROM bench_orgs o, generate_series(2, 3) r JOIN users u ON true
-        WHERE u.email = 'user' || r || '.' || o.n || '@bench.example'`);
-      await run(db, `INSERT INTO operator_statuses (id, organisation_id, sip_user_id, agent_name, status, source, changed_by_user_id)
-        SELECT bench_uuid7(now() - interval '1 day'), s.organisation_id, s.id, s.sip_username, 'available', 'api', s.user_id FROM sip_users s`);
+        WHERE u.email = 'user' || r || '.' || o.n || '@bench.example'`,
+      );
+      await run(
+        db,
+        `INSERT INTO operator_statuses (id, organisation_id, sip_user_id, agent_name, status, source, changed_by_user_id)
+        SELECT bench_uuid7(now() - interval '1 day'), s.organisation_id, s.id, s.sip_username, 'available', 'api', s.user_id FROM sip_users s`,
+      );
     });
     await timed(`${events} operator status events`, () =>
-      run(db, `INSERT INTO operator_status_events (id, organisation_id, operator_status_id, sip_user_id, agent_name, status, previous_status, source, changed_by_user_id, occurred_at)
+      run(
+        db,
+        `INSERT INTO operator_status_events (id, organisation_id, operator_status_id, sip_user_id, agent_name, status, previous_status, source, changed_by_user_id, occurred_at)
         SELECT bench_uuid7(${start} + interval '2 hours' + g * interval '1 ms'), s.organisation_id, s.id, s.sip_user_id, s.agent_name,
                (ARRAY['available','busy','wrap_up','away','offline'])[1 + g % 5], (ARRAY['offline','available','busy','wrap_up','away'])[1 + g % 5],
                'widget', s.changed_by_user_id, ${start} + interval '2 hours' + g * interval '1 s'
         FROM generate_series(1, ${events}) g
-        JOIN (SELECT *, row_number() OVER (ORDER BY id) AS rn FROM operator_statuses) s ON s.rn = 1 + (CASE WHEN g % 5 = 0 THEN 0 ELSE g END) % ${orgs * 2}`));
+        JOIN (SELECT *, row_number() OVER (ORDER BY id) AS rn FROM operator_statuses) s ON s.rn = 1 + (CASE WHEN g % 5 = 0 THEN 0 ELSE g END) % ${orgs * 2}`,
+      ),
+    );
     await timed(`${calls} calls, participants, transcripts`, async () => {
-      await run(db, `INSERT INTO calls (id, organisation_id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds)
+      await run(
+        db,
+        `INSERT INTO calls (id, organisation_id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds)
         SELECT bench_uuid7(${start} + interval '3 hours' + g * interval '1 ms'), o.id, (ARRAY['inbound','outbound'])[1 + g % 2],
                '+4420' || lpad(g::text, 8, '0'), '+4479' || lpad(g::text, 8, '0'), 'op1_2',
                (ARRAY['completed','completed','no_answer','busy','failed'])[1 + g % 5], 'call-' || g, 'sip',
                now() - g * interval '1 minute', now() - g * interval '1 minute' + interval '3 minutes', 180
-        FROM generate_series(1, ${calls}) g JOIN bench_orgs o ON o.n = CASE WHEN g % 5 = 0 THEN 1 ELSE 2 + (g % ${orgs - 1}) END`);
-      await run(db, `INSERT INTO call_participants (id, organisation_id, call_id, member_uuid, role, joined_at, left_at)
+        FROM generate_series(1, ${calls}) g JOIN bench_orgs o ON o.n = CASE WHEN g % 5 = 0 THEN 1 ELSE 2 + (g % ${orgs - 1}) END`,
+      );
+      await run(
+        db,
+        `INSERT INTO call_participants (id, organisation_id, call_id, member_uuid, role, joined_at, left_at)
         SELECT bench_uuid7(${start} + interval '4 hours' + (c.rn * 2 + k) * interval '1 ms'), c.organisation_id, c.id, 'm-' || c.rn || '-' || k,
                (ARRAY['caller','agent'])[k + 1], date_trunc('second', c.started_at), date_trunc('second', c.ended_at)
-        FROM (SELECT *, row_number() OVER () AS rn FROM calls) c, generate_series(0, 1) k`);
-      await run(db, `INSERT INTO call_transcripts (id, organisation_id, call_id, content, speaker, content_index, item_id, occurred_at)
+        FROM (SELECT *, row_number() OVER () AS rn FROM calls) c, generate_series(0, 1) k`,
+      );
+      await run(
+        db,
+        `INSERT INTO call_transcripts (id, organisation_id, call_id, content, speaker, content_index, item_id, occurred_at)
         SELECT bench_uuid7(${start} + interval '5 hours' + (c.rn * 5 + k) * interval '1 ms'), c.organisation_id, c.id, 'Transcript line ' || k,
                (ARRAY['caller','agent'])[1 + k % 2], k, 't' || k, c.started_at + k * interval '5 s'
-        FROM (SELECT *, row_number() OVER () AS rn FROM calls) c, generate_series(0, 4) k`);
+        FROM (SELECT *, row_number() OVER () AS rn FROM calls) c, generate_series(0, 4) k`,
+      );
     });
     await timed('VACUUM ANALYZE', () => run(db, 'VACUUM ANALYZE'));
 
     const { rows } = await sql<{ id: string; owner: string; email: string }>`
-      SELECT o.id, u.id AS owner, u.email FROM bench_orgs o JOIN users u ON u.email = 'user0.' || o.n || '@bench.example' WHERE o.n = 1`.execute(db);
+      SELECT o.id, u.id AS owner, u.email FROM bench_orgs o JOIN users u ON u.email = 'user0.' || o.n || '@bench.example' WHERE o.n = 1`.execute(
+      db,
+    );
     const records = (await createServices(database, config)).records!;
     const big = rows[0];
     const secret = await createApiKey(records, { organisationId: big.id, userId: big.owner, keyType: 'secret', name: 'bench' });
-    const publishable = await createApiKey(records, { organisationId: big.id, userId: big.owner, keyType: 'publishable', name: 'bench widget' });
-    return { organisationId: big.id, secretKey: secret.token, publishableKey: publishable.token, email: big.email, password: BENCH_PASSWORD };
+    const publishable = await createApiKey(records, {
+      organisationId: big.id,
+      userId: big.owner,
+      keyType: 'publishable',
+      name: 'bench widget',
+    });
+    return {
+      organisationId: big.id,
+      secretKey: secret.token,
+      publishableKey: publishable.token,
+      email: big.email,
+      password: BENCH_PASSWORD,
+    };
   } finally {
     await database.close();
   }

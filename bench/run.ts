@@ -46,7 +46,10 @@ const scale = Number(args.scale);
 const duration = Number(args.duration);
 const concurrencies = args.concurrency!.split(',').map(Number);
 const rounds = Math.max(1, Number(args.rounds));
-const only = args.only?.split(',').map((s) => s.trim()).filter(Boolean);
+const only = args.only
+  ?.split(',')
+  .map((s) => s.trim())
+  .filter(Boolean);
 const selected = (name: string) => !only || only.some((part) => name.includes(part));
 const databaseUrl = args['database-url']!;
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
@@ -110,7 +113,12 @@ function startProcess(command: string[], env: Record<string, string>): ChildProc
 
 type Request = { method?: string; path: string; body?: string };
 
-async function load(url: string, pid: number, connections: number, requests: () => Request): Promise<Omit<Row, 'scenario' | 'server' | 'connections'>> {
+async function load(
+  url: string,
+  pid: number,
+  connections: number,
+  requests: () => Request,
+): Promise<Omit<Row, 'scenario' | 'server' | 'connections'>> {
   let peak = rssMb(pid);
   const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 200);
   const cpuBefore = cpuMs(pid);
@@ -131,7 +139,15 @@ async function load(url: string, pid: number, connections: number, requests: () 
   clearInterval(sampler);
   const cpuUs = result.requests.total > 0 ? Math.round(((cpuMs(pid) - cpuBefore) * 1000) / result.requests.total) : 0;
   const errors = result.errors + result.timeouts + result.non2xx;
-  return { rps: result.requests.average, p50: result.latency.p50, mean: result.latency.average, p99: result.latency.p99, errors, rssMb: Math.round(peak), cpuUs };
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    mean: result.latency.average,
+    p99: result.latency.p99,
+    errors,
+    rssMb: Math.round(peak),
+    cpuUs,
+  };
 }
 
 const current = { token: '' };
@@ -164,7 +180,13 @@ async function measure(scenario: string, contenders: Contender[], roundCount = 1
         if (round === 0) {
           const seconds = warmed.has(pid) ? 3 : 10;
           warmed.add(pid);
-          await autocannon({ url, connections, duration: seconds, headers: requestHeaders(), requests: [{ setupRequest: (r: autocannon.Request) => ({ ...r, method: 'GET', ...requests() }) as autocannon.Request }] });
+          await autocannon({
+            url,
+            connections,
+            duration: seconds,
+            headers: requestHeaders(),
+            requests: [{ setupRequest: (r: autocannon.Request) => ({ ...r, method: 'GET', ...requests() }) as autocannon.Request }],
+          });
         }
         const figures = await load(url, pid, connections, requests);
         results.set(server, [...(results.get(server) ?? []), figures]);
@@ -202,7 +224,9 @@ async function cursorAfter(url: string, id: string): Promise<string> {
 
 const pick = <T>(list: T[]) => list[Math.floor(Math.random() * list.length)];
 const itemBody = (conversationId: string) =>
-  JSON.stringify({ data: { type: 'ConversationItem', attributes: { conversation_id: conversationId, role: 'user', content: 'Benchmark message' } } });
+  JSON.stringify({
+    data: { type: 'ConversationItem', attributes: { conversation_id: conversationId, role: 'user', content: 'Benchmark message' } },
+  });
 
 async function prepareData(): Promise<BenchData> {
   if (args.reuse && fs.existsSync(cacheFile)) {
@@ -222,13 +246,20 @@ async function postgresScenarios(data: BenchData) {
   const db = new pg.Client({ connectionString: databaseUrl });
   await db.connect();
   const org = data.organisationId;
-  const conversations = (await db.query(`SELECT id FROM conversations WHERE organisation_id = $1 AND status <> 'closed' ORDER BY random() LIMIT 2000`, [org])).rows.map((r) => r.id);
-  const items = (await db.query(`SELECT id FROM conversation_items WHERE organisation_id = $1 ORDER BY random() LIMIT 2000`, [org])).rows.map((r) => r.id);
-  const calls = (await db.query(`SELECT id FROM calls WHERE organisation_id = $1 ORDER BY random() LIMIT 500`, [org])).rows.map((r) => r.id);
+  const conversations = (
+    await db.query(`SELECT id FROM conversations WHERE organisation_id = $1 AND status <> 'closed' ORDER BY random() LIMIT 2000`, [org])
+  ).rows.map((r) => r.id);
+  const items = (
+    await db.query(`SELECT id FROM conversation_items WHERE organisation_id = $1 ORDER BY random() LIMIT 2000`, [org])
+  ).rows.map((r) => r.id);
+  const calls = (await db.query(`SELECT id FROM calls WHERE organisation_id = $1 ORDER BY random() LIMIT 500`, [org])).rows.map(
+    (r) => r.id,
+  );
   const sipUsers = (await db.query(`SELECT id FROM sip_users WHERE organisation_id = $1`, [org])).rows.map((r) => r.id);
   const total = (await db.query(`SELECT count(*)::int AS n FROM conversations WHERE organisation_id = $1`, [org])).rows[0].n;
   const depth = Math.min(10_000 * 25, total - 30);
-  const deep = (await db.query(`SELECT id FROM conversations WHERE organisation_id = $1 ORDER BY id OFFSET $2 LIMIT 1`, [org, depth - 1])).rows[0].id;
+  const deep = (await db.query(`SELECT id FROM conversations WHERE organisation_id = $1 ORDER BY id OFFSET $2 LIMIT 1`, [org, depth - 1]))
+    .rows[0].id;
   const hot = conversations[0];
   await db.query(`UPDATE conversations SET status = 'active' WHERE id = $1`, [hot]);
   await db.end();
@@ -237,15 +268,24 @@ async function postgresScenarios(data: BenchData) {
   const env = { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000', DATABASE_POOL_SIZE: '10' };
   // The HTTP servers are compared: the agent runtime (bench/agents.ts measures it) would otherwise spend the
   // run answering the generated conversations whose last item is a user's, in Parley's process and database.
-  const parley = startProcess([process.execPath, ...serveNodeFlags(), ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []), 'dist/cli/main.js', 'serve'], {
-    ...env,
-    PORT: '18080',
-    HOST: '127.0.0.1',
-    AGENT_RUNTIME: 'false',
-    // The login scenario measures password hashing: 32 parallel sign-ins of one user would otherwise meet the
-    // per-user throttle (attempts are reserved before hashing) and be refused with 429.
-    LOGIN_FAILURES_PER_WINDOW: '1000000',
-  });
+  const parley = startProcess(
+    [
+      process.execPath,
+      ...serveNodeFlags(),
+      ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []),
+      'dist/cli/main.js',
+      'serve',
+    ],
+    {
+      ...env,
+      PORT: '18080',
+      HOST: '127.0.0.1',
+      AGENT_RUNTIME: 'false',
+      // The login scenario measures password hashing: 32 parallel sign-ins of one user would otherwise meet the
+      // per-user throttle (attempts are reserved before hashing) and be refused with 429.
+      LOGIN_FAILURES_PER_WINDOW: '1000000',
+    },
+  );
   const baseline = startProcess([process.execPath, '--import', 'tsx', 'bench/baseline/server.ts'], { ...env, PORT: '18081' });
   const bare = startProcess([process.execPath, 'bench/bare-server.mjs'], { ...env, PORT: '18083' });
   const servers = {
@@ -277,7 +317,11 @@ async function postgresScenarios(data: BenchData) {
         parley: () => ({ path: '/api/conversations?filter[status]=active&sort=-mode&include=ai_agent' }),
         baseline: () => ({ path: '/api/conversations?filter=status' }),
       },
-      { name: 'list operator status events', parley: () => ({ path: '/api/operator_status_events' }), baseline: () => ({ path: '/api/operator_status_events' }) },
+      {
+        name: 'list operator status events',
+        parley: () => ({ path: '/api/operator_status_events' }),
+        baseline: () => ({ path: '/api/operator_status_events' }),
+      },
       {
         name: 'list call transcripts of a call',
         parley: () => ({ path: `/api/call_transcripts?filter[call_id]=${pick(calls)}` }),
@@ -306,14 +350,20 @@ async function postgresScenarios(data: BenchData) {
         parley: () => ({
           method: 'POST',
           path: '/api/operator_statuses',
-          body: JSON.stringify({ data: { type: 'OperatorStatus', attributes: { sip_user_id: pick(sipUsers), status: pick(['available', 'busy', 'away']) } } }),
+          body: JSON.stringify({
+            data: { type: 'OperatorStatus', attributes: { sip_user_id: pick(sipUsers), status: pick(['available', 'busy', 'away']) } },
+          }),
         }),
       },
       {
         name: 'patch conversation',
         parley: () => {
           const id = pick(conversations);
-          return { method: 'PATCH', path: `/api/conversations/${id}`, body: JSON.stringify({ data: { type: 'Conversation', id, attributes: { mode: pick(['text', 'voice']) } } }) };
+          return {
+            method: 'PATCH',
+            path: `/api/conversations/${id}`,
+            body: JSON.stringify({ data: { type: 'Conversation', id, attributes: { mode: pick(['text', 'voice']) } } }),
+          };
         },
       },
     ];
@@ -327,7 +377,9 @@ async function postgresScenarios(data: BenchData) {
     if (selected('login')) {
       current.token = data.publishableKey;
       const loginBody = JSON.stringify({ data: { type: 'User', attributes: { email: data.email, password: data.password } } });
-      await measure('login', [{ server: 'parley', ...servers.parley, requests: () => ({ method: 'POST', path: '/api/users/login', body: loginBody }) }]);
+      await measure('login', [
+        { server: 'parley', ...servers.parley, requests: () => ({ method: 'POST', path: '/api/users/login', body: loginBody }) },
+      ]);
     }
   } finally {
     parley.kill('SIGTERM');
@@ -340,7 +392,15 @@ async function postgresScenarios(data: BenchData) {
 function startEmbedded(dataDir: string): ChildProcess {
   return spawn(process.execPath, [...serveNodeFlags(), 'dist/cli/main.js', 'serve'], {
     cwd: root,
-    env: { ...process.env, DATABASE_URL: '', DATA_DIR: dataDir, PORT: '18082', HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000' },
+    env: {
+      ...process.env,
+      DATABASE_URL: '',
+      DATA_DIR: dataDir,
+      PORT: '18082',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+      RATE_LIMIT_PER_MINUTE: '100000000',
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
 }
@@ -360,7 +420,8 @@ async function embeddedData(): Promise<{ dataDir: string; data: BenchData }> {
     return { dataDir, data: JSON.parse(fs.readFileSync(dataFile, 'utf8')) };
   }
   fs.rmSync(dataDir, { recursive: true, force: true });
-  for (const file of fs.readdirSync(path.join(root, 'bench')).filter((f) => f.startsWith('.embedded-data.'))) fs.rmSync(path.join(root, 'bench', file));
+  for (const file of fs.readdirSync(path.join(root, 'bench')).filter((f) => f.startsWith('.embedded-data.')))
+    fs.rmSync(path.join(root, 'bench', file));
   const embeddedScale = Number(args['embedded-conversations']) / 1_000_000;
   console.log(`\nGenerating the embedded data set (scale ${embeddedScale}) in ${dataDir}`);
   const start = Date.now();
@@ -380,7 +441,18 @@ async function embeddedScenarios() {
     await waitForHealth(url);
     const bootMs = Date.now() - started;
     console.log(`\nEmbedded database (PGlite): first start on an empty data directory ${bootMs} ms`);
-    rows.push({ scenario: 'embedded: first start to /healthz (ms)', connections: 0, server: 'parley', rps: bootMs, p50: 0, mean: 0, p99: 0, errors: 0, rssMb: Math.round(rssMb(first.pid!)), cpuUs: 0 });
+    rows.push({
+      scenario: 'embedded: first start to /healthz (ms)',
+      connections: 0,
+      server: 'parley',
+      rps: bootMs,
+      p50: 0,
+      mean: 0,
+      p99: 0,
+      errors: 0,
+      rssMb: Math.round(rssMb(first.pid!)),
+      cpuUs: 0,
+    });
   } finally {
     await stop(first);
     fs.rmSync(emptyDir, { recursive: true, force: true });
@@ -397,7 +469,9 @@ async function embeddedScenarios() {
     console.log(`Embedded database with ${conversations} conversations`);
     const pid = parley.pid!;
     await measure('embedded: list conversations', [{ server: 'parley', url, pid, requests: () => ({ path: '/api/conversations' }) }]);
-    await measure('embedded: get conversation', [{ server: 'parley', url, pid, requests: () => ({ path: `/api/conversations/${pick(ids)}` }) }]);
+    await measure('embedded: get conversation', [
+      { server: 'parley', url, pid, requests: () => ({ path: `/api/conversations/${pick(ids)}` }) },
+    ]);
     await measure('embedded: list call transcripts', [{ server: 'parley', url, pid, requests: () => ({ path: '/api/call_transcripts' }) }]);
   } finally {
     await stop(parley);
@@ -405,10 +479,13 @@ async function embeddedScenarios() {
 }
 
 function report() {
-  console.log('\n| scenario | conn | Parley req/s | p50 ms | p99 ms | errors | RSS MB | CPU us/req | Fastify baseline req/s | ratio | bare server req/s | ratio | bare CPU us/req |');
+  console.log(
+    '\n| scenario | conn | Parley req/s | p50 ms | p99 ms | errors | RSS MB | CPU us/req | Fastify baseline req/s | ratio | bare server req/s | ratio | bare CPU us/req |',
+  );
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   const checks: string[] = [];
-  const find = (server: string, row: Row) => rows.find((r) => r.server === server && r.scenario === row.scenario && r.connections === row.connections);
+  const find = (server: string, row: Row) =>
+    rows.find((r) => r.server === server && r.scenario === row.scenario && r.connections === row.connections);
   const ratioTo = (row: Row, other: Row | undefined) => (other && other.rps > 0 ? (row.rps / other.rps).toFixed(2) : other ? 'n/a' : '');
   const check = (row: Row, other: Row, name: string, target: number) => {
     const valid = other.rps > 0 && other.errors === 0;
@@ -425,13 +502,19 @@ function report() {
     // The issue's targets against the bare server: list and get >= 0.9 (beating it: > 1.0), create >= 0.85.
     if (bare && row.connections === 32) check(row, bare, 'bare server', row.scenario.startsWith('create') ? 0.85 : 0.9);
     if (row.connections === 32 && !row.scenario.startsWith('embedded')) {
-      checks.push(`${row.rps > 0 && row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`);
+      checks.push(
+        `${row.rps > 0 && row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`,
+      );
     }
   }
   // Whole-millisecond p50s hide a difference at one connection, so the mean (to 0.01 ms) is compared too.
   for (const connections of concurrencies) {
-    const first = rows.find((r) => r.server === 'parley' && r.scenario === 'list conversations, first page' && r.connections === connections);
-    const deep = rows.find((r) => r.server === 'parley' && r.scenario === 'list conversations, keyset page 10k' && r.connections === connections);
+    const first = rows.find(
+      (r) => r.server === 'parley' && r.scenario === 'list conversations, first page' && r.connections === connections,
+    );
+    const deep = rows.find(
+      (r) => r.server === 'parley' && r.scenario === 'list conversations, keyset page 10k' && r.connections === connections,
+    );
     if (!first || !deep) continue;
     const ok = deep.p50 <= 1.3 * Math.max(first.p50, 1) && deep.mean <= 1.3 * first.mean;
     checks.push(
@@ -448,7 +531,9 @@ function report() {
   const embeddedLoad = rows.filter((r) => r.server === 'parley' && r.scenario.startsWith('embedded:') && r.connections > 0);
   if (embeddedLoad.length) {
     const peak = Math.max(...embeddedLoad.map((r) => r.rssMb));
-    checks.push(`${peak <= 400 ? 'PASS' : 'FAIL'} embedded RSS under load ${peak} MB with ${args['embedded-conversations']} conversations (target <= 400)`);
+    checks.push(
+      `${peak <= 400 ? 'PASS' : 'FAIL'} embedded RSS under load ${peak} MB with ${args['embedded-conversations']} conversations (target <= 400)`,
+    );
   }
   const embedded = rows.filter((r) => r.scenario === 'embedded: list conversations');
   if (embedded.length) {
@@ -465,7 +550,10 @@ if (args.only !== 'events') {
   if (!args['no-embedded']) await embeddedScenarios();
   report();
   // The agent runtime's turn overhead (issue 12): in-process, its own database next to the generated one.
-  if (!args['no-agents']) console.log(`\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`);
+  if (!args['no-agents'])
+    console.log(
+      `\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`,
+    );
 }
 if (!args.only || args.only === 'events') {
   // Live events: throughput with the outbox, commit-to-stream latency with 100 streams, webhook deliveries/s.
@@ -473,4 +561,6 @@ if (!args.only || args.only === 'events') {
   const events = await eventsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_events'), { duration: Math.max(duration, 3) });
   console.log(eventsChecks(events).join('\n'));
 }
-console.log(`\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`);
+console.log(
+  `\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`,
+);

@@ -66,14 +66,27 @@ async function main() {
   await admin.end();
   const url = new URL(base);
   url.pathname = `/${name}`;
-  const config = loadConfig({ ...process.env, DATABASE_URL: url.toString(), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '1000000' });
+  const config = loadConfig({
+    ...process.env,
+    DATABASE_URL: url.toString(),
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    RATE_LIMIT_PER_MINUTE: '1000000',
+  });
   const app = await startApp(config);
   const records = app.services.records!;
   const results: string[] = [];
   try {
     // Tenant, an admin with a secret key for the API, and the SIP users.
     const org = await createOrganisation(records, { name: 'SIP bench' });
-    const user = await createUserInOrganisation(records, { organisationId: org.id, email: 'bench@sip.example', password: 'bench-password-1', fullName: 'Bench', role: 'admin' });
+    const user = await createUserInOrganisation(records, {
+      organisationId: org.id,
+      email: 'bench@sip.example',
+      password: 'bench-password-1',
+      fullName: 'Bench',
+      role: 'admin',
+    });
     const key = await createApiKey(records, { organisationId: org.id, userId: user.id, keyType: 'secret', name: 'bench' });
     const actor = systemActor(org.id, 'cli');
     const users = Number(args.users);
@@ -88,7 +101,12 @@ async function main() {
     fs.writeFileSync(path.join(work, 'users.csv'), `${csv.join('\n')}\n`);
 
     const port = await freeUdpPort();
-    const settings = loadSipSettings({ SIP_LISTEN: `udp:127.0.0.1:${port}`, SIP_DOMAIN: DOMAIN, SIP_FLOOD_REQUESTS: '0', SIP_CHILDREN: '4' });
+    const settings = loadSipSettings({
+      SIP_LISTEN: `udp:127.0.0.1:${port}`,
+      SIP_DOMAIN: DOMAIN,
+      SIP_FLOOD_REQUESTS: '0',
+      SIP_CHILDREN: '4',
+    });
     const edge = await startSipEdge({ settings, databaseUrl: config.databaseUrl, db: app.database.db, records });
     const target = `127.0.0.1:${port}`;
     try {
@@ -96,9 +114,32 @@ async function main() {
       for (const rate of args['register-rates']!.split(',').map(Number)) {
         const count = rate * Number(args['register-seconds']);
         const started = Date.now();
-        const run = await sipp([target, '-sf', path.join(SCENARIOS, 'register_csv.xml'), '-inf', 'users.csv', '-key', 'domain', DOMAIN,
-          '-i', '127.0.0.1', '-p', String(await freeUdpPort()), '-r', String(rate), '-m', String(count), '-l', String(rate * 2),
-          '-nostdin', '-timeout', '120s', '-timeout_error', '-recv_timeout', '5000']);
+        const run = await sipp([
+          target,
+          '-sf',
+          path.join(SCENARIOS, 'register_csv.xml'),
+          '-inf',
+          'users.csv',
+          '-key',
+          'domain',
+          DOMAIN,
+          '-i',
+          '127.0.0.1',
+          '-p',
+          String(await freeUdpPort()),
+          '-r',
+          String(rate),
+          '-m',
+          String(count),
+          '-l',
+          String(rate * 2),
+          '-nostdin',
+          '-timeout',
+          '120s',
+          '-timeout_error',
+          '-recv_timeout',
+          '5000',
+        ]);
         const seconds = (Date.now() - started) / 1000;
         const ok = stat(run.stdout, 'Successful call');
         const failed = stat(run.stdout, 'Failed call');
@@ -109,17 +150,75 @@ async function main() {
 
       // 2. Call setups with records written.
       const sinkPort = await freeUdpPort();
-      const reg = await sipp([target, '-sf', path.join(SCENARIOS, 'register.xml'), '-key', 'domain', DOMAIN, '-i', '127.0.0.1', '-p', String(sinkPort),
-        '-s', 'sink', '-au', 'sink', '-ap', 'sink-password-1', '-m', '1', '-nostdin', '-timeout', '10s', '-timeout_error']);
+      const reg = await sipp([
+        target,
+        '-sf',
+        path.join(SCENARIOS, 'register.xml'),
+        '-key',
+        'domain',
+        DOMAIN,
+        '-i',
+        '127.0.0.1',
+        '-p',
+        String(sinkPort),
+        '-s',
+        'sink',
+        '-au',
+        'sink',
+        '-ap',
+        'sink-password-1',
+        '-m',
+        '1',
+        '-nostdin',
+        '-timeout',
+        '10s',
+        '-timeout_error',
+      ]);
       if (reg.code !== 0) throw new Error('the answering phone could not register');
       const calls = Number(args.calls);
       const callRate = Number(args['call-rate']);
-      const sink = sipp(['-sf', path.join(SCENARIOS, 'callee_answer.xml'), '-i', '127.0.0.1', '-p', String(sinkPort), '-m', String(calls + Number(args['latency-calls'])), '-nostdin'], 900_000);
+      const sink = sipp(
+        [
+          '-sf',
+          path.join(SCENARIOS, 'callee_answer.xml'),
+          '-i',
+          '127.0.0.1',
+          '-p',
+          String(sinkPort),
+          '-m',
+          String(calls + Number(args['latency-calls'])),
+          '-nostdin',
+        ],
+        900_000,
+      );
       await new Promise((resolve) => setTimeout(resolve, 300));
       const before = await completedCount(app.database.db, org.id);
       const started = Date.now();
-      const run = await sipp([target, '-sf', path.join(SCENARIOS, 'caller_bench.xml'), '-inf', 'users.csv', '-key', 'domain', DOMAIN, '-s', 'sink',
-        '-i', '127.0.0.1', '-p', String(await freeUdpPort()), '-r', String(callRate), '-m', String(calls), '-d', '1000', '-nostdin', '-timeout', '300s']);
+      const run = await sipp([
+        target,
+        '-sf',
+        path.join(SCENARIOS, 'caller_bench.xml'),
+        '-inf',
+        'users.csv',
+        '-key',
+        'domain',
+        DOMAIN,
+        '-s',
+        'sink',
+        '-i',
+        '127.0.0.1',
+        '-p',
+        String(await freeUdpPort()),
+        '-r',
+        String(callRate),
+        '-m',
+        String(calls),
+        '-d',
+        '1000',
+        '-nostdin',
+        '-timeout',
+        '300s',
+      ]);
       const ok = stat(run.stdout, 'Successful call');
       let done = 0;
       for (let i = 0; i < 600 && done < ok; i++) {
@@ -136,12 +235,43 @@ async function main() {
       const latencies: number[] = [];
       for (let i = 0; i < Number(args['latency-calls']); i++) {
         const caller = `bench${String(i).padStart(5, '0')}`;
-        const placing = sipp([target, '-sf', path.join(SCENARIOS, 'caller_call.xml'), '-key', 'domain', DOMAIN, '-key', 'from', caller, '-s', 'sink',
-          '-au', caller, '-ap', `pw-${caller}-secret`, '-d', '300', '-i', '127.0.0.1', '-p', String(await freeUdpPort()), '-m', '1', '-nostdin', '-timeout', '20s']);
+        const placing = sipp([
+          target,
+          '-sf',
+          path.join(SCENARIOS, 'caller_call.xml'),
+          '-key',
+          'domain',
+          DOMAIN,
+          '-key',
+          'from',
+          caller,
+          '-s',
+          'sink',
+          '-au',
+          caller,
+          '-ap',
+          `pw-${caller}-secret`,
+          '-d',
+          '300',
+          '-i',
+          '127.0.0.1',
+          '-p',
+          String(await freeUdpPort()),
+          '-m',
+          '1',
+          '-nostdin',
+          '-timeout',
+          '20s',
+        ]);
         let id: string | undefined;
         while (!id) {
-          const rows = await app.database.db.selectFrom('calls').select(['id']).where('organisation_id', '=', org.id).where('from_number', '=', caller)
-            .where('status', 'in', ['initiated', 'ringing', 'in_progress']).execute();
+          const rows = await app.database.db
+            .selectFrom('calls')
+            .select(['id'])
+            .where('organisation_id', '=', org.id)
+            .where('from_number', '=', caller)
+            .where('status', 'in', ['initiated', 'ringing', 'in_progress'])
+            .execute();
           id = rows[0]?.id as string | undefined;
           if (!id) await new Promise((resolve) => setTimeout(resolve, 5));
         }
@@ -177,7 +307,12 @@ async function main() {
 }
 
 async function completedCount(db: import('../src/db/connection.js').Database, organisationId: string): Promise<number> {
-  const rows = await db.selectFrom('calls').select((eb) => eb.fn.countAll<number>().as('n')).where('organisation_id', '=', organisationId).where('status', '=', 'completed').execute();
+  const rows = await db
+    .selectFrom('calls')
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .where('organisation_id', '=', organisationId)
+    .where('status', '=', 'completed')
+    .execute();
   return Number(rows[0].n);
 }
 

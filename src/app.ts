@@ -54,7 +54,9 @@ export async function startApp(config: Config): Promise<RunningApp> {
     agents.logger = app.log as unknown as NonNullable<AgentRuntime['logger']>;
     agents.start();
   }
-  const webhooks = config.events.webhookWorker ? new WebhookWorker({ database, config, records: services.records!, logger: app.log }) : undefined;
+  const webhooks = config.events.webhookWorker
+    ? new WebhookWorker({ database, config, records: services.records!, logger: app.log })
+    : undefined;
   await webhooks?.start();
   const pruner = new EventPruner(database.db, config.events.retentionDays, app.log);
   pruner.start();

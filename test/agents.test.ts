@@ -37,8 +37,16 @@ const actor = () => systemActor(tenant.organisationId, 'test');
 
 function config(overrides: Partial<Config> = {}): Config {
   return {
-    ...t.config, agentPollMs: 20, agentLeaseMs: 5000, agentConcurrency: 8,
-    llmBaseUrl: model.url, llmApiKey: 'test-key', llmModel: 'test-model', llmMaxRetries: 1, llmTimeoutMs: 5000, ...overrides,
+    ...t.config,
+    agentPollMs: 20,
+    agentLeaseMs: 5000,
+    agentConcurrency: 8,
+    llmBaseUrl: model.url,
+    llmApiKey: 'test-key',
+    llmModel: 'test-model',
+    llmMaxRetries: 1,
+    llmTimeoutMs: 5000,
+    ...overrides,
   };
 }
 const noModel = () => config({ llmBaseUrl: undefined, llmApiKey: undefined });
@@ -65,7 +73,10 @@ async function newConversation(agentId: string, attributes: Record<string, unkno
 }
 
 async function say(conversationId: string, content: string, role = 'user') {
-  const response = await owner.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: conversationId, content, role }));
+  const response = await owner.post(
+    '/api/conversation_items',
+    resourceDocument('ConversationItem', { conversation_id: conversationId, content, role }),
+  );
   expect(response.status).toBe(201);
   return response.body.data;
 }
@@ -85,7 +96,10 @@ async function items(conversationId: string): Promise<StoredItem[]> {
   return rows;
 }
 async function conversationRow(id: string) {
-  const { rows } = await sql<{ status: string; metadata: Record<string, any> }>`SELECT status, metadata FROM conversations WHERE id = ${id}`.execute(t.db);
+  const { rows } = await sql<{
+    status: string;
+    metadata: Record<string, any>;
+  }>`SELECT status, metadata FROM conversations WHERE id = ${id}`.execute(t.db);
   return rows[0];
 }
 
@@ -147,17 +161,36 @@ describe('workflow validation', () => {
         '/data/attributes/workflow/steps/5/id',
       ].sort(),
     );
-    const notObject = await owner.patch(`/api/ai_agents/${agentId}`, resourceDocument('AiAgent', { workflow: { steps: 'none', extra: 1 } }, agentId));
+    const notObject = await owner.patch(
+      `/api/ai_agents/${agentId}`,
+      resourceDocument('AiAgent', { workflow: { steps: 'none', extra: 1 } }, agentId),
+    );
     expect(notObject.status).toBe(422);
     expect(pointers(notObject).sort()).toEqual(['/data/attributes/workflow/extra', '/data/attributes/workflow/steps']);
     const stored = await sql<{ workflow: unknown }>`SELECT workflow FROM ai_agents WHERE id = ${agentId}`.execute(t.db);
     expect(stored.rows[0].workflow).toEqual(DEMO_WORKFLOW);
-    const good = await owner.patch(`/api/ai_agents/${agentId}`, resourceDocument('AiAgent', { workflow: { steps: [{ type: 'model', max_turns: 2 }, { type: 'end', text: 'Bye', close: true }] } }, agentId));
+    const good = await owner.patch(
+      `/api/ai_agents/${agentId}`,
+      resourceDocument(
+        'AiAgent',
+        {
+          workflow: {
+            steps: [
+              { type: 'model', max_turns: 2 },
+              { type: 'end', text: 'Bye', close: true },
+            ],
+          },
+        },
+        agentId,
+      ),
+    );
     expect(good.status).toBe(200);
   });
 
   it('the records service refuses an invalid workflow on create too (command line, seed)', async () => {
-    await expect(records().create(actor(), 'AiAgent', { name: 'Bad', workflow: { steps: [{ type: 'question', text: 'Q?' }] } })).rejects.toMatchObject({
+    await expect(
+      records().create(actor(), 'AiAgent', { name: 'Bad', workflow: { steps: [{ type: 'question', text: 'Q?' }] } }),
+    ).rejects.toMatchObject({
       errors: [expect.objectContaining({ source: { pointer: '/data/attributes/workflow/steps/0/store_as' } })],
     });
   });
@@ -202,7 +235,10 @@ describe('scripted workflow with no model', () => {
     await say(conversationId, 'Hi');
     const runtime = new AgentRuntime({ db: t.db, services: t.services, config: noModel() });
     const result = await runtime.dryRun(conversationId);
-    expect(result).toMatchObject({ reply: { content: expect.stringContaining('What is your name?') }, state: { step: 2, awaiting: 'visitor_name' } });
+    expect(result).toMatchObject({
+      reply: { content: expect.stringContaining('What is your name?') },
+      state: { step: 2, awaiting: 'visitor_name' },
+    });
     expect(await items(conversationId)).toHaveLength(1);
     await records().update(actor(), 'Conversation', conversationId, { status: 'closed' });
   });
@@ -227,9 +263,11 @@ describe('model turns', () => {
     const agentId = await newAgent({ system_prompt: 'You are Ava.', tone: 'warm', languages: ['en', 'fr'] });
     const conversations = await Promise.all([1, 2, 3, 4].map(() => newConversation(agentId)));
     await withRuntime(config(), async () => {
-      await Promise.all(conversations.map(async (c, n) => {
-        for (let i = 0; i < 6; i++) await say(c, `message ${n}.${i}`);
-      }));
+      await Promise.all(
+        conversations.map(async (c, n) => {
+          for (let i = 0; i < 6; i++) await say(c, `message ${n}.${i}`);
+        }),
+      );
       await waitFor(async () => {
         for (const c of conversations) if ((await items(c)).filter((i) => i.role === 'assistant').length < 6) return false;
         return true;
@@ -241,7 +279,11 @@ describe('model turns', () => {
       expectOneReplyEach(list);
       const reply = list.find((i) => i.role === 'assistant')!;
       expect(reply.modality).toBe('text');
-      expect(reply.metadata).toMatchObject({ source: 'model', model: 'test-model', usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } });
+      expect(reply.metadata).toMatchObject({
+        source: 'model',
+        model: 'test-model',
+        usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 },
+      });
       expect(reply.metadata.latency_ms).toBeGreaterThanOrEqual(0);
     }
     const request = model.requests.find((r) => r.body.messages.some((m) => m.content === 'message 0.0'))!;
@@ -256,12 +298,21 @@ describe('model turns', () => {
     const agentId = await newAgent();
     const conversationId = await newConversation(agentId);
     for (let i = 0; i < 10; i++) {
-      await records().create(actor(), 'ConversationItem', { conversation_id: conversationId, role: i % 2 ? 'assistant' : 'user', content: `${i} ${'x'.repeat(400)}` });
+      await records().create(actor(), 'ConversationItem', {
+        conversation_id: conversationId,
+        role: i % 2 ? 'assistant' : 'user',
+        content: `${i} ${'x'.repeat(400)}`,
+      });
     }
-    await sql`INSERT INTO agent_turns (conversation_id, organisation_id, last_handled_index) VALUES (${conversationId}, ${tenant.organisationId}, 9)`.execute(t.db);
+    await sql`INSERT INTO agent_turns (conversation_id, organisation_id, last_handled_index) VALUES (${conversationId}, ${tenant.organisationId}, 9)`.execute(
+      t.db,
+    );
     const seen = model.requests.length;
     await withRuntime(config({ llmHistoryTokens: 350 }), async () => {
-      const response = await owner.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: conversationId, content: 'spoken', role: 'user', modality: 'audio' }));
+      const response = await owner.post(
+        '/api/conversation_items',
+        resourceDocument('ConversationItem', { conversation_id: conversationId, content: 'spoken', role: 'user', modality: 'audio' }),
+      );
       expect(response.status).toBe(201);
       await waitFor(async () => (await items(conversationId)).length === 12, 'the reply');
     });
@@ -293,8 +344,12 @@ describe('model turns', () => {
     });
     const list = await items(conversationId);
     expect(list.map((i) => [i.role, i.content])).toEqual([
-      ['user', 'first'], ['assistant', 'You said: first'], ['operator', 'I will take this one'], ['user', 'to the human'],
-      ['user', 'back to the agent'], ['assistant', 'You said: back to the agent'],
+      ['user', 'first'],
+      ['assistant', 'You said: first'],
+      ['operator', 'I will take this one'],
+      ['user', 'to the human'],
+      ['user', 'back to the agent'],
+      ['assistant', 'You said: back to the agent'],
     ]);
   });
 
@@ -313,7 +368,12 @@ describe('model turns', () => {
 });
 
 describe('guardrails', () => {
-  const rules = ['# card data never goes through the agent', 'block: card number', '/\\b\\d{4}-\\d{4}-\\d{4}-\\d{4}\\b/', 'Never ask for card numbers.'].join('\n');
+  const rules = [
+    '# card data never goes through the agent',
+    'block: card number',
+    '/\\b\\d{4}-\\d{4}-\\d{4}-\\d{4}\\b/',
+    'Never ask for card numbers.',
+  ].join('\n');
 
   it('a blocked input gets a refusal without reaching the model; a blocked output is refused; instructions reach the prompt', async () => {
     const agentId = await newAgent({ safety_guardrails: rules });
@@ -328,8 +388,14 @@ describe('guardrails', () => {
       await waitFor(async () => (await items(conversationId)).length === 4, 'output refusal');
     });
     const list = await items(conversationId);
-    expect(list[1]).toMatchObject({ role: 'assistant', metadata: { source: 'guardrail', guardrail: { rule: 'block: card number', stage: 'input' } } });
-    expect(list[3]).toMatchObject({ role: 'assistant', metadata: { guardrail: { rule: '/\\b\\d{4}-\\d{4}-\\d{4}-\\d{4}\\b/', stage: 'output' }, model: 'test-model' } });
+    expect(list[1]).toMatchObject({
+      role: 'assistant',
+      metadata: { source: 'guardrail', guardrail: { rule: 'block: card number', stage: 'input' } },
+    });
+    expect(list[3]).toMatchObject({
+      role: 'assistant',
+      metadata: { guardrail: { rule: '/\\b\\d{4}-\\d{4}-\\d{4}-\\d{4}\\b/', stage: 'output' }, model: 'test-model' },
+    });
     expect(list[3].content).not.toContain('4111');
     expect(model.requests[seen].body.messages[0].content).toContain('Never ask for card numbers.');
   });
@@ -417,8 +483,14 @@ describe('claims', () => {
     });
     await a.stop();
     const list = await items(conversationId);
-    expect(list.map((i) => [i.role, i.content])).toEqual([['user', 'hello'], ['assistant', 'You said: hello']]);
-    const turn = await sql<{ attempts: number; lease_token: string | null }>`SELECT attempts, lease_token FROM agent_turns WHERE conversation_id = ${conversationId}`.execute(t.db);
+    expect(list.map((i) => [i.role, i.content])).toEqual([
+      ['user', 'hello'],
+      ['assistant', 'You said: hello'],
+    ]);
+    const turn = await sql<{
+      attempts: number;
+      lease_token: string | null;
+    }>`SELECT attempts, lease_token FROM agent_turns WHERE conversation_id = ${conversationId}`.execute(t.db);
     expect(turn.rows[0]).toMatchObject({ attempts: 0, lease_token: null });
   });
 
@@ -433,9 +505,11 @@ describe('claims', () => {
     a.start();
     b.start();
     try {
-      await Promise.all(conversations.map(async (c, n) => {
-        for (let i = 0; i < 5; i++) await say(c, `burst ${n}.${i}`);
-      }));
+      await Promise.all(
+        conversations.map(async (c, n) => {
+          for (let i = 0; i < 5; i++) await say(c, `burst ${n}.${i}`);
+        }),
+      );
       await waitFor(async () => {
         for (const c of conversations) if ((await items(c)).filter((i) => i.role === 'assistant').length < 5) return false;
         return true;
@@ -453,34 +527,55 @@ describe('claims', () => {
 });
 
 describe('inside serve', () => {
-  it.skipIf(!!process.env.DATABASE_URL)('the demo agent answers over HTTP with no model (the README walk-through)', async () => {
-    const { startApp } = await import('../src/app.js');
-    const { loadConfig } = await import('../src/config/index.js');
-    const running = await startApp(loadConfig({ DATA_DIR: 'memory://', PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent' } as NodeJS.ProcessEnv));
-    try {
-      const api = async (method: string, path: string, token: string, body?: unknown) => {
-        const response = await fetch(`${running.url}${path}`, {
-          method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/vnd.api+json' }, body: body === undefined ? undefined : JSON.stringify(body),
+  it.skipIf(!!process.env.DATABASE_URL)(
+    'the demo agent answers over HTTP with no model (the README walk-through)',
+    async () => {
+      const { startApp } = await import('../src/app.js');
+      const { loadConfig } = await import('../src/config/index.js');
+      const running = await startApp(
+        loadConfig({ DATA_DIR: 'memory://', PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent' } as NodeJS.ProcessEnv),
+      );
+      try {
+        const api = async (method: string, path: string, token: string, body?: unknown) => {
+          const response = await fetch(`${running.url}${path}`, {
+            method,
+            headers: { authorization: `Bearer ${token}`, 'content-type': 'application/vnd.api+json' },
+            body: body === undefined ? undefined : JSON.stringify(body),
+          });
+          // eslint-disable-next-line @typescript-eslint/no-explicit-any
+          return { status: response.status, body: (await response.json()) as any };
+        };
+        const user = running.demo!.users[0];
+        const login = await api(
+          'POST',
+          '/api/users/login',
+          running.demo!.publishable_key,
+          resourceDocument('User', { email: user.email, password: user.password }),
+        );
+        const token = login.body.meta.token;
+        const listed = await api('GET', '/api/conversations?filter%5Bstatus%5D=active', token);
+        const agentId = listed.body.data[0].attributes.ai_agent_id;
+        const created = await api('POST', '/api/conversations', token, resourceDocument('Conversation', { ai_agent_id: agentId }));
+        const id = created.body.data.id;
+        await api(
+          'POST',
+          '/api/conversation_items',
+          token,
+          resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content: 'Hello' }),
+        );
+        const replied = await waitFor(async () => {
+          const page = await api('GET', `/api/conversations?filter%5Bid%5D=${id}&include=conversation_items`, token);
+          return page.body.included.length === 2 && page.body;
+        }, 'the demo agent reply');
+        expectJsonApi(replied);
+        expect(replied.included[1].attributes).toMatchObject({
+          role: 'assistant',
+          content: `${DEMO_WORKFLOW.steps[0].text}\n\n${DEMO_WORKFLOW.steps[1].text}`,
         });
-        // eslint-disable-next-line @typescript-eslint/no-explicit-any
-        return { status: response.status, body: (await response.json()) as any };
-      };
-      const user = running.demo!.users[0];
-      const login = await api('POST', '/api/users/login', running.demo!.publishable_key, resourceDocument('User', { email: user.email, password: user.password }));
-      const token = login.body.meta.token;
-      const listed = await api('GET', '/api/conversations?filter%5Bstatus%5D=active', token);
-      const agentId = listed.body.data[0].attributes.ai_agent_id;
-      const created = await api('POST', '/api/conversations', token, resourceDocument('Conversation', { ai_agent_id: agentId }));
-      const id = created.body.data.id;
-      await api('POST', '/api/conversation_items', token, resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content: 'Hello' }));
-      const replied = await waitFor(async () => {
-        const page = await api('GET', `/api/conversations?filter%5Bid%5D=${id}&include=conversation_items`, token);
-        return page.body.included.length === 2 && page.body;
-      }, 'the demo agent reply');
-      expectJsonApi(replied);
-      expect(replied.included[1].attributes).toMatchObject({ role: 'assistant', content: `${DEMO_WORKFLOW.steps[0].text}\n\n${DEMO_WORKFLOW.steps[1].text}` });
-    } finally {
-      await running.close();
-    }
-  }, 120_000);
+      } finally {
+        await running.close();
+      }
+    },
+    120_000,
+  );
 });

@@ -12,8 +12,18 @@ let operator: Client;
 let stranger: Client;
 
 const LISTS = [
-  '/api/api_keys', '/api/conversations', '/api/sip_users', '/api/operator_status_events', '/api/call_participants', '/api/call_transcripts',
-  '/api/ai_agents', '/api/gateways', '/api/operator_statuses', '/api/calls', '/api/users', '/api/organisations',
+  '/api/api_keys',
+  '/api/conversations',
+  '/api/sip_users',
+  '/api/operator_status_events',
+  '/api/call_participants',
+  '/api/call_transcripts',
+  '/api/ai_agents',
+  '/api/gateways',
+  '/api/operator_statuses',
+  '/api/calls',
+  '/api/users',
+  '/api/organisations',
 ];
 
 beforeAll(async () => {
@@ -25,8 +35,12 @@ beforeAll(async () => {
   stranger = client(t.app, other.admin.token);
   // Give the first organisation one record of every kind.
   const conversation = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
-  await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { content: 'x', role: 'user', conversation_id: conversation }));
-  const sipUser = (await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'mine.1', user_id: tenant.operator.id }))).body.data.id;
+  await admin.post(
+    '/api/conversation_items',
+    resourceDocument('ConversationItem', { content: 'x', role: 'user', conversation_id: conversation }),
+  );
+  const sipUser = (await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'mine.1', user_id: tenant.operator.id })))
+    .body.data.id;
   await operator.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: sipUser, status: 'available' }));
   const call = await insertCall(t.db, tenant.organisationId, { conversation_id: conversation });
   await insertParticipant(t.db, tenant.organisationId, call);
@@ -91,7 +105,17 @@ describe('API keys', () => {
     expect(text).not.toContain(tenant.publishableKey);
     expect(text).not.toMatch(/token_hash|password_hash|argon|scrypt/);
     for (const key of response.body.data) {
-      expect(Object.keys(key.attributes).sort()).toEqual(['created_at', 'expires_at', 'key_type', 'name', 'organisation_id', 'revoked_at', 'token', 'updated_at', 'user_id']);
+      expect(Object.keys(key.attributes).sort()).toEqual([
+        'created_at',
+        'expires_at',
+        'key_type',
+        'name',
+        'organisation_id',
+        'revoked_at',
+        'token',
+        'updated_at',
+        'user_id',
+      ]);
       expect(key.attributes.token).toBeNull();
     }
     // The users included carry no password: a generated one is shown only in the response that creates the user.
@@ -110,22 +134,42 @@ describe('API keys', () => {
 });
 
 describe('writes across organisations', () => {
-  it('never reach another organisation\'s records: 404 for ids, 422 for references', async () => {
+  it("never reach another organisation's records: 404 for ids, 422 for references", async () => {
     const agent = (await admin.post('/api/ai_agents', resourceDocument('AiAgent', { name: 'Guarded' }))).body.data.id;
-    const gateway = (await admin.post('/api/gateways', resourceDocument('Gateway', { realm: 'guarded.example.com', username: 'g' }))).body.data.id;
+    const gateway = (await admin.post('/api/gateways', resourceDocument('Gateway', { realm: 'guarded.example.com', username: 'g' }))).body
+      .data.id;
     const sipUser = (await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'guarded.1' }))).body.data.id;
     const key = (await admin.get('/api/api_keys')).body.data[0].id;
-    for (const url of [`/api/ai_agents/${agent}`, `/api/gateways/${gateway}`, `/api/sip_users/${sipUser}`, `/api/api_keys/${key}`, `/api/users/${tenant.operator.id}`]) {
+    for (const url of [
+      `/api/ai_agents/${agent}`,
+      `/api/gateways/${gateway}`,
+      `/api/sip_users/${sipUser}`,
+      `/api/api_keys/${key}`,
+      `/api/users/${tenant.operator.id}`,
+    ]) {
       expect((await stranger.request('DELETE', url)).status, url).toBe(404);
       expect((await stranger.get(url)).status, url).toBe(404);
     }
-    expect((await stranger.patch(`/api/users/${tenant.operator.id}`, resourceDocument('User', { role: 'admin' }, tenant.operator.id))).status).toBe(404);
-    expect((await stranger.patch(`/api/api_keys/${key}`, resourceDocument('ApiKey', { revoked_at: new Date().toISOString() }, key))).status).toBe(404);
-    const foreignKey = await stranger.post('/api/api_keys', resourceDocument('ApiKey', { name: 'x', key_type: 'secret', user_id: tenant.operator.id }));
+    expect(
+      (await stranger.patch(`/api/users/${tenant.operator.id}`, resourceDocument('User', { role: 'admin' }, tenant.operator.id))).status,
+    ).toBe(404);
+    expect(
+      (await stranger.patch(`/api/api_keys/${key}`, resourceDocument('ApiKey', { revoked_at: new Date().toISOString() }, key))).status,
+    ).toBe(404);
+    const foreignKey = await stranger.post(
+      '/api/api_keys',
+      resourceDocument('ApiKey', { name: 'x', key_type: 'secret', user_id: tenant.operator.id }),
+    );
     expect(foreignKey.status).toBe(422);
     expect(foreignKey.body.errors[0].source.pointer).toBe('/data/attributes/user_id');
     // Every record above is still there.
-    for (const url of [`/api/ai_agents/${agent}`, `/api/gateways/${gateway}`, `/api/sip_users/${sipUser}`, `/api/api_keys/${key}`, `/api/users/${tenant.operator.id}`]) {
+    for (const url of [
+      `/api/ai_agents/${agent}`,
+      `/api/gateways/${gateway}`,
+      `/api/sip_users/${sipUser}`,
+      `/api/api_keys/${key}`,
+      `/api/users/${tenant.operator.id}`,
+    ]) {
       expect((await admin.get(url)).status, url).toBe(200);
     }
     expect((await admin.get(`/api/users/${tenant.operator.id}`)).body.data.attributes.role).toBe('operator');

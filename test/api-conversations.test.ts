@@ -98,7 +98,10 @@ describe('PATCH /api/conversations/:id', () => {
       resourceDocument('Conversation', { mode: 'voice', metadata: { a: 1 }, ai_agent_id: agentId }, created.id),
     );
     expect(response.body.data.attributes).toMatchObject({ mode: 'voice', metadata: { a: 1 }, ai_agent_id: agentId });
-    const cleared = await owner.patch(`/api/conversations/${created.id}`, resourceDocument('Conversation', { ai_agent_id: null }, created.id));
+    const cleared = await owner.patch(
+      `/api/conversations/${created.id}`,
+      resourceDocument('Conversation', { ai_agent_id: null }, created.id),
+    );
     expect(cleared.body.data.attributes.ai_agent_id).toBeNull();
   });
 
@@ -107,7 +110,10 @@ describe('PATCH /api/conversations/:id', () => {
     const channel = await owner.patch(`/api/conversations/${created.id}`, resourceDocument('Conversation', { channel: 'sms' }, created.id));
     expect(channel.status).toBe(422);
     expect(errorCodes(channel)).toEqual(['unknown_attribute']);
-    const mismatch = await owner.patch(`/api/conversations/${created.id}`, resourceDocument('Conversation', {}, '0190a000-0000-7000-8000-000000000000'));
+    const mismatch = await owner.patch(
+      `/api/conversations/${created.id}`,
+      resourceDocument('Conversation', {}, '0190a000-0000-7000-8000-000000000000'),
+    );
     expect(mismatch.status).toBe(409);
     const missingId = await owner.patch(`/api/conversations/${created.id}`, { data: { type: 'Conversation', attributes: {} } });
     expect(missingId.status).toBe(400);
@@ -116,7 +122,10 @@ describe('PATCH /api/conversations/:id', () => {
 
   it('hides other organisations\u2019 conversations: 404, never 403', async () => {
     const created = (await owner.post('/api/conversations', conversation())).body.data;
-    const response = await stranger.patch(`/api/conversations/${created.id}`, resourceDocument('Conversation', { status: 'closed' }, created.id));
+    const response = await stranger.patch(
+      `/api/conversations/${created.id}`,
+      resourceDocument('Conversation', { status: 'closed' }, created.id),
+    );
     expect(response.status).toBe(404);
     const list = await stranger.get(`/api/conversations?filter[id]=${created.id}`);
     expect(list.body.data).toEqual([]);
@@ -172,7 +181,13 @@ describe('GET /api/conversations', () => {
 
   it('sorts with every prefix and id as the tie-break', async () => {
     const byChannel = await owner.get('/api/conversations?sort=channel,-mode');
-    expect(byChannel.body.data.map((r: { attributes: { channel: string } }) => r.attributes.channel)).toEqual(['chat', 'chat', 'sms', 'sms', 'voice']);
+    expect(byChannel.body.data.map((r: { attributes: { channel: string } }) => r.attributes.channel)).toEqual([
+      'chat',
+      'chat',
+      'sms',
+      'sms',
+      'voice',
+    ]);
     const descending = await owner.get('/api/conversations?sort=-id');
     expect(descending.body.data.map((r: { id: string }) => r.id)).toEqual([...ids].reverse());
     for (const prefix of ['+', '%2B', '++', '--', '-']) {
@@ -207,7 +222,13 @@ describe('GET /api/conversations', () => {
     expect(Object.keys(sparse.body.data[0].relationships)).toEqual(['organisation']);
     const bad = await owner.get('/api/conversations?sort=colour&filter[mode][like]=x&page[limit]=0&include=organisation.users&bogus=1');
     expect(bad.status).toBe(400);
-    expect(errorCodes(bad).sort()).toEqual(['invalid_filter', 'invalid_includes', 'invalid_pagination', 'invalid_sort', 'unknown_parameter']);
+    expect(errorCodes(bad).sort()).toEqual([
+      'invalid_filter',
+      'invalid_includes',
+      'invalid_pagination',
+      'invalid_sort',
+      'unknown_parameter',
+    ]);
     for (const error of bad.body.errors) expect(error.source.parameter).toBeTruthy();
   });
 

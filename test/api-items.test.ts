@@ -75,7 +75,7 @@ describe('POST /api/conversation_items', () => {
     expect((await api.post('/api/conversation_items', item(conversationId, { content: '\u{1F600}'.repeat(8192) }))).status).toBe(201);
   });
 
-  it('lets no client request use up a conversation\'s numbering: a given content_index is at most the next plus 1000', async () => {
+  it("lets no client request use up a conversation's numbering: a given content_index is at most the next plus 1000", async () => {
     const conversationId = await newConversation();
     const exhausting = await api.post('/api/conversation_items', item(conversationId, { content_index: 2_147_483_646 }));
     expect(exhausting.status).toBe(422);
@@ -174,7 +174,9 @@ describe('POST /api/conversation_items', () => {
   it('includes items in content order on the conversation', async () => {
     const conversationId = await newConversation();
     for (const content of ['a', 'b', 'c']) await api.post('/api/conversation_items', item(conversationId, { content }));
-    const response = await api.get(`/api/conversations?filter[id]=${conversationId}&include=conversation_items&fields[ConversationItem]=content`);
+    const response = await api.get(
+      `/api/conversations?filter[id]=${conversationId}&include=conversation_items&fields[ConversationItem]=content`,
+    );
     expect(response.body.included.map((r: { attributes: { content: string } }) => r.attributes.content)).toEqual(['a', 'b', 'c']);
   });
 });

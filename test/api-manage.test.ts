@@ -32,11 +32,17 @@ const login = async (email: string, password: string) => publishable.post('/api/
 describe('every type is readable at its links.self', () => {
   it('answers GET on the self link of a record of each of the 13 types', async () => {
     const conversation = (await admin.post('/api/conversations', doc('Conversation', {}))).body.data;
-    const item = (await admin.post('/api/conversation_items', doc('ConversationItem', { content: 'hi', role: 'user', conversation_id: conversation.id }))).body.data;
+    const item = (
+      await admin.post(
+        '/api/conversation_items',
+        doc('ConversationItem', { content: 'hi', role: 'user', conversation_id: conversation.id }),
+      )
+    ).body.data;
     const agent = (await admin.post('/api/ai_agents', doc('AiAgent', { name: 'Self agent' }))).body.data;
     const gateway = (await admin.post('/api/gateways', doc('Gateway', { realm: 'self.example.com', username: 'self' }))).body.data;
     const sipUser = (await admin.post('/api/sip_users', doc('SipUser', { sip_username: 'self.one' }))).body.data;
-    const status = (await admin.post('/api/operator_statuses', doc('OperatorStatus', { sip_user_id: sipUser.id, status: 'away' }))).body.data;
+    const status = (await admin.post('/api/operator_statuses', doc('OperatorStatus', { sip_user_id: sipUser.id, status: 'away' }))).body
+      .data;
     const event = (await admin.get(`/api/operator_status_events?filter[sip_user_id]=${sipUser.id}`)).body.data[0];
     const call = await insertCall(t.db, tenant.organisationId);
     const participant = await insertParticipant(t.db, tenant.organisationId, call);
@@ -44,7 +50,16 @@ describe('every type is readable at its links.self', () => {
     const key = (await admin.get('/api/api_keys')).body.data[0];
     const me = (await admin.get('/api/users/me?include=organisation')).body;
     const records = [
-      conversation, item, agent, gateway, sipUser, status, event, key, me.data, me.included[0],
+      conversation,
+      item,
+      agent,
+      gateway,
+      sipUser,
+      status,
+      event,
+      key,
+      me.data,
+      me.included[0],
       (await admin.get(`/api/calls/${call}`)).body.data,
       (await admin.get(`/api/call_participants?filter[id]=${participant}`)).body.data[0],
       (await admin.get(`/api/call_transcripts?filter[id]=${transcript}`)).body.data[0],
@@ -64,7 +79,10 @@ describe('every type is readable at its links.self', () => {
 describe('AI agents', () => {
   it('are created, listed, read and deleted by owners and admins; operators read them', async () => {
     expect((await operator.post('/api/ai_agents', doc('AiAgent', { name: 'Nope' }))).status).toBe(403);
-    const created = await admin.post('/api/ai_agents', doc('AiAgent', { name: 'Helper', languages: ['en', 'de'], workflow: { steps: [{ type: 'message', text: 'Hello' }] } }));
+    const created = await admin.post(
+      '/api/ai_agents',
+      doc('AiAgent', { name: 'Helper', languages: ['en', 'de'], workflow: { steps: [{ type: 'message', text: 'Hello' }] } }),
+    );
     expect(created.status).toBe(201);
     expect(created.headers.location).toBe(created.body.data.links.self);
     expect(created.body.data.attributes).toMatchObject({ name: 'Helper', published: false, languages: ['en', 'de'] });
@@ -95,7 +113,9 @@ describe('AI agents', () => {
 
 describe('gateways', () => {
   it('are listed, read and deleted by owners and admins only', async () => {
-    const gateway = (await admin.post('/api/gateways', doc('Gateway', { realm: 'trunk.example.com', username: 'acct', password: 'trunk-secret-1' }))).body.data.id;
+    const gateway = (
+      await admin.post('/api/gateways', doc('Gateway', { realm: 'trunk.example.com', username: 'acct', password: 'trunk-secret-1' }))
+    ).body.data.id;
     const listed = await admin.get('/api/gateways?filter[realm]=trunk.example.com');
     expect(listed.body.data.map((g: { id: string }) => g.id)).toEqual([gateway]);
     expect(JSON.stringify(listed.body)).not.toContain('trunk-secret-1');
@@ -125,7 +145,8 @@ describe('SIP users and operator statuses', () => {
 
   it('deletes a SIP user with its status and status history, and says exactly how many', async () => {
     const sipUser = (await admin.post('/api/sip_users', doc('SipUser', { sip_username: 'going.away' }))).body.data.id;
-    for (const status of ['available', 'busy', 'busy', 'away']) await admin.post('/api/operator_statuses', doc('OperatorStatus', { sip_user_id: sipUser, status }));
+    for (const status of ['available', 'busy', 'busy', 'away'])
+      await admin.post('/api/operator_statuses', doc('OperatorStatus', { sip_user_id: sipUser, status }));
     expect((await operator.delete(`/api/sip_users/${sipUser}`)).status).toBe(404);
     const removed = await admin.delete(`/api/sip_users/${sipUser}`);
     expect(removed.status).toBe(200);
@@ -136,7 +157,7 @@ describe('SIP users and operator statuses', () => {
 });
 
 describe('calls', () => {
-  it('are listed with filters on status, time and a participant\'s SIP user', async () => {
+  it("are listed with filters on status, time and a participant's SIP user", async () => {
     const sipUser = (await admin.post('/api/sip_users', doc('SipUser', { sip_username: 'caller.one' }))).body.data.id;
     const early = await insertCall(t.db, tenant.organisationId, { status: 'completed', started_at: new Date('2026-03-01T10:00:00Z') });
     const late = await insertCall(t.db, tenant.organisationId, { status: 'completed', started_at: new Date('2026-03-02T10:00:00Z') });
@@ -159,8 +180,13 @@ describe('API keys', () => {
   it('are issued by owners and admins with the token once, and refused at once when revoked', async () => {
     expect((await operator.post('/api/api_keys', doc('ApiKey', { name: 'mine', key_type: 'secret' }))).status).toBe(403);
     // An admin may not issue a key that would act as an owner.
-    expect((await admin.post('/api/api_keys', doc('ApiKey', { name: 'x', key_type: 'secret', user_id: tenant.owner.id }))).status).toBe(403);
-    const created = await admin.post('/api/api_keys', doc('ApiKey', { name: 'for the operator', key_type: 'secret', user_id: tenant.operator.id }));
+    expect((await admin.post('/api/api_keys', doc('ApiKey', { name: 'x', key_type: 'secret', user_id: tenant.owner.id }))).status).toBe(
+      403,
+    );
+    const created = await admin.post(
+      '/api/api_keys',
+      doc('ApiKey', { name: 'for the operator', key_type: 'secret', user_id: tenant.operator.id }),
+    );
     expect(created.status).toBe(201);
     const { token } = created.body.data.attributes;
     expect(token).toMatch(/^ey/);
@@ -170,26 +196,40 @@ describe('API keys', () => {
     const asKey = client(t.app, token);
     expect((await asKey.get('/api/users/me')).body.data.id).toBe(tenant.operator.id);
 
-    const revoked = await operator.patch(`/api/api_keys/${created.body.data.id}`, doc('ApiKey', { revoked_at: new Date().toISOString() }, created.body.data.id));
+    const revoked = await operator.patch(
+      `/api/api_keys/${created.body.data.id}`,
+      doc('ApiKey', { revoked_at: new Date().toISOString() }, created.body.data.id),
+    );
     expect(revoked.status).toBe(200);
     const revokedAt = revoked.body.data.attributes.revoked_at;
     expect(revokedAt).toMatch(/Z$/);
     expect((await asKey.get('/api/users/me')).status).toBe(401);
     // Revocation is final, and repeating it keeps the first time.
-    const again = await admin.patch(`/api/api_keys/${created.body.data.id}`, doc('ApiKey', { revoked_at: '2020-01-01T00:00:00Z' }, created.body.data.id));
+    const again = await admin.patch(
+      `/api/api_keys/${created.body.data.id}`,
+      doc('ApiKey', { revoked_at: '2020-01-01T00:00:00Z' }, created.body.data.id),
+    );
     expect(again.body.data.attributes.revoked_at).toBe(revokedAt);
     const undo = await admin.patch(`/api/api_keys/${created.body.data.id}`, doc('ApiKey', { revoked_at: null }, created.body.data.id));
     expect(undo.status).toBe(422);
     expect(errorCodes(undo)).toEqual(['invalid_transition']);
     const future = await admin.post('/api/api_keys', doc('ApiKey', { name: 'later', key_type: 'publishable' }));
-    const scheduled = await admin.patch(`/api/api_keys/${future.body.data.id}`, doc('ApiKey', { revoked_at: '2999-01-01T00:00:00Z' }, future.body.data.id));
+    const scheduled = await admin.patch(
+      `/api/api_keys/${future.body.data.id}`,
+      doc('ApiKey', { revoked_at: '2999-01-01T00:00:00Z' }, future.body.data.id),
+    );
     expect(scheduled.status).toBe(422);
     expect(pointers(scheduled)).toEqual(['/data/attributes/revoked_at']);
-    expect((await admin.get('/api/api_keys?filter[revoked_at][is_nil]=false')).body.data.map((k: { id: string }) => k.id)).toContain(created.body.data.id);
+    expect((await admin.get('/api/api_keys?filter[revoked_at][is_nil]=false')).body.data.map((k: { id: string }) => k.id)).toContain(
+      created.body.data.id,
+    );
   });
 
   it('are deleted by their owner or an admin, and stop working at once', async () => {
-    const created = await admin.post('/api/api_keys', doc('ApiKey', { name: 'short-lived', key_type: 'secret', user_id: tenant.operator.id }));
+    const created = await admin.post(
+      '/api/api_keys',
+      doc('ApiKey', { name: 'short-lived', key_type: 'secret', user_id: tenant.operator.id }),
+    );
     const asKey = client(t.app, created.body.data.attributes.token);
     expect((await asKey.get('/api/conversations')).status).toBe(200);
     const adminsOwn = (await admin.post('/api/api_keys', doc('ApiKey', { name: 'admin own', key_type: 'secret' }))).body.data.id;
@@ -202,7 +242,7 @@ describe('API keys', () => {
 });
 
 describe('users and memberships', () => {
-  it('lists the organisation\'s members with their roles, and the caller\'s own record', async () => {
+  it("lists the organisation's members with their roles, and the caller's own record", async () => {
     const members = await operator.get('/api/users?sort=email&page[count]=true');
     expect(members.body.meta.page.total).toBe(3);
     const roles = Object.fromEntries(members.body.data.map((u: { id: string; attributes: { role: string } }) => [u.id, u.attributes.role]));
@@ -212,13 +252,18 @@ describe('users and memberships', () => {
     expect(me.body.data).toMatchObject({ id: tenant.operator.id, attributes: { email: tenant.operator.email, role: 'operator' } });
     expect(me.body.data.attributes).not.toHaveProperty('password');
     expect((await operator.get(`/api/users/${other.owner.id}`)).status).toBe(404);
-    expect((await client(t.app, other.admin.token).get('/api/users')).body.data.map((u: { id: string }) => u.id)).not.toContain(tenant.owner.id);
+    expect((await client(t.app, other.admin.token).get('/api/users')).body.data.map((u: { id: string }) => u.id)).not.toContain(
+      tenant.owner.id,
+    );
   });
 
   it('adds a new member with a password shown once, or an existing user by e-mail', async () => {
     expect((await operator.post('/api/users', doc('User', { email: 'x@manage.example', role: 'operator' }))).status).toBe(403);
     expect((await admin.post('/api/users', doc('User', { email: 'boss@manage.example', role: 'owner' }))).status).toBe(403);
-    const created = await admin.post('/api/users', doc('User', { email: 'New.Member@manage.example', full_name: 'New Member', role: 'operator' }));
+    const created = await admin.post(
+      '/api/users',
+      doc('User', { email: 'New.Member@manage.example', full_name: 'New Member', role: 'operator' }),
+    );
     expect(created.status).toBe(201);
     const initial = created.body.data.attributes.initial_password;
     expect(initial).toMatch(/^[A-Za-z0-9_-]{16}$/);
@@ -229,7 +274,10 @@ describe('users and memberships', () => {
     expect(pointers(duplicate)).toEqual(['/data/attributes/email']);
 
     // A user of another organisation joins with their own password; nobody sets it for them.
-    const withPassword = await admin.post('/api/users', doc('User', { email: other.operator.email, role: 'operator', password: 'not-theirs-123' }));
+    const withPassword = await admin.post(
+      '/api/users',
+      doc('User', { email: other.operator.email, role: 'operator', password: 'not-theirs-123' }),
+    );
     expect(withPassword.status).toBe(409);
     const joined = await admin.post('/api/users', doc('User', { email: other.operator.email, role: 'admin' }));
     expect(joined.status).toBe(201);
@@ -240,8 +288,11 @@ describe('users and memberships', () => {
   });
 
   it('changes roles (owners only for owners) and never leaves the organisation without an owner', async () => {
-    const member = (await admin.post('/api/users', doc('User', { email: 'climber@manage.example', role: 'operator', password: 'climber-pass-1' }))).body.data.id;
-    const patch = (as: Client, id: string, attributes: Record<string, unknown>) => as.patch(`/api/users/${id}`, doc('User', attributes, id));
+    const member = (
+      await admin.post('/api/users', doc('User', { email: 'climber@manage.example', role: 'operator', password: 'climber-pass-1' }))
+    ).body.data.id;
+    const patch = (as: Client, id: string, attributes: Record<string, unknown>) =>
+      as.patch(`/api/users/${id}`, doc('User', attributes, id));
     expect((await patch(operator, member, { role: 'admin' })).status).toBe(403);
     expect((await patch(admin, member, { role: 'admin' })).body.data.attributes.role).toBe('admin');
     expect((await patch(admin, member, { role: 'owner' })).status).toBe(403);
@@ -261,11 +312,15 @@ describe('users and memberships', () => {
   });
 
   it('removes a member: their keys go, their tokens and keys are refused at once, the count is exact', async () => {
-    const created = await admin.post('/api/users', doc('User', { email: 'leaver@manage.example', role: 'operator', password: 'leaver-pass-1' }));
+    const created = await admin.post(
+      '/api/users',
+      doc('User', { email: 'leaver@manage.example', role: 'operator', password: 'leaver-pass-1' }),
+    );
     const id = created.body.data.id;
     const session = client(t.app, (await login('leaver@manage.example', 'leaver-pass-1')).body.meta.token);
     const keys = [];
-    for (const name of ['one', 'two']) keys.push((await admin.post('/api/api_keys', doc('ApiKey', { name, key_type: 'secret', user_id: id }))).body.data.attributes.token);
+    for (const name of ['one', 'two'])
+      keys.push((await admin.post('/api/api_keys', doc('ApiKey', { name, key_type: 'secret', user_id: id }))).body.data.attributes.token);
     const sipUser = (await admin.post('/api/sip_users', doc('SipUser', { sip_username: 'leaver.phone', user_id: id }))).body.data.id;
     expect((await session.get('/api/users/me')).status).toBe(200);
     expect((await operator.delete(`/api/users/${id}`)).status).toBe(403);
@@ -283,13 +338,16 @@ describe('users and memberships', () => {
     for (let round = 0; round < 6; round += 1) {
       // Exactly two owners: the seeded one and a new one (other owners step down first).
       for (const other of (await admin.get('/api/users?filter[role]=owner')).body.data) {
-        if (other.id !== tenant.owner.id) expect((await owner.patch(`/api/users/${other.id}`, doc('User', { role: 'admin' }, other.id))).status).toBe(200);
+        if (other.id !== tenant.owner.id)
+          expect((await owner.patch(`/api/users/${other.id}`, doc('User', { role: 'admin' }, other.id))).status).toBe(200);
       }
       const email = `co.owner.${round}@manage.example`;
       const second = (await owner.post('/api/users', doc('User', { email, role: 'owner', password: 'co-owner-pass-1' }))).body.data.id;
       const coOwner = client(t.app, (await login(email, 'co-owner-pass-1')).body.meta.token);
       const [a, b] = await Promise.all([
-        round % 2 === 0 ? owner.patch(`/api/users/${second}`, doc('User', { role: 'admin' }, second)) : owner.delete(`/api/users/${second}`),
+        round % 2 === 0
+          ? owner.patch(`/api/users/${second}`, doc('User', { role: 'admin' }, second))
+          : owner.delete(`/api/users/${second}`),
         coOwner.patch(`/api/users/${tenant.owner.id}`, doc('User', { role: 'admin' }, tenant.owner.id)),
       ]);
       // One of the two may win, or neither (the first change ends the other's owner rights): never both.
@@ -299,16 +357,21 @@ describe('users and memberships', () => {
       const owners = (await admin.get('/api/users?filter[role]=owner')).body.data.map((u: { id: string }) => u.id);
       expect(owners.length, `round ${round}`).toBe([a, b].some((r) => r.status === 200) ? 1 : 2);
       // Restore the seeded owner for the rounds and tests after this one.
-      if (!owners.includes(tenant.owner.id)) expect((await coOwner.patch(`/api/users/${tenant.owner.id}`, doc('User', { role: 'owner' }, tenant.owner.id))).status).toBe(200);
+      if (!owners.includes(tenant.owner.id))
+        expect((await coOwner.patch(`/api/users/${tenant.owner.id}`, doc('User', { role: 'owner' }, tenant.owner.id))).status).toBe(200);
     }
   });
 
   it('lets every user change their own name and password (current one required; other sessions end)', async () => {
-    const created = await admin.post('/api/users', doc('User', { email: 'mover@manage.example', role: 'operator', password: 'mover-pass-1' }));
+    const created = await admin.post(
+      '/api/users',
+      doc('User', { email: 'mover@manage.example', role: 'operator', password: 'mover-pass-1' }),
+    );
     const id = created.body.data.id;
     const first = client(t.app, (await login('mover@manage.example', 'mover-pass-1')).body.meta.token);
     const second = client(t.app, (await login('mover@manage.example', 'mover-pass-1')).body.meta.token);
-    const patch = (as: Client, attributes: Record<string, unknown>, target = id) => as.patch(`/api/users/${target}`, doc('User', attributes, target));
+    const patch = (as: Client, attributes: Record<string, unknown>, target = id) =>
+      as.patch(`/api/users/${target}`, doc('User', attributes, target));
     expect((await patch(operator, { full_name: 'Not mine' })).status).toBe(403);
     expect((await patch(admin, { password: 'admin-chosen-1', current_password: 'mover-pass-1' })).status).toBe(403);
     expect((await patch(first, { full_name: 'Mover Renamed' })).body.data.attributes.full_name).toBe('Mover Renamed');
@@ -331,8 +394,10 @@ describe('users and memberships', () => {
 });
 
 describe('signing a member out', () => {
-  it('ends the member\'s sessions at once (owners and admins, or the member for their other sessions)', async () => {
-    const id = (await admin.post('/api/users', doc('User', { email: 'signed.out@manage.example', role: 'operator', password: 'signed-out-1' }))).body.data.id;
+  it("ends the member's sessions at once (owners and admins, or the member for their other sessions)", async () => {
+    const id = (
+      await admin.post('/api/users', doc('User', { email: 'signed.out@manage.example', role: 'operator', password: 'signed-out-1' }))
+    ).body.data.id;
     const first = client(t.app, (await login('signed.out@manage.example', 'signed-out-1')).body.meta.token);
     const second = client(t.app, (await login('signed.out@manage.example', 'signed-out-1')).body.meta.token);
     const signOut = (as: Client) => as.patch(`/api/users/${id}`, doc('User', { revoke_tokens: true }, id));
@@ -355,16 +420,32 @@ describe('timestamps', () => {
     const conversation = (await admin.post('/api/conversations', doc('Conversation', {}))).body.data;
     expect(conversation.attributes.created_at).toBe(conversation.attributes.updated_at);
     await new Promise((resolve) => setTimeout(resolve, 5));
-    const updated = (await admin.patch(`/api/conversations/${conversation.id}`, doc('Conversation', { status: 'pending' }, conversation.id))).body.data;
+    const updated = (
+      await admin.patch(`/api/conversations/${conversation.id}`, doc('Conversation', { status: 'pending' }, conversation.id))
+    ).body.data;
     expect(updated.attributes.created_at).toBe(conversation.attributes.created_at);
     expect(updated.attributes.updated_at > conversation.attributes.updated_at).toBe(true);
     const recent = await admin.get(`/api/conversations?filter[updated_at][greater_than_or_equal]=${before}&sort=-updated_at`);
     expect(recent.body.data[0].id).toBe(conversation.id);
-    for (const list of ['/api/api_keys', '/api/users', '/api/ai_agents', '/api/gateways', '/api/sip_users', '/api/operator_statuses', '/api/operator_status_events', '/api/calls', '/api/call_participants', '/api/call_transcripts', '/api/organisations']) {
+    for (const list of [
+      '/api/api_keys',
+      '/api/users',
+      '/api/ai_agents',
+      '/api/gateways',
+      '/api/sip_users',
+      '/api/operator_statuses',
+      '/api/operator_status_events',
+      '/api/calls',
+      '/api/call_participants',
+      '/api/call_transcripts',
+      '/api/organisations',
+    ]) {
       const response = await admin.get(`${list}?sort=-created_at,updated_at&filter[created_at][less_than_or_equal]=2999-01-01T00:00:00Z`);
       expect(response.status, list).toBe(200);
     }
-    expect((await admin.patch(`/api/conversations/${conversation.id}`, doc('Conversation', { created_at: before }, conversation.id))).status).toBe(422);
+    expect(
+      (await admin.patch(`/api/conversations/${conversation.id}`, doc('Conversation', { created_at: before }, conversation.id))).status,
+    ).toBe(422);
   });
 });
 

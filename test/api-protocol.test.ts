@@ -22,7 +22,10 @@ describe('media types', () => {
   it('accepts application/vnd.api+json and application/json bodies', async () => {
     expect((await api.post('/api/conversations', body)).status).toBe(201);
     expect((await api.post('/api/conversations', body, { 'content-type': 'application/json' })).status).toBe(201);
-    expect((await api.post('/api/conversations', body, { 'content-type': 'application/vnd.api+json; profile="https://example.com/profile"' })).status).toBe(201);
+    expect(
+      (await api.post('/api/conversations', body, { 'content-type': 'application/vnd.api+json; profile="https://example.com/profile"' }))
+        .status,
+    ).toBe(201);
   });
 
   it('refuses other content types and media type parameters with 415', async () => {
@@ -149,7 +152,11 @@ describe('405 on the operations and OpenAPI paths', () => {
   });
 
   it('still answers OPTIONS on API collection paths with 405', async () => {
-    const response = await t.app.inject({ method: 'OPTIONS', url: '/api/conversations', headers: { authorization: `Bearer ${tenant.owner.token}` } });
+    const response = await t.app.inject({
+      method: 'OPTIONS',
+      url: '/api/conversations',
+      headers: { authorization: `Bearer ${tenant.owner.token}` },
+    });
     expect(response.statusCode).toBe(405);
     expect(response.headers.allow).toBe('GET, POST, HEAD');
     expectJsonApi(response.json());
@@ -177,7 +184,16 @@ describe('Accept weights', () => {
 
 describe('the Host header', () => {
   it('refuses a Host that is not host[:port] with 400 before authentication', async () => {
-    for (const host of ['evil"<>', 'a b', 'example.com:99999', 'example.com:port', '[not-an-address]:80', 'user@example.com', 'example..com', '-']) {
+    for (const host of [
+      'evil"<>',
+      'a b',
+      'example.com:99999',
+      'example.com:port',
+      '[not-an-address]:80',
+      'user@example.com',
+      'example..com',
+      '-',
+    ]) {
       for (const caller of [api, client(t.app)]) {
         const response = await caller.get('/api/conversations', { host });
         expect(response.status, host).toBe(400);
@@ -187,7 +203,15 @@ describe('the Host header', () => {
   });
 
   it('accepts host names, IPv4 and IPv6 addresses with or without a port', async () => {
-    for (const host of ['parley.example.com', 'parley.example.com:8443', '127.0.0.1:3000', '[::1]:8080', '[2001:db8::1]', 'my_service', 'localhost.']) {
+    for (const host of [
+      'parley.example.com',
+      'parley.example.com:8443',
+      '127.0.0.1:3000',
+      '[::1]:8080',
+      '[2001:db8::1]',
+      'my_service',
+      'localhost.',
+    ]) {
       const response = await api.get('/api/conversations', { host });
       expect(response.status, host).toBe(200);
       expect(response.body.links.self).toBe(`http://${host}/api/conversations`);
@@ -204,7 +228,9 @@ describe('the Host header', () => {
       const badProto = await anonymous.get('/api/conversations', { 'x-forwarded-proto': 'javascript' });
       expect(badProto.status).toBe(400);
       expect(badProto.body.errors[0]).toMatchObject({ code: 'bad_request', source: { header: 'X-Forwarded-Proto' } });
-      expect((await anonymous.get('/api/conversations', { 'x-forwarded-host': 'api.example.com', 'x-forwarded-proto': 'https' })).status).toBe(401);
+      expect(
+        (await anonymous.get('/api/conversations', { 'x-forwarded-host': 'api.example.com', 'x-forwarded-proto': 'https' })).status,
+      ).toBe(401);
       await proxied.app.listen({ port: 0, host: '127.0.0.1' });
       const { port } = proxied.app.server.address() as net.AddressInfo;
       const empty = await rawRequest(port, 'GET /api/conversations HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n');

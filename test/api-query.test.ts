@@ -65,7 +65,9 @@ describe('filter operators', () => {
   });
 
   it('refuses values of the wrong type, naming the parameter', async () => {
-    const response = await api.get('/api/call_transcripts?filter[content_index][less_than]=two&filter[occurred_at]=yesterday&filter[speaker]=robot&filter[call_id]=x&filter[content][like]=y');
+    const response = await api.get(
+      '/api/call_transcripts?filter[content_index][less_than]=two&filter[occurred_at]=yesterday&filter[speaker]=robot&filter[call_id]=x&filter[content][like]=y',
+    );
     expect(response.status).toBe(400);
     expect(response.body.errors.map((e: { source: { parameter: string } }) => e.source.parameter).sort()).toEqual(
       ['filter[call_id]', 'filter[content][like]', 'filter[content_index][less_than]', 'filter[occurred_at]', 'filter[speaker]'].sort(),

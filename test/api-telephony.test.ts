@@ -29,7 +29,13 @@ describe('gateways', () => {
   it('creates with a derived name and never returns the password', async () => {
     const response = await admin.post(
       '/api/gateways',
-      gateway({ realm: 'sip.example.com', username: 'trunk1', password: 's3cret-pass', proxy: 'proxy.example.com:5060', inbound_acl: ['203.0.113.0/24', '2001:db8::/32'] }),
+      gateway({
+        realm: 'sip.example.com',
+        username: 'trunk1',
+        password: 's3cret-pass',
+        proxy: 'proxy.example.com:5060',
+        inbound_acl: ['203.0.113.0/24', '2001:db8::/32'],
+      }),
     );
     expect(response.status).toBe(201);
     const attributes = response.body.data.attributes;
@@ -43,7 +49,10 @@ describe('gateways', () => {
   it('updates, re-deriving the name, and refuses duplicates with 409', async () => {
     const first = (await admin.post('/api/gateways', gateway({ realm: 'a.example.com', username: 'u1' }))).body.data;
     await admin.post('/api/gateways', gateway({ realm: 'b.example.com', username: 'u1' }));
-    const renamed = await admin.patch(`/api/gateways/${first.id}`, resourceDocument('Gateway', { realm: 'c.example.com', provider: 'twilio', register: false }, first.id));
+    const renamed = await admin.patch(
+      `/api/gateways/${first.id}`,
+      resourceDocument('Gateway', { realm: 'c.example.com', provider: 'twilio', register: false }, first.id),
+    );
     expect(renamed.status).toBe(200);
     expect(renamed.body.data.attributes).toMatchObject({ name: 'u1@c.example.com', provider: 'twilio', register: false });
     const clash = await admin.patch(`/api/gateways/${first.id}`, resourceDocument('Gateway', { realm: 'b.example.com' }, first.id));
@@ -59,7 +68,10 @@ describe('gateways', () => {
   });
 
   it('validates the create payload', async () => {
-    const response = await admin.post('/api/gateways', gateway({ provider: 'acme', inbound_acl: ['10.0.0.0/33'], proxy: 'bad host', name: 'x' }));
+    const response = await admin.post(
+      '/api/gateways',
+      gateway({ provider: 'acme', inbound_acl: ['10.0.0.0/33'], proxy: 'bad host', name: 'x' }),
+    );
     expect(response.status).toBe(422);
     expect(pointers(response).sort()).toEqual(
       ['inbound_acl', 'name', 'provider', 'proxy', 'realm', 'username'].map((n) => `/data/attributes/${n}`).sort(),
@@ -67,8 +79,14 @@ describe('gateways', () => {
   });
 
   it('refuses ACL blocks with host bits set, naming the block meant', async () => {
-    for (const [block, meant] of [['10.0.0.1/8', '10.0.0.0/8'], ['2001:db8::1/32', '2001:db8::/32']]) {
-      const response = await admin.post('/api/gateways', gateway({ realm: 'acl.example.com', username: 'acl', inbound_acl: ['192.0.2.0/24', block] }));
+    for (const [block, meant] of [
+      ['10.0.0.1/8', '10.0.0.0/8'],
+      ['2001:db8::1/32', '2001:db8::/32'],
+    ]) {
+      const response = await admin.post(
+        '/api/gateways',
+        gateway({ realm: 'acl.example.com', username: 'acl', inbound_acl: ['192.0.2.0/24', block] }),
+      );
       expect(response.status, block).toBe(422);
       expect(pointers(response)).toEqual(['/data/attributes/inbound_acl']);
       expect(response.body.errors[0].detail).toContain(meant);
@@ -102,16 +120,29 @@ describe('SIP users', () => {
   });
 
   it('links a member user once; operators see only their own', async () => {
-    const mine = await admin.post('/api/sip_users?include=user', resourceDocument('SipUser', { sip_username: 'op.1', user_id: tenant.operator.id }));
+    const mine = await admin.post(
+      '/api/sip_users?include=user',
+      resourceDocument('SipUser', { sip_username: 'op.1', user_id: tenant.operator.id }),
+    );
     expect(mine.status).toBe(201);
     expect(mine.body.included[0]).toMatchObject({ type: 'User', id: tenant.operator.id });
     const twice = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'op.2', user_id: tenant.operator.id }));
     expect(twice.status).toBe(409);
-    const foreignUser = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'op.3', user_id: other.operator.id }));
+    const foreignUser = await admin.post(
+      '/api/sip_users',
+      resourceDocument('SipUser', { sip_username: 'op.3', user_id: other.operator.id }),
+    );
     expect(foreignUser.status).toBe(422);
     const seen = await operator.get('/api/sip_users');
     expect(ids(seen)).toEqual([mine.body.data.id]);
-    expect((await operator.patch(`/api/sip_users/${mine.body.data.id}`, resourceDocument('SipUser', { sip_password: 'abcdefghijklmnop' }, mine.body.data.id))).status).toBe(403);
+    expect(
+      (
+        await operator.patch(
+          `/api/sip_users/${mine.body.data.id}`,
+          resourceDocument('SipUser', { sip_password: 'abcdefghijklmnop' }, mine.body.data.id),
+        )
+      ).status,
+    ).toBe(403);
     expect((await stranger.get('/api/sip_users')).body.data.every((r: { id: string }) => r.id !== mine.body.data.id)).toBe(true);
   });
 
@@ -134,7 +165,12 @@ describe('operator statuses and their events', () => {
     const status = (attributes: Record<string, unknown>) => resourceDocument('OperatorStatus', { sip_user_id: sipUserId, ...attributes });
     const first = await admin.post('/api/operator_statuses', status({ status: 'available', source: 'widget' }));
     expect(first.status).toBe(201);
-    expect(first.body.data.attributes).toMatchObject({ status: 'available', source: 'widget', changed_by_user_id: tenant.admin.id, agent_name: tenant.admin.fullName });
+    expect(first.body.data.attributes).toMatchObject({
+      status: 'available',
+      source: 'widget',
+      changed_by_user_id: tenant.admin.id,
+      agent_name: tenant.admin.fullName,
+    });
     const same = await admin.post('/api/operator_statuses', status({ status: 'available' }));
     expect(same.status).toBe(200);
     expect(same.body.data.id).toBe(first.body.data.id);
@@ -144,7 +180,12 @@ describe('operator statuses and their events', () => {
     expect(got.body.data.attributes.status).toBe('busy');
 
     const events = await operator.get(`/api/operator_status_events?filter[sip_user_id]=${sipUserId}&sort=occurred_at`);
-    expect(events.body.data.map((e: { attributes: { status: string; previous_status: string | null } }) => [e.attributes.previous_status, e.attributes.status])).toEqual([
+    expect(
+      events.body.data.map((e: { attributes: { status: string; previous_status: string | null } }) => [
+        e.attributes.previous_status,
+        e.attributes.status,
+      ]),
+    ).toEqual([
       [null, 'available'],
       ['available', 'busy'],
     ]);
@@ -154,20 +195,37 @@ describe('operator statuses and their events', () => {
 
   it('lets operators set only their own SIP user', async () => {
     const own = (await operator.get('/api/sip_users')).body.data[0].id;
-    expect((await operator.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: own, status: 'away' }))).status).toBe(201);
-    expect((await operator.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'away' }))).status).toBe(403);
-    const foreign = await stranger.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'away' }));
+    expect(
+      (await operator.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: own, status: 'away' }))).status,
+    ).toBe(201);
+    expect(
+      (await operator.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'away' })))
+        .status,
+    ).toBe(403);
+    const foreign = await stranger.post(
+      '/api/operator_statuses',
+      resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'away' }),
+    );
     expect(foreign.status).toBe(422);
     expect(pointers(foreign)).toEqual(['/data/attributes/sip_user_id']);
     expect((await stranger.get(`/api/operator_status_events?filter[sip_user_id]=${sipUserId}`)).body.data).toEqual([]);
   });
 
   it('refuses bad values and leaves nothing behind', async () => {
-    const before = await t.db.selectFrom('operator_status_events').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow();
-    const response = await admin.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'asleep', source: 'pager', agent_name: 'x' }));
+    const before = await t.db
+      .selectFrom('operator_status_events')
+      .select((eb) => eb.fn.countAll().as('n'))
+      .executeTakeFirstOrThrow();
+    const response = await admin.post(
+      '/api/operator_statuses',
+      resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'asleep', source: 'pager', agent_name: 'x' }),
+    );
     expect(response.status).toBe(422);
     expect(pointers(response).sort()).toEqual(['/data/attributes/agent_name', '/data/attributes/source', '/data/attributes/status']);
-    const after = await t.db.selectFrom('operator_status_events').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow();
+    const after = await t.db
+      .selectFrom('operator_status_events')
+      .select((eb) => eb.fn.countAll().as('n'))
+      .executeTakeFirstOrThrow();
     expect(after.n).toEqual(before.n);
   });
 });
@@ -205,22 +263,32 @@ describe('calls, participants and transcripts', () => {
 
   it('sets left_at, never before joined_at, admins only', async () => {
     const id = participantIds[0];
-    const early = await admin.patch(`/api/call_participants/${id}`, resourceDocument('CallParticipant', { left_at: '2026-01-01T09:00:00Z' }, id));
+    const early = await admin.patch(
+      `/api/call_participants/${id}`,
+      resourceDocument('CallParticipant', { left_at: '2026-01-01T09:00:00Z' }, id),
+    );
     expect(early.status).toBe(422);
     expect(pointers(early)).toEqual(['/data/attributes/left_at']);
-    const ok = await admin.patch(`/api/call_participants/${id}`, resourceDocument('CallParticipant', { left_at: '2026-01-01T11:30:15.789+01:00' }, id));
+    const ok = await admin.patch(
+      `/api/call_participants/${id}`,
+      resourceDocument('CallParticipant', { left_at: '2026-01-01T11:30:15.789+01:00' }, id),
+    );
     expect(ok.status).toBe(200);
     expect(ok.body.data.attributes.left_at).toBe('2026-01-01T10:30:15Z');
     const role = await admin.patch(`/api/call_participants/${id}`, resourceDocument('CallParticipant', { role: 'agent' }, id));
     expect(role.status).toBe(422);
-    expect((await operator.patch(`/api/call_participants/${id}`, resourceDocument('CallParticipant', { left_at: null }, id))).status).toBe(403);
+    expect((await operator.patch(`/api/call_participants/${id}`, resourceDocument('CallParticipant', { left_at: null }, id))).status).toBe(
+      403,
+    );
   });
 
   it('lists transcripts in content_index order by default', async () => {
     const response = await operator.get(`/api/call_transcripts?filter[call_id]=${callId}&include=call`);
     expect(response.body.data.map((r: { attributes: { content_index: number } }) => r.attributes.content_index)).toEqual([0, 1, 2]);
     expect(response.body.included.map((r: { id: string }) => r.id)).toEqual([callId]);
-    const sorted = await operator.get(`/api/call_transcripts?filter[call_id]=${callId}&sort=-content_index&filter[occurred_at][greater_than]=2026-01-01T10:00:00Z`);
+    const sorted = await operator.get(
+      `/api/call_transcripts?filter[call_id]=${callId}&sort=-content_index&filter[occurred_at][greater_than]=2026-01-01T10:00:00Z`,
+    );
     expect(sorted.body.data.map((r: { attributes: { content_index: number } }) => r.attributes.content_index)).toEqual([2, 1]);
   });
 });
@@ -230,7 +298,20 @@ describe('AI agents', () => {
     const id = await insertAgent(t.db, tenant.organisationId, 'Max');
     const ok = await admin.patch(
       `/api/ai_agents/${id}`,
-      resourceDocument('AiAgent', { name: 'Maxine', languages: ['en-GB', 'fr'], published: true, workflow: { steps: [] }, voice: 'alloy', tone: 'warm', system_prompt: 'Be kind.', safety_guardrails: 'No PII.' }, id),
+      resourceDocument(
+        'AiAgent',
+        {
+          name: 'Maxine',
+          languages: ['en-GB', 'fr'],
+          published: true,
+          workflow: { steps: [] },
+          voice: 'alloy',
+          tone: 'warm',
+          system_prompt: 'Be kind.',
+          safety_guardrails: 'No PII.',
+        },
+        id,
+      ),
     );
     expect(ok.status).toBe(200);
     expect(ok.body.data.attributes).toMatchObject({ name: 'Maxine', languages: ['en-GB', 'fr'], published: true });

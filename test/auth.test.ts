@@ -41,9 +41,16 @@ describe('passwords', () => {
 describe('POST /api/users/login', () => {
   it('signs a member in with the publishable key and returns a working token', async () => {
     const widget = client(t.app, tenant.publishableKey);
-    const response = await widget.post('/api/users/login?include=organisation', login(tenant.operator.email.toUpperCase(), tenant.operator.password));
+    const response = await widget.post(
+      '/api/users/login?include=organisation',
+      login(tenant.operator.email.toUpperCase(), tenant.operator.password),
+    );
     expect(response.status).toBe(200);
-    expect(response.body.data).toMatchObject({ id: tenant.operator.id, type: 'User', attributes: { email: tenant.operator.email, full_name: tenant.operator.fullName } });
+    expect(response.body.data).toMatchObject({
+      id: tenant.operator.id,
+      type: 'User',
+      attributes: { email: tenant.operator.email, full_name: tenant.operator.fullName },
+    });
     expect(response.body.data.relationships.organisation.data.id).toBe(tenant.organisationId);
     expect(response.body.included[0]).toMatchObject({ type: 'Organisation', id: tenant.organisationId, attributes: { name: 'Auth' } });
     expect(response.body.meta.token_expires_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
@@ -127,7 +134,11 @@ describe('credentials', () => {
 
   it('an expired session is refused even while its JWT is unexpired', async () => {
     const fresh = await seedTenant(t, 'Expiry');
-    await t.db.updateTable('user_sessions').set({ expires_at: new Date(Date.now() - 1000) }).where('user_id', '=', fresh.owner.id).execute();
+    await t.db
+      .updateTable('user_sessions')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('user_id', '=', fresh.owner.id)
+      .execute();
     expect((await client(t.app, fresh.owner.token).get('/api/conversations')).status).toBe(401);
   });
 
@@ -135,7 +146,12 @@ describe('credentials', () => {
     const [header, payload, signature] = tenant.admin.token.split('.');
     const claims = JSON.parse(Buffer.from(payload, 'base64url').toString());
     const forged = Buffer.from(JSON.stringify({ ...claims, org: other.organisationId })).toString('base64url');
-    for (const value of [`Bearer ${header}.${forged}.${signature}`, `Basic ${tenant.admin.token}`, 'Bearer', `Bearer ${tenant.admin.token}x`]) {
+    for (const value of [
+      `Bearer ${header}.${forged}.${signature}`,
+      `Basic ${tenant.admin.token}`,
+      'Bearer',
+      `Bearer ${tenant.admin.token}x`,
+    ]) {
       const response = await t.app.inject({ url: '/api/conversations', headers: { authorization: value } });
       expect(response.statusCode, value).toBe(401);
     }

@@ -21,7 +21,10 @@ afterAll(async () => t?.close());
 async function conversationWithItems(count: number, content = 'x') {
   const id = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
   for (let i = 0; i < count; i++) {
-    expect((await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { role: 'user', content, conversation_id: id }))).status).toBe(201);
+    expect(
+      (await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { role: 'user', content, conversation_id: id })))
+        .status,
+    ).toBe(201);
   }
   return id;
 }
@@ -35,7 +38,11 @@ describe('included records', () => {
     const large = await conversationWithItems(6);
     const refused = await admin.get(`/api/conversations?filter[id]=${large}&include=conversation_items`);
     expect(refused.status).toBe(400);
-    expect(refused.body.errors[0]).toMatchObject({ code: 'invalid_includes', source: { parameter: 'include' }, meta: { limit: 5, unit: 'records' } });
+    expect(refused.body.errors[0]).toMatchObject({
+      code: 'invalid_includes',
+      source: { parameter: 'include' },
+      meta: { limit: 5, unit: 'records' },
+    });
     // Both conversations in one list: 11 items together.
     const both = await admin.get(`/api/conversations?filter[id][in]=${small},${large}&include=conversation_items`);
     expect(both.status).toBe(400);
@@ -67,7 +74,10 @@ describe('error documents', () => {
 describe('hostile query values and paths', () => {
   it('answers a deeply nested JSON filter value with 400', async () => {
     const deep = `${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`;
-    for (const url of [`/api/conversations?filter[metadata][contains]=${encodeURIComponent(deep)}`, `/api/conversations?filter[metadata]=${encodeURIComponent(deep)}`]) {
+    for (const url of [
+      `/api/conversations?filter[metadata][contains]=${encodeURIComponent(deep)}`,
+      `/api/conversations?filter[metadata]=${encodeURIComponent(deep)}`,
+    ]) {
       const response = await admin.get(url);
       expect(response.status).toBe(400);
       expect(errorCodes(response)).toEqual(['invalid_filter']);
@@ -77,7 +87,13 @@ describe('hostile query values and paths', () => {
   });
 
   it('authenticates percent-encoded spellings of /api paths', async () => {
-    for (const url of ['/%61pi/conversations', '/%61%70%69/conversations', '/api/%63onversations', '/%61pi/nowhere', '/%61pi/open_api/../conversations']) {
+    for (const url of [
+      '/%61pi/conversations',
+      '/%61%70%69/conversations',
+      '/api/%63onversations',
+      '/%61pi/nowhere',
+      '/%61pi/open_api/../conversations',
+    ]) {
       const response = await t.app.inject({ url });
       expect(response.statusCode, url).toBeLessThan(500);
       expect([401, 404], url).toContain(response.statusCode);
@@ -96,13 +112,19 @@ describe('hostile query values and paths', () => {
       const { port } = server.app.server.address() as AddressInfo;
       const raw = (target: string, extra = '') =>
         new Promise<string>((resolve, reject) => {
-          const socket = net.connect(port, '127.0.0.1', () => socket.end(`GET ${target} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n${extra}Connection: close\r\n\r\n`));
+          const socket = net.connect(port, '127.0.0.1', () =>
+            socket.end(`GET ${target} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n${extra}Connection: close\r\n\r\n`),
+          );
           let text = '';
           socket.on('data', (chunk) => (text += chunk.toString()));
           socket.on('end', () => resolve(text));
           socket.on('error', reject);
         });
-      for (const target of [`http://127.0.0.1:${port}/api/conversations`, `http://example.com/%61pi/conversations`, 'http://x/api/nowhere']) {
+      for (const target of [
+        `http://127.0.0.1:${port}/api/conversations`,
+        `http://example.com/%61pi/conversations`,
+        'http://x/api/nowhere',
+      ]) {
         const answer = await raw(target);
         const status = Number(answer.split(' ')[1]);
         expect([401, 404], `${target}: ${answer.slice(0, 200)}`).toContain(status);
@@ -115,7 +137,11 @@ describe('hostile query values and paths', () => {
 
   it('answers TRACE, PROPFIND and other methods a path does not offer with 405 and Allow; unknown paths 404', async () => {
     for (const method of ['TRACE', 'PROPFIND', 'MKCOL', 'LOCK', 'PURGE']) {
-      const response = await t.app.inject({ method: method as 'GET', url: '/api/conversations', headers: { authorization: `Bearer ${tenant.admin.token}` } });
+      const response = await t.app.inject({
+        method: method as 'GET',
+        url: '/api/conversations',
+        headers: { authorization: `Bearer ${tenant.admin.token}` },
+      });
       expect(response.statusCode, method).toBe(405);
       expect(response.headers.allow).toBe('GET, POST, HEAD');
       expectJsonApi(response.json());

@@ -63,9 +63,35 @@ describe('parley command line', () => {
     const org = await parley('org', 'create', '--name', 'Cli Org');
     expect(org).toMatchObject({ name: 'Cli Org' });
     expect(org.id).toMatch(/^[0-9a-f-]{36}$/);
-    const user = await parley('user', 'create', '--org', org.id, '--email', 'cli@example.com', '--password', 'cli-password', '--full-name', 'Cli User', '--role', 'admin');
+    const user = await parley(
+      'user',
+      'create',
+      '--org',
+      org.id,
+      '--email',
+      'cli@example.com',
+      '--password',
+      'cli-password',
+      '--full-name',
+      'Cli User',
+      '--role',
+      'admin',
+    );
     expect(user).toMatchObject({ email: 'cli@example.com', role: 'admin', organisation_id: org.id });
-    const key = await parley('key', 'create', '--org', org.id, '--user', user.id, '--type', 'secret', '--name', 'ci', '--expires-at', '2099-01-01T00:00:00Z');
+    const key = await parley(
+      'key',
+      'create',
+      '--org',
+      org.id,
+      '--user',
+      user.id,
+      '--type',
+      'secret',
+      '--name',
+      'ci',
+      '--expires-at',
+      '2099-01-01T00:00:00Z',
+    );
     expect(key).toMatchObject({ key_type: 'secret', name: 'ci', expires_at: '2099-01-01T00:00:00.000Z' });
     expect(key.token.split('.')).toHaveLength(3);
     const publishable = await parley('key', 'create', '--org', org.id, '--user', user.id, '--type', 'publishable', '--name', 'widget');
@@ -80,7 +106,9 @@ describe('parley command line', () => {
     const { organisations } = await parley('org', 'list');
     expect(organisations).toContainEqual({ id: org.id, name: 'Cli Org', created_at: expect.stringMatching(/Z$/) });
     const { users } = await parley('user', 'list', '--org', org.id);
-    expect(users).toEqual([{ id: user.id, email: 'cli@example.com', full_name: 'Cli User', role: 'admin', member_since: expect.stringMatching(/Z$/) }]);
+    expect(users).toEqual([
+      { id: user.id, email: 'cli@example.com', full_name: 'Cli User', role: 'admin', member_since: expect.stringMatching(/Z$/) },
+    ]);
     const listed = await parley('key', 'list', '--org', org.id);
     expect(listed.keys.map((k: { id: string }) => k.id)).toEqual([key.id, publishable.id]);
     expect(listed.keys[0]).toMatchObject({ name: 'ci', key_type: 'secret', user_id: user.id, revoked_at: expect.stringMatching(/Z$/) });
@@ -95,16 +123,40 @@ describe('parley command line', () => {
 
   it('creates webhook endpoints (the secret printed once) and lists them', async () => {
     const org = await parley('org', 'create', '--name', 'Hook Org');
-    const created = await parley('webhook', 'create', '--org', org.id, '--url', 'https://1.1.1.1/hooks', '--event-types', 'Conversation.created,ConversationItem.created');
-    expect(created).toMatchObject({ url: 'https://1.1.1.1/hooks', event_types: ['Conversation.created', 'ConversationItem.created'], enabled: true, organisation_id: org.id });
+    const created = await parley(
+      'webhook',
+      'create',
+      '--org',
+      org.id,
+      '--url',
+      'https://1.1.1.1/hooks',
+      '--event-types',
+      'Conversation.created,ConversationItem.created',
+    );
+    expect(created).toMatchObject({
+      url: 'https://1.1.1.1/hooks',
+      event_types: ['Conversation.created', 'ConversationItem.created'],
+      enabled: true,
+      organisation_id: org.id,
+    });
     expect(created.secret).toMatch(/^whsec_/);
     const listed = await parley('webhook', 'list', '--org', org.id);
     expect(listed.webhook_endpoints).toHaveLength(1);
-    expect(listed.webhook_endpoints[0]).toMatchObject({ id: created.id, url: 'https://1.1.1.1/hooks', enabled: true, pending: 0, failed: 0 });
+    expect(listed.webhook_endpoints[0]).toMatchObject({
+      id: created.id,
+      url: 'https://1.1.1.1/hooks',
+      enabled: true,
+      pending: 0,
+      failed: 0,
+    });
     expect(JSON.stringify(listed)).not.toContain(created.secret);
-    expect(await fails('webhook', 'create', '--org', org.id, '--url', 'http://127.0.0.1/hooks')).toContain('url: `url` must be an https URL');
+    expect(await fails('webhook', 'create', '--org', org.id, '--url', 'http://127.0.0.1/hooks')).toContain(
+      'url: `url` must be an https URL',
+    );
     expect(await fails('webhook', 'create', '--org', org.id, '--url', 'https://10.0.0.1/hooks')).toContain('not a public address');
-    expect(await fails('webhook', 'create', '--org', org.id, '--url', 'https://1.1.1.1/x', '--event-types', 'Nope.created')).toContain('Nope.created');
+    expect(await fails('webhook', 'create', '--org', org.id, '--url', 'https://1.1.1.1/x', '--event-types', 'Nope.created')).toContain(
+      'Nope.created',
+    );
     const text = await run(process.execPath, ['--import', 'tsx', cli, 'webhook', 'list', '--org', org.id], { env });
     expect(text.stdout).toContain('https://1.1.1.1/hooks');
   }, 180_000);
@@ -149,58 +201,86 @@ describe('parley command line', () => {
       await holder.close();
     }
     // Released on close: the command works now.
-    expect(JSON.parse((await run(process.execPath, ['--import', 'tsx', cli, 'org', 'create', '--name', 'Second', '--json'], { env: holderEnv })).stdout).id).toBeDefined();
+    expect(
+      JSON.parse(
+        (await run(process.execPath, ['--import', 'tsx', cli, 'org', 'create', '--name', 'Second', '--json'], { env: holderEnv })).stdout,
+      ).id,
+    ).toBeDefined();
     fs.rmSync(dir, { recursive: true, force: true });
   }, 180_000);
 
-  it.skipIf(Boolean(process.env.DATABASE_URL))('works while `serve` runs on the same embedded database, through its socket', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-shared-'));
-    const sharedEnv = { ...env, DATABASE_URL: '', DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', DEMO_ON_FIRST_START: 'false' };
-    const server = spawn(process.execPath, ['--import', 'tsx', cli, 'serve', '--json'], { env: sharedEnv, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    server.stdout.on('data', (chunk) => (stdout += chunk));
-    server.stderr.on('data', (chunk) => (stderr += chunk));
-    const exited = new Promise((resolve) => server.once('exit', resolve));
-    try {
-      const deadline = Date.now() + 120_000;
-      while (!stdout.includes('\n')) {
-        if (Date.now() > deadline || server.exitCode !== null) throw new Error(`serve did not start\n${stdout}\n${stderr}`);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      const { url } = JSON.parse(stdout.split('\n')[0]) as { url: string };
-      const command = async (...args: string[]) => {
-        const { stdout: out } = await run(process.execPath, ['--import', 'tsx', cli, ...args, '--json'], { env: sharedEnv });
-        return JSON.parse(out) as Record<string, any>;
-      };
-      const org = await command('org', 'create', '--name', 'Beside Serve');
-      const user = await command('user', 'create', '--org', org.id, '--email', 'beside@example.com', '--password', 'beside-password', '--full-name', 'B', '--role', 'admin');
-      const key = await command('key', 'create', '--org', org.id, '--user', user.id, '--type', 'secret', '--name', 'beside');
-      // The running server sees what the commands wrote: it authenticates the new key, and lists for the new organisation.
-      const response = await fetch(`${url}/api/conversations`, { headers: { authorization: `Bearer ${key.token}`, accept: 'application/vnd.api+json' } });
-      expect(response.status).toBe(200);
-      const document = (await response.json()) as { data: unknown[] };
-      expectJsonApi(document);
-      expect(document.data).toEqual([]);
-      // The server's own writes go on after the commands.
-      const created = await fetch(`${url}/api/conversations`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key.token}`, 'content-type': 'application/vnd.api+json', accept: 'application/vnd.api+json' },
-        body: JSON.stringify({ data: { type: 'Conversation', attributes: {} } }),
+  it.skipIf(Boolean(process.env.DATABASE_URL))(
+    'works while `serve` runs on the same embedded database, through its socket',
+    async () => {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-shared-'));
+      const sharedEnv = { ...env, DATABASE_URL: '', DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', DEMO_ON_FIRST_START: 'false' };
+      const server = spawn(process.execPath, ['--import', 'tsx', cli, 'serve', '--json'], {
+        env: sharedEnv,
+        stdio: ['ignore', 'pipe', 'pipe'],
       });
-      expect(created.status).toBe(201);
-      expectJsonApi(await created.json());
-    } finally {
-      server.kill('SIGTERM');
-      await exited;
-    }
-    // Stopped: the socket and the lock are gone, and commands open the database themselves again.
-    expect(fs.existsSync(path.join(dir, '.s.PGSQL.5432'))).toBe(false);
-    expect(fs.existsSync(path.join(dir, 'parley.lock'))).toBe(false);
-    const { stdout: orgs } = await run(process.execPath, ['--import', 'tsx', cli, 'org', 'create', '--name', 'After', '--json'], { env: sharedEnv });
-    expect(JSON.parse(orgs).name).toBe('After');
-    fs.rmSync(dir, { recursive: true, force: true });
-  }, 240_000);
+      let stdout = '';
+      let stderr = '';
+      server.stdout.on('data', (chunk) => (stdout += chunk));
+      server.stderr.on('data', (chunk) => (stderr += chunk));
+      const exited = new Promise((resolve) => server.once('exit', resolve));
+      try {
+        const deadline = Date.now() + 120_000;
+        while (!stdout.includes('\n')) {
+          if (Date.now() > deadline || server.exitCode !== null) throw new Error(`serve did not start\n${stdout}\n${stderr}`);
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+        const { url } = JSON.parse(stdout.split('\n')[0]) as { url: string };
+        const command = async (...args: string[]) => {
+          const { stdout: out } = await run(process.execPath, ['--import', 'tsx', cli, ...args, '--json'], { env: sharedEnv });
+          return JSON.parse(out) as Record<string, any>;
+        };
+        const org = await command('org', 'create', '--name', 'Beside Serve');
+        const user = await command(
+          'user',
+          'create',
+          '--org',
+          org.id,
+          '--email',
+          'beside@example.com',
+          '--password',
+          'beside-password',
+          '--full-name',
+          'B',
+          '--role',
+          'admin',
+        );
+        const key = await command('key', 'create', '--org', org.id, '--user', user.id, '--type', 'secret', '--name', 'beside');
+        // The running server sees what the commands wrote: it authenticates the new key, and lists for the new organisation.
+        const response = await fetch(`${url}/api/conversations`, {
+          headers: { authorization: `Bearer ${key.token}`, accept: 'application/vnd.api+json' },
+        });
+        expect(response.status).toBe(200);
+        const document = (await response.json()) as { data: unknown[] };
+        expectJsonApi(document);
+        expect(document.data).toEqual([]);
+        // The server's own writes go on after the commands.
+        const created = await fetch(`${url}/api/conversations`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key.token}`, 'content-type': 'application/vnd.api+json', accept: 'application/vnd.api+json' },
+          body: JSON.stringify({ data: { type: 'Conversation', attributes: {} } }),
+        });
+        expect(created.status).toBe(201);
+        expectJsonApi(await created.json());
+      } finally {
+        server.kill('SIGTERM');
+        await exited;
+      }
+      // Stopped: the socket and the lock are gone, and commands open the database themselves again.
+      expect(fs.existsSync(path.join(dir, '.s.PGSQL.5432'))).toBe(false);
+      expect(fs.existsSync(path.join(dir, 'parley.lock'))).toBe(false);
+      const { stdout: orgs } = await run(process.execPath, ['--import', 'tsx', cli, 'org', 'create', '--name', 'After', '--json'], {
+        env: sharedEnv,
+      });
+      expect(JSON.parse(orgs).name).toBe('After');
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+    240_000,
+  );
 
   it('prints usage errors as one JSON object with --json', async () => {
     for (const args of [['org', 'create'], ['frobnicate']]) {
@@ -211,8 +291,25 @@ describe('parley command line', () => {
   }, 180_000);
 
   it('refuses bad input with a message and a non-zero exit', async () => {
-    expect(await fails('user', 'create', '--org', '00000000-0000-7000-8000-000000000000', '--email', 'x@y.z', '--password', 'long-enough', '--full-name', 'X', '--role', 'admin')).toMatch(/no organisation/);
-    expect(await fails('user', 'create', '--org', 'x', '--email', 'x@y.z', '--password', 'p', '--full-name', 'X', '--role', 'king')).toMatch(/role/);
+    expect(
+      await fails(
+        'user',
+        'create',
+        '--org',
+        '00000000-0000-7000-8000-000000000000',
+        '--email',
+        'x@y.z',
+        '--password',
+        'long-enough',
+        '--full-name',
+        'X',
+        '--role',
+        'admin',
+      ),
+    ).toMatch(/no organisation/);
+    expect(
+      await fails('user', 'create', '--org', 'x', '--email', 'x@y.z', '--password', 'p', '--full-name', 'X', '--role', 'king'),
+    ).toMatch(/role/);
     expect(await fails('org', 'create')).toMatch(/--name/);
   }, 180_000);
 });

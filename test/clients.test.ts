@@ -42,12 +42,21 @@ async function write(method: 'POST' | 'PATCH', path: string, stuff: Record<strin
   const body = jsona.serialize({ stuff });
   const response = await fetch(`${base}${path}`, {
     method,
-    headers: { Authorization: `Bearer ${tenant.admin.token}`, 'Content-Type': 'application/vnd.api+json', Accept: 'application/vnd.api+json' },
+    headers: {
+      Authorization: `Bearer ${tenant.admin.token}`,
+      'Content-Type': 'application/vnd.api+json',
+      Accept: 'application/vnd.api+json',
+    },
     body: JSON.stringify(body),
   });
   const document = (await response.json()) as any;
   expectJsonApi(document);
-  return { status: response.status, location: response.headers.get('location'), record: response.ok ? (jsona.deserialize(document) as Record<string, any>) : undefined, document };
+  return {
+    status: response.status,
+    location: response.headers.get('location'),
+    record: response.ok ? (jsona.deserialize(document) as Record<string, any>) : undefined,
+    document,
+  };
 }
 
 describe('JSON:API client libraries over HTTP', () => {
@@ -79,7 +88,9 @@ describe('JSON:API client libraries over HTTP', () => {
     const callId = await insertCall(t.db, tenant.organisationId);
     for (let i = 0; i < 7; i++) await insertTranscript(t.db, tenant.organisationId, callId, i);
     const seen: number[] = [];
-    let response = await kitsu.get('call_transcripts', { params: { filter: { call_id: callId }, sort: '-content_index', page: { limit: 3 } } });
+    let response = await kitsu.get('call_transcripts', {
+      params: { filter: { call_id: callId }, sort: '-content_index', page: { limit: 3 } },
+    });
     for (;;) {
       seen.push(...response.data.map((r: { content_index: number }) => r.content_index));
       if (!response.links?.next) break;
@@ -94,7 +105,11 @@ describe('JSON:API client libraries over HTTP', () => {
   it('reports errors as JSON:API error objects the client can read', async () => {
     const refused = await write('POST', '/api/conversations', { type: 'Conversation', channel: 'pigeon' });
     expect(refused.status).toBe(422);
-    expect(refused.document.errors[0]).toMatchObject({ status: '422', code: 'invalid_attribute', source: { pointer: '/data/attributes/channel' } });
+    expect(refused.document.errors[0]).toMatchObject({
+      status: '422',
+      code: 'invalid_attribute',
+      source: { pointer: '/data/attributes/channel' },
+    });
     await expect(kitsu.get('conversations', { params: { sort: 'colour' } })).rejects.toMatchObject({ response: { status: 400 } });
   });
 });
@@ -156,7 +171,11 @@ describe('creates with relationship linkage, as each client library sends it', (
       { collectionPath: 'conversation_items', readOnly: ['conversation_id'] },
     );
     devour.define('Conversation', { status: '' }, { collectionPath: 'conversations' });
-    const { data } = await devour.create('ConversationItem', { content: 'from devour', role: 'user', conversation: { id: conversationId } });
+    const { data } = await devour.create('ConversationItem', {
+      content: 'from devour',
+      role: 'user',
+      conversation: { id: conversationId },
+    });
     expect(data).toMatchObject({ content: 'from devour', conversation_id: conversationId });
     expect((await stored(data.id)).attributes.content).toBe('from devour');
   });

@@ -19,7 +19,8 @@ import { insertAgent } from './helpers/telephony.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const hasChromium = existsSync(CHROMIUM);
-if (!hasChromium) console.warn(`console browser tests skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
+if (!hasChromium)
+  console.warn(`console browser tests skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
 
 const SCREENSHOTS = path.resolve('docs/screenshots');
 
@@ -83,7 +84,9 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     t = await startTestApp({ CORS_ALLOWED_ORIGINS: siteUrl });
     tenant = await seedTenant(t, 'Console');
     agentId = await insertAgent(t.db, tenant.organisationId);
-    sipUserId = (await admin().post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'console.op', user_id: tenant.operator.id }))).body.data.id;
+    sipUserId = (
+      await admin().post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'console.op', user_id: tenant.operator.id }))
+    ).body.data.id;
     await listen();
     hasEvents = server.hasRoute({ method: 'GET', url: '/api/events' });
     if (!hasEvents) console.warn('console browser tests: GET /api/events is not on this branch; the live-update checks are skipped');
@@ -93,7 +96,15 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     context = await chromium.launchPersistentContext(profile, {
       executablePath: CHROMIUM,
       headless: true,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
       viewport: { width: 1280, height: 800 },
       // axe-core is injected as an inline script, which the console's CSP forbids: bypass it for the audit only.
       bypassCSP: true,
@@ -135,7 +146,10 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
 
   it('reflects an availability change made elsewhere', async (ctx) => {
     if (!hasEvents) return ctx.skip();
-    await admin().post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'away', source: 'api' }));
+    await admin().post(
+      '/api/operator_statuses',
+      resourceDocument('OperatorStatus', { sip_user_id: sipUserId, status: 'away', source: 'api' }),
+    );
     await expect.poll(() => page.getByLabel('Availability').inputValue(), { timeout: 2000 }).toBe('away');
   });
 
@@ -148,7 +162,10 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
 
   it('stores a typed reply as an operator item; takes over, hands back, closes and reopens', async () => {
     const id = (await admin().post('/api/conversations', resourceDocument('Conversation', { ai_agent_id: agentId }))).body.data.id;
-    await admin().post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content: 'My parcel is late' }));
+    await admin().post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content: 'My parcel is late' }),
+    );
     if (!hasEvents) await page.reload();
     await page.locator(`[data-conversation-id="${id}"]`).click();
     await page.locator('.items').getByText('My parcel is late').waitFor();
@@ -183,7 +200,18 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
       route.fulfill({
         status: 422,
         contentType: 'application/vnd.api+json',
-        body: JSON.stringify({ errors: [{ id: 'x', status: '422', code: 'invalid_attribute', title: 'Invalid', detail: 'The conversation is closed; reopen it to add items.' }], jsonapi: { version: '1.0' } }),
+        body: JSON.stringify({
+          errors: [
+            {
+              id: 'x',
+              status: '422',
+              code: 'invalid_attribute',
+              title: 'Invalid',
+              detail: 'The conversation is closed; reopen it to add items.',
+            },
+          ],
+          jsonapi: { version: '1.0' },
+        }),
       }),
     );
     await page.getByLabel('Reply as operator').fill('This one fails');
@@ -217,7 +245,9 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     // The conversation exists, as the visitor's, with the widget's message as a user item.
     const found = await until(async () => {
       const list = await admin().get(`/api/conversations?filter[ai_agent_id]=${agentId}&sort=-id&include=conversation_items`);
-      const item = (list.body.included ?? []).find((i: { attributes: { content: string } }) => i.attributes.content === 'Hello, is anyone there?');
+      const item = (list.body.included ?? []).find(
+        (i: { attributes: { content: string } }) => i.attributes.content === 'Hello, is anyone there?',
+      );
       return item ? (item.attributes.conversation_id as string) : undefined;
     });
     if (!hasEvents) await page.reload();

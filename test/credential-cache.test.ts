@@ -21,13 +21,19 @@ import { expectJsonApi } from './support/conformance.js';
 import { seedTenant } from './support/seed.js';
 import { freePort } from './helpers/ports.js';
 
-const principal = (id: string): Principal => ({ organisationId: 'o', userId: 'u', role: 'admin', credential: 'secret_key', credentialId: id });
+const principal = (id: string): Principal => ({
+  organisationId: 'o',
+  userId: 'u',
+  role: 'admin',
+  credential: 'secret_key',
+  credentialId: id,
+});
 
 describe('CredentialCache', () => {
   let now = 1_000_000;
   const clock = () => now;
 
-  it('serves what it kept until its lifetime or the record\'s expiry, whichever comes first', () => {
+  it("serves what it kept until its lifetime or the record's expiry, whichever comes first", () => {
     const cache = new CredentialCache(5000, 100, clock);
     cache.resume();
     cache.set('a', principal('a'), Infinity, cache.mark());
@@ -98,7 +104,12 @@ describe('cached credentials and immediate revocation', () => {
 
   it('serves a verified key from memory: a revocation nothing announces goes unseen until any credential change', async () => {
     const tenant = await seedTenant(t, 'Cached');
-    const key = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'cached' });
+    const key = await createApiKey(t.services.records!, {
+      organisationId: tenant.organisationId,
+      userId: tenant.admin.id,
+      keyType: 'secret',
+      name: 'cached',
+    });
     expect(await status(key.token)).toBe(200);
     await silently(sql`UPDATE api_keys SET revoked_at = now() WHERE id = ${key.id}`);
     expect(await status(key.token)).toBe(200);
@@ -109,14 +120,19 @@ describe('cached credentials and immediate revocation', () => {
 
   it('a revoked key is refused on the very next request', async () => {
     const tenant = await seedTenant(t, 'Revoke key');
-    const key = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'doomed' });
+    const key = await createApiKey(t.services.records!, {
+      organisationId: tenant.organisationId,
+      userId: tenant.admin.id,
+      keyType: 'secret',
+      name: 'doomed',
+    });
     expect(await status(key.token)).toBe(200);
     expect(await status(key.token)).toBe(200);
     expect(await revokeApiKey(t.db, t.services.records!, key.id)).toBe(true);
     expect(await status(key.token)).toBe(401);
   });
 
-  it('a removed member\'s token is refused on the very next request', async () => {
+  it("a removed member's token is refused on the very next request", async () => {
     const tenant = await seedTenant(t, 'Remove member');
     expect(await status(tenant.operator.token)).toBe(200);
     expect(await status(tenant.operator.token)).toBe(200);
@@ -135,15 +151,25 @@ describe('cached credentials and immediate revocation', () => {
     expect(await status(tenant.owner.token)).toBe(401);
   });
 
-  it('a new password ends the user\'s sessions on the very next request; its keys stay valid', async () => {
+  it("a new password ends the user's sessions on the very next request; its keys stay valid", async () => {
     const tenant = await seedTenant(t, 'Password');
-    const key = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.operator.id, keyType: 'secret', name: 'kept' });
+    const key = await createApiKey(t.services.records!, {
+      organisationId: tenant.organisationId,
+      userId: tenant.operator.id,
+      keyType: 'secret',
+      name: 'kept',
+    });
     expect(await status(tenant.operator.token)).toBe(200);
     expect(await status(key.token)).toBe(200);
-    await t.services.records!.update(systemActor(tenant.organisationId, 'cli'), 'User', tenant.operator.id, { password: 'a-brand-new-password' });
+    await t.services.records!.update(systemActor(tenant.organisationId, 'cli'), 'User', tenant.operator.id, {
+      password: 'a-brand-new-password',
+    });
     expect(await status(tenant.operator.token)).toBe(401);
     expect(await status(key.token)).toBe(200);
-    const login = await client(t.app, tenant.publishableKey).post('/api/users/login', resourceDocument('User', { email: tenant.operator.email, password: 'a-brand-new-password' }));
+    const login = await client(t.app, tenant.publishableKey).post(
+      '/api/users/login',
+      resourceDocument('User', { email: tenant.operator.email, password: 'a-brand-new-password' }),
+    );
     expect(login.status).toBe(200);
     expect(await status(login.body.meta.token)).toBe(200);
   });
@@ -161,7 +187,12 @@ describe('cached credentials and immediate revocation', () => {
 
   it('a change by another writer (a plain statement, announced only by the database) applies to the very next request', async () => {
     const tenant = await seedTenant(t, 'Other writer');
-    const key = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'raw' });
+    const key = await createApiKey(t.services.records!, {
+      organisationId: tenant.organisationId,
+      userId: tenant.admin.id,
+      keyType: 'secret',
+      name: 'raw',
+    });
     expect(await status(key.token)).toBe(200);
     expect(await status(tenant.admin.token)).toBe(200);
     await sql`UPDATE api_keys SET revoked_at = now() WHERE id = ${key.id}`.execute(t.db);
@@ -203,14 +234,20 @@ describe.skipIf(!process.env.DATABASE_URL)('two server processes on one PostgreS
       AGENT_RUNTIME: 'false',
     };
     delete env.REDIS_URL;
-    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('src/cli/main.ts'), 'serve'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('src/cli/main.ts'), 'serve'], {
+      env,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     children.push(child);
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
     const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
       if (child.exitCode !== null) throw new Error(`serve exited: ${stderr}`);
-      const up = await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false);
+      const up = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (up) return;
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
@@ -230,13 +267,20 @@ describe.skipIf(!process.env.DATABASE_URL)('two server processes on one PostgreS
   }, 120_000);
   afterAll(async () => {
     for (const child of children) child.kill('SIGTERM');
-    await Promise.all(children.map((child) => (child.exitCode === null ? new Promise((resolve) => child.once('exit', resolve)) : undefined)));
+    await Promise.all(
+      children.map((child) => (child.exitCode === null ? new Promise((resolve) => child.once('exit', resolve)) : undefined)),
+    );
     await t?.close();
   });
 
   it('a key revoked by another process is refused by both servers on the very next request', async () => {
     const tenant = await seedTenant(t, 'Processes');
-    const key = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'shared' });
+    const key = await createApiKey(t.services.records!, {
+      organisationId: tenant.organisationId,
+      userId: tenant.admin.id,
+      keyType: 'secret',
+      name: 'shared',
+    });
     for (const port of ports) {
       expect(await status(port, key.token)).toBe(200);
       expect(await status(port, key.token)).toBe(200);

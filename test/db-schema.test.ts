@@ -15,7 +15,13 @@ describe('typed database schema', () => {
   afterAll(async () => t?.close());
 
   it('describes every table and column the migrations create, with type, null-ability and default', async () => {
-    const { rows } = await sql<{ table_name: string; column_name: string; udt_name: string; is_nullable: string; column_default: string | null }>`
+    const { rows } = await sql<{
+      table_name: string;
+      column_name: string;
+      udt_name: string;
+      is_nullable: string;
+      column_default: string | null;
+    }>`
       SELECT c.table_name, c.column_name, c.udt_name, c.is_nullable, c.column_default
       FROM information_schema.columns c
       JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
@@ -24,7 +30,8 @@ describe('typed database schema', () => {
     const actual: Record<string, Record<string, string>> = {};
     for (const row of rows) {
       actual[row.table_name] ??= {};
-      actual[row.table_name][row.column_name] = `${row.udt_name}${row.is_nullable === 'YES' ? ' null' : ''}${row.column_default !== null ? ' default' : ''}`;
+      actual[row.table_name][row.column_name] =
+        `${row.udt_name}${row.is_nullable === 'YES' ? ' null' : ''}${row.column_default !== null ? ' default' : ''}`;
     }
     const described: Record<string, Record<string, string>> = {};
     for (const [table, columns] of Object.entries(tables)) {

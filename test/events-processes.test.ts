@@ -53,7 +53,10 @@ async function serve(): Promise<{ child: ChildProcess; url: string; exited: Prom
   const started = Date.now();
   for (;;) {
     if (Date.now() - started > 60_000) throw new Error(`serve did not start: ${stderr}`);
-    const ok = await fetch(`${url}/healthz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${url}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return { child, url, exited };
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -120,7 +123,10 @@ describe.runIf(onPostgres)('events across server processes', () => {
     const hookUrl = `http://127.0.0.1:${(receiver.address() as net.AddressInfo).port}/hook`;
     try {
       const a = await serve();
-      await post(a.url, tenant.admin.token, '/api/webhook_endpoints', 'WebhookEndpoint', { url: hookUrl, event_types: ['Conversation.created'] });
+      await post(a.url, tenant.admin.token, '/api/webhook_endpoints', 'WebhookEndpoint', {
+        url: hookUrl,
+        event_types: ['Conversation.created'],
+      });
       for (let i = 0; i < 10; i++) await post(a.url, tenant.admin.token, '/api/conversations', 'Conversation', { channel: 'sms' });
       // Attempts are in flight (the receiver holds them) when the process dies.
       await expect.poll(() => hanging.size, { timeout: 10_000 }).toBeGreaterThan(0);
@@ -129,14 +135,22 @@ describe.runIf(onPostgres)('events across server processes', () => {
       for (const res of hanging) res.socket?.destroy();
       recovered = true;
       const { rows: events } = await sql<{ id: string }>`
-        SELECT id FROM events WHERE organisation_id = ${tenant.organisationId} AND type = 'Conversation.created' AND data->'attributes'->>'channel' = 'sms'`.execute(t.db);
+        SELECT id FROM events WHERE organisation_id = ${tenant.organisationId} AND type = 'Conversation.created' AND data->'attributes'->>'channel' = 'sms'`.execute(
+        t.db,
+      );
       expect(events).toHaveLength(10);
       const b = await serve();
       await expect.poll(() => events.filter((e) => seen.has(e.id)).length, { timeout: 45_000, interval: 500 }).toBe(10);
       const { rows } = await sql<{ status: string; count: string }>`
-        SELECT status, count(*) AS count FROM webhook_deliveries WHERE organisation_id = ${tenant.organisationId} GROUP BY status`.execute(t.db);
+        SELECT status, count(*) AS count FROM webhook_deliveries WHERE organisation_id = ${tenant.organisationId} GROUP BY status`.execute(
+        t.db,
+      );
       await expect
-        .poll(async () => (await sql<{ n: string }>`SELECT count(*) AS n FROM webhook_deliveries WHERE status <> 'succeeded'`.execute(t.db)).rows[0].n, { timeout: 5000 })
+        .poll(
+          async () =>
+            (await sql<{ n: string }>`SELECT count(*) AS n FROM webhook_deliveries WHERE status <> 'succeeded'`.execute(t.db)).rows[0].n,
+          { timeout: 5000 },
+        )
         .toBe('0');
       expect(rows.length).toBeGreaterThan(0);
       b.child.kill('SIGTERM');

@@ -30,7 +30,12 @@ const streams: SseStream[] = [];
 const onPostgres = Boolean(process.env.DATABASE_URL);
 
 beforeAll(async () => {
-  t = await startTestApp({ PUBLIC_URL: 'http://parley.test', EVENTS_HEARTBEAT_SECONDS: '1', EVENTS_STREAMS_PER_CREDENTIAL: '6', EVENTS_STREAM_BUFFER_BYTES: '65536' });
+  t = await startTestApp({
+    PUBLIC_URL: 'http://parley.test',
+    EVENTS_HEARTBEAT_SECONDS: '1',
+    EVENTS_STREAMS_PER_CREDENTIAL: '6',
+    EVENTS_STREAM_BUFFER_BYTES: '65536',
+  });
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   baseUrl = `http://127.0.0.1:${(t.app.server.address() as net.AddressInfo).port}`;
   tenant = await seedTenant(t, 'Events');
@@ -74,12 +79,31 @@ describe('the outbox', () => {
 
   it('renders in PostgreSQL exactly the resource objects the API renders (events stored with their record)', async () => {
     const conversation = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
-    const item = await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: conversation, role: 'user', content: 'say "hi" \u2028 é', metadata: { n: [1, null] } }));
+    const item = await admin.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', {
+        conversation_id: conversation,
+        role: 'user',
+        content: 'say "hi" \u2028 é',
+        metadata: { n: [1, null] },
+      }),
+    );
     await admin.post('/api/ai_agents', resourceDocument('AiAgent', { name: 'Rendered', languages: ['en', 'de'] }));
-    await admin.post('/api/gateways', resourceDocument('Gateway', { username: 'trunk', realm: 'sip.example.net', password: 'hunter22', inbound_acl: ['192.0.2.0/24'] }));
-    await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/rendered', event_types: ['Call.created'] }));
-    const itemEvent = (await eventsOf(tenant.organisationId)).find((e) => e.type === 'ConversationItem.created' && e.data.id === item.body.data.id)!;
-    expect(itemEvent.data).toEqual({ ...item.body.data, links: { self: `http://parley.test/api/conversation_items/${item.body.data.id}` } });
+    await admin.post(
+      '/api/gateways',
+      resourceDocument('Gateway', { username: 'trunk', realm: 'sip.example.net', password: 'hunter22', inbound_acl: ['192.0.2.0/24'] }),
+    );
+    await admin.post(
+      '/api/webhook_endpoints',
+      resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/rendered', event_types: ['Call.created'] }),
+    );
+    const itemEvent = (await eventsOf(tenant.organisationId)).find(
+      (e) => e.type === 'ConversationItem.created' && e.data.id === item.body.data.id,
+    )!;
+    expect(itemEvent.data).toEqual({
+      ...item.body.data,
+      links: { self: `http://parley.test/api/conversation_items/${item.body.data.id}` },
+    });
 
     const principal = principalOf(systemActor(tenant.organisationId, 'test'));
     const registry = buildRegistry(resources);
@@ -88,7 +112,9 @@ describe('the outbox', () => {
       const json = resourceJsonb(resource, 'http://parley.test');
       if (!json || resource.type === 'Organisation') continue;
       const { rows } = await sql<{ id: string; data: Record<string, unknown> }>`
-        SELECT t.id, ${json} AS data FROM ${sql.table(resource.table)} t WHERE t.organisation_id = ${tenant.organisationId} ORDER BY t.id LIMIT 5`.execute(t.db);
+        SELECT t.id, ${json} AS data FROM ${sql.table(resource.table)} t WHERE t.organisation_id = ${tenant.organisationId} ORDER BY t.id LIMIT 5`.execute(
+        t.db,
+      );
       for (const row of rows) {
         const stored = await fetchById({ db: t.db, principal, registry }, resource, row.id);
         const rendered = renderResource(resource, stored!, { baseUrl: 'http://parley.test', principal, registry, fields: new Map() });
@@ -113,7 +139,10 @@ describe('the outbox', () => {
   });
 
   it('never carries a write-only value, nor a value shown once', async () => {
-    const created = await admin.post('/api/gateways', resourceDocument('Gateway', { username: 'trunk', password: 'hunter22', realm: 'sip.example.com' }));
+    const created = await admin.post(
+      '/api/gateways',
+      resourceDocument('Gateway', { username: 'trunk', password: 'hunter22', realm: 'sip.example.com' }),
+    );
     expect(created.status).toBe(201);
     const endpoint = await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/hook' }));
     expect(endpoint.body.data.attributes.secret).toMatch(/^whsec_/);
@@ -127,7 +156,9 @@ describe('the outbox', () => {
     const keys = events.filter((e) => e.type === 'ApiKey.created');
     expect(keys.length).toBeGreaterThan(0);
     for (const key of keys) expect(key.data.attributes.token).toBeNull();
-    const system = await t.services.records!.create(systemActor(tenant.organisationId, 'cli'), 'WebhookEndpoint', { url: 'https://1.1.1.1/cli' });
+    const system = await t.services.records!.create(systemActor(tenant.organisationId, 'cli'), 'WebhookEndpoint', {
+      url: 'https://1.1.1.1/cli',
+    });
     expect(system.record.attributes).toMatchObject({ secret: expect.stringMatching(/^whsec_/) });
     const cliEvent = (await eventsOf(tenant.organisationId)).find((e) => e.type === 'WebhookEndpoint.created' && e.data.id === system.id)!;
     expect(cliEvent.data.attributes.secret).toBeNull();
@@ -160,7 +191,9 @@ describe('the outbox', () => {
     const ahead = await seedTenant(t, 'Ahead');
     // An event whose id is far ahead of the clock (a clock that stepped back since it was drawn).
     const future = '7fffffff-0000-7000-8000-000000000000';
-    await sql`UPDATE events SET id = ${future} WHERE id = (SELECT max(id::text)::uuid FROM events WHERE organisation_id = ${ahead.organisationId})`.execute(t.db);
+    await sql`UPDATE events SET id = ${future} WHERE id = (SELECT max(id::text)::uuid FROM events WHERE organisation_id = ${ahead.organisationId})`.execute(
+      t.db,
+    );
     const first = (await client(t.app, ahead.admin.token).post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
     const second = (await client(t.app, ahead.admin.token).post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
     const events = await eventsOf(ahead.organisationId);
@@ -176,7 +209,9 @@ describe('the outbox', () => {
   it('settles ids in commit order when writes of one organisation race', async () => {
     const racing = await seedTenant(t, 'Racing');
     const writer = client(t.app, racing.admin.token);
-    const created = await Promise.all(Array.from({ length: 24 }, () => writer.post('/api/conversations', resourceDocument('Conversation', {}))));
+    const created = await Promise.all(
+      Array.from({ length: 24 }, () => writer.post('/api/conversations', resourceDocument('Conversation', {}))),
+    );
     expect(created.every((r) => r.status === 201)).toBe(true);
     const events = await eventsOf(racing.organisationId);
     expect(events.filter((e) => e.type === 'Conversation.created')).toHaveLength(24);
@@ -195,7 +230,9 @@ describe('the outbox', () => {
     };
     for (const daysAgo of [9, 8, 6]) {
       await sql`INSERT INTO events (id, organisation_id, type, occurred_at, data)
-        VALUES (${idAt(daysAgo)}::uuid, ${pruned.organisationId}, 'Conversation.created', now() - make_interval(days => ${daysAgo}), '{}')`.execute(t.db);
+        VALUES (${idAt(daysAgo)}::uuid, ${pruned.organisationId}, 'Conversation.created', now() - make_interval(days => ${daysAgo}), '{}')`.execute(
+        t.db,
+      );
     }
     const before = (await eventsOf(pruned.organisationId)).map((e) => e.id);
     expect(before).toEqual(expect.arrayContaining([idAt(9), idAt(8), idAt(6)]));
@@ -228,7 +265,11 @@ describe('the outbox', () => {
     }
     stop = true;
     await writing;
-    for (let rows = await readEvents(t.db, prefix.organisationId, cursor); rows.length > 0; rows = await readEvents(t.db, prefix.organisationId, cursor)) {
+    for (
+      let rows = await readEvents(t.db, prefix.organisationId, cursor);
+      rows.length > 0;
+      rows = await readEvents(t.db, prefix.organisationId, cursor)
+    ) {
       for (const row of rows) seen.push(row.id);
       cursor = seen.at(-1);
     }
@@ -248,7 +289,10 @@ describe('GET /api/events', () => {
     const id = created.body.data.id;
     const items = [];
     for (const content of ['one', 'two', 'three']) {
-      items.push((await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content }))).body.data.id);
+      items.push(
+        (await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content })))
+          .body.data.id,
+      );
     }
     const [message] = await s.waitFor(1, ofType('Conversation.created'));
     const event = parsed(message);
@@ -310,12 +354,18 @@ describe('GET /api/events', () => {
     for (const s of [mine, theirs, replay]) s.close();
   });
 
-  it("shows each role only what it may read: types and, for operators, their own rows", async () => {
+  it('shows each role only what it may read: types and, for operators, their own rows', async () => {
     const asOperator = await stream(tenant.operator.token);
     const asAdmin = await stream(tenant.admin.token);
     await admin.post('/api/gateways', resourceDocument('Gateway', { username: 'roles', realm: 'roles.example.com' }));
-    const mineSip = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: `op${Date.now()}`, sip_password: 'secret-secret-1', user_id: tenant.operator.id }));
-    const theirsSip = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: `ad${Date.now()}`, sip_password: 'secret-secret-2', user_id: tenant.admin.id }));
+    const mineSip = await admin.post(
+      '/api/sip_users',
+      resourceDocument('SipUser', { sip_username: `op${Date.now()}`, sip_password: 'secret-secret-1', user_id: tenant.operator.id }),
+    );
+    const theirsSip = await admin.post(
+      '/api/sip_users',
+      resourceDocument('SipUser', { sip_username: `ad${Date.now()}`, sip_password: 'secret-secret-2', user_id: tenant.admin.id }),
+    );
     expect([mineSip.status, theirsSip.status]).toEqual([201, 201]);
     const marker = await admin.post('/api/conversations', resourceDocument('Conversation', { channel: 'voice' }));
     await asOperator.waitFor(1, (m) => m.event === 'Conversation.created' && parsed(m).data.id === marker.body.data.id);
@@ -338,8 +388,14 @@ describe('GET /api/events', () => {
     const s = await stream(visitorToken);
     expect(s.status).toBe(200);
     const elsewhere = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
-    await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: elsewhere, role: 'user', content: 'not for the visitor' }));
-    await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: own, role: 'operator', content: 'for the visitor' }));
+    await admin.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: elsewhere, role: 'user', content: 'not for the visitor' }),
+    );
+    await admin.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: own, role: 'operator', content: 'for the visitor' }),
+    );
     await admin.patch(`/api/conversations/${own}`, resourceDocument('Conversation', { status: 'pending' }, own));
     await s.waitFor(1, ofType('Conversation.updated'));
     expect(s.messages.map((m) => m.event)).toEqual(['ConversationItem.created', 'Conversation.updated']);
@@ -376,18 +432,22 @@ describe('GET /api/events', () => {
     expect(refused.status).toBe(429);
     expect(errorCodes({ status: 429, headers: {}, body: await bodyOf(refused) })).toEqual(['too_many_streams']);
     held[0].close();
-    await expect.poll(async () => {
-      const s = await stream(tenant.owner.token);
-      s.close();
-      return s.status;
-    }).toBe(200);
+    await expect
+      .poll(async () => {
+        const s = await stream(tenant.owner.token);
+        s.close();
+        return s.status;
+      })
+      .toBe(200);
     for (const s of held) s.close();
   });
 
   it('disconnects a client that does not read, and never holds up writes', async () => {
     // A raw connection that asks for the stream and then reads nothing.
     const socket = net.connect((t.app.server.address() as net.AddressInfo).port, '127.0.0.1');
-    socket.write(`GET /api/events?filter[type]=ConversationItem.created HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tenant.admin.token}\r\nAccept: text/event-stream\r\n\r\n`);
+    socket.write(
+      `GET /api/events?filter[type]=ConversationItem.created HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tenant.admin.token}\r\nAccept: text/event-stream\r\n\r\n`,
+    );
     await new Promise((r) => socket.once('data', r));
     socket.pause();
     const conversation = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
@@ -395,7 +455,10 @@ describe('GET /api/events', () => {
     // 400 items of 30 kB: 12 MB, far more than the socket buffers and the 64 kB allowed to wait for the client.
     const started = Date.now();
     for (let i = 0; i < 400; i++) {
-      const r = await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: conversation, role: 'user', content: big }));
+      const r = await admin.post(
+        '/api/conversation_items',
+        resourceDocument('ConversationItem', { conversation_id: conversation, role: 'user', content: big }),
+      );
       expect(r.status).toBe(201);
     }
     const writing = Date.now() - started;

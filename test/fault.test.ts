@@ -36,7 +36,12 @@ describe.runIf(enabled)('PostgreSQL goes away and comes back', () => {
   beforeAll(async () => {
     cluster = new PrivatePostgres(55000 + Math.floor(Math.random() * 5000)).init();
     cluster.start();
-    const config = loadConfig({ DATABASE_URL: cluster.url, DATABASE_TIMEOUT_MS: String(TIMEOUT_MS), LOG_LEVEL: 'silent', RATE_LIMIT_PER_MINUTE: '1000000' } as NodeJS.ProcessEnv);
+    const config = loadConfig({
+      DATABASE_URL: cluster.url,
+      DATABASE_TIMEOUT_MS: String(TIMEOUT_MS),
+      LOG_LEVEL: 'silent',
+      RATE_LIMIT_PER_MINUTE: '1000000',
+    } as NodeJS.ProcessEnv);
     database = await openDatabase(config);
     await migrate(database.db);
     const services = await createServices(database, config);
@@ -48,7 +53,8 @@ describe.runIf(enabled)('PostgreSQL goes away and comes back', () => {
       fullName: 'Fault Owner',
       role: 'owner',
     });
-    token = (await createApiKey(services.records!, { organisationId: organisation.id, userId: user.id, keyType: 'secret', name: 'load' })).token;
+    token = (await createApiKey(services.records!, { organisationId: organisation.id, userId: user.id, keyType: 'secret', name: 'load' }))
+      .token;
     app = await buildServer({ ...services, database });
     await app.ready();
   }, 120_000);
@@ -76,7 +82,13 @@ describe.runIf(enabled)('PostgreSQL goes away and comes back', () => {
           payload: { data: { type: 'Conversation', attributes: { metadata: { seq: n } } } },
         });
         const error = response.statusCode === 503 ? JSON.parse(response.body).errors[0] : undefined;
-        attempts.push({ seq: n, status: response.statusCode, startedAt: startedAt - t0, ms: Date.now() - startedAt, unknown: error?.meta?.outcome === 'unknown' });
+        attempts.push({
+          seq: n,
+          status: response.statusCode,
+          startedAt: startedAt - t0,
+          ms: Date.now() - startedAt,
+          unknown: error?.meta?.outcome === 'unknown',
+        });
         if (error) {
           expect(error.code).toBe('unavailable');
           await new Promise((r) => setTimeout(r, 50));

@@ -32,14 +32,20 @@ describe('ext and profile media type parameters', () => {
       expect(response.status, contentType).toBe(415);
       expect(response.body.errors[0]).toMatchObject({ code: 'unsupported_media_type', source: { header: 'Content-Type' } });
     }
-    for (const contentType of ['application/vnd.api+json; profile="https://example.com/p https://example.com/q"', 'application/vnd.api+json; ext=""']) {
+    for (const contentType of [
+      'application/vnd.api+json; profile="https://example.com/p https://example.com/q"',
+      'application/vnd.api+json; ext=""',
+    ]) {
       expect((await admin.post('/api/conversations', body, { 'content-type': contentType })).status, contentType).toBe(201);
     }
   });
 
   it('answers 406 when every JSON:API range in Accept asks for an unsupported extension', async () => {
     // JSON:API 1.1: 406 when every instance of its media type names an unsupported extension, whatever else Accept lists.
-    for (const accept of ['application/vnd.api+json; ext="https://jsonapi.org/ext/atomic"', 'application/vnd.api+json; ext="https://jsonapi.org/ext/atomic", */*']) {
+    for (const accept of [
+      'application/vnd.api+json; ext="https://jsonapi.org/ext/atomic"',
+      'application/vnd.api+json; ext="https://jsonapi.org/ext/atomic", */*',
+    ]) {
       const refused = await admin.get('/api/conversations', { accept });
       expect(refused.status, accept).toBe(406);
       expect(refused.body.errors[0]).toMatchObject({ code: 'not_acceptable', source: { header: 'Accept' } });
@@ -69,22 +75,35 @@ describe('page[limit]', () => {
 });
 
 describe('relationship linkage in create and update bodies', () => {
-  const item = (extra: Record<string, unknown>) => ({ data: { type: 'ConversationItem', attributes: { role: 'user', content: 'hello' }, ...extra } });
+  const item = (extra: Record<string, unknown>) => ({
+    data: { type: 'ConversationItem', attributes: { role: 'user', content: 'hello' }, ...extra },
+  });
   const linkage = (type: string, id: string) => ({ conversation: { data: { type, id } } });
 
   it('reads every to-one reference from its linkage', async () => {
-    const created = await admin.post('/api/conversation_items', item({ relationships: linkage('Conversation', conversationId.toUpperCase()) }));
+    const created = await admin.post(
+      '/api/conversation_items',
+      item({ relationships: linkage('Conversation', conversationId.toUpperCase()) }),
+    );
     expect(created.status).toBe(201);
     expect(created.body.data.attributes.conversation_id).toBe(conversationId);
     expect(created.body.data.relationships.conversation.data.id).toBe(conversationId);
     // With the attribute as well, when both agree.
     const both = await admin.post('/api/conversation_items', {
-      data: { type: 'ConversationItem', attributes: { role: 'user', content: 'again', conversation_id: conversationId }, relationships: linkage('Conversation', conversationId) },
+      data: {
+        type: 'ConversationItem',
+        attributes: { role: 'user', content: 'again', conversation_id: conversationId },
+        relationships: linkage('Conversation', conversationId),
+      },
     });
     expect(both.status).toBe(201);
     // A SIP user's user, and setting a nullable reference to null through linkage on update.
     const sip = await admin.post('/api/sip_users', {
-      data: { type: 'SipUser', attributes: { sip_username: 'linked-1' }, relationships: { user: { data: { type: 'User', id: tenant.operator.id } } } },
+      data: {
+        type: 'SipUser',
+        attributes: { sip_username: 'linked-1' },
+        relationships: { user: { data: { type: 'User', id: tenant.operator.id } } },
+      },
     });
     expect(sip.status).toBe(201);
     expect(sip.body.data.attributes.user_id).toBe(tenant.operator.id);
@@ -108,12 +127,21 @@ describe('relationship linkage in create and update bodies', () => {
 
     const otherConversation = (await admin.post('/api/conversations', { data: { type: 'Conversation' } })).body.data.id;
     const disagreeing = await admin.post('/api/conversation_items', {
-      data: { type: 'ConversationItem', attributes: { role: 'user', content: 'x', conversation_id: otherConversation }, relationships: linkage('Conversation', conversationId) },
+      data: {
+        type: 'ConversationItem',
+        attributes: { role: 'user', content: 'x', conversation_id: otherConversation },
+        relationships: linkage('Conversation', conversationId),
+      },
     });
     expect(disagreeing.status).toBe(422);
     expect(pointers(disagreeing)).toEqual(['/data/relationships/conversation']);
 
-    const unknown = await admin.post('/api/conversations', { data: { type: 'Conversation', relationships: { conversation_items: { data: [] }, organisation: { data: { type: 'Organisation', id: tenant.organisationId } } } } });
+    const unknown = await admin.post('/api/conversations', {
+      data: {
+        type: 'Conversation',
+        relationships: { conversation_items: { data: [] }, organisation: { data: { type: 'Organisation', id: tenant.organisationId } } },
+      },
+    });
     expect(unknown.status).toBe(422);
     expect(errorCodes(unknown)).toEqual(['unknown_attribute', 'unknown_attribute']);
     expect(pointers(unknown)).toEqual(['/data/relationships/conversation_items', '/data/relationships/organisation']);
@@ -125,7 +153,7 @@ describe('relationship linkage in create and update bodies', () => {
     expect(pointers(badId)).toEqual(['/data/relationships/conversation/data/id']);
   });
 
-  it('checks linked records like attributes: another organisation\'s conversation is refused', async () => {
+  it("checks linked records like attributes: another organisation's conversation is refused", async () => {
     const theirs = (await client(t.app, other.admin.token).post('/api/conversations', { data: { type: 'Conversation' } })).body.data.id;
     const response = await admin.post('/api/conversation_items', item({ relationships: linkage('Conversation', theirs) }));
     expect(response.status).toBe(422);

@@ -15,7 +15,13 @@ let addressCounter = 0;
 /** A fresh client address per call, so that only the counter under test is involved. */
 const freshAddress = () => `10.${Math.floor(addressCounter / 250) % 250}.${addressCounter++ % 250}.${1 + Math.floor(Math.random() * 250)}`;
 
-function login(app: FastifyInstance, key: string, email: string, password: string, options: { address?: string; headers?: Record<string, string> } = {}) {
+function login(
+  app: FastifyInstance,
+  key: string,
+  email: string,
+  password: string,
+  options: { address?: string; headers?: Record<string, string> } = {},
+) {
   return app
     .inject({
       method: 'POST',
@@ -63,7 +69,9 @@ describe('login throttle', () => {
     // wrong ones were checked (the correct one succeeded inside the burst and nothing took its attempt back).
     const after = await login(t.app, a.publishableKey, a.admin.email, a.admin.password);
     expect(after.statusCode).toBe(count(statuses, 401) >= 10 ? 429 : 200);
-    console.log(`login burst: 16 parallel attempts, ${count(statuses, 401)} refused as wrong (401), ${count(statuses, 429)} refused as over the limit (429), correct password among them: ${statuses[15]}`);
+    console.log(
+      `login burst: 16 parallel attempts, ${count(statuses, 401)} refused as wrong (401), ${count(statuses, 429)} refused as over the limit (429), correct password among them: ${statuses[15]}`,
+    );
   });
 
   it("counts per organisation and e-mail: another organisation's key cannot lock a user out", async () => {
@@ -76,7 +84,8 @@ describe('login throttle', () => {
   it('counts per client address across e-mails', async () => {
     const address = freshAddress();
     const statuses: number[] = [];
-    for (let i = 0; i < 11; i++) statuses.push((await login(t.app, b.publishableKey, `nobody${i}@x.example`, 'wrong-password', { address })).statusCode);
+    for (let i = 0; i < 11; i++)
+      statuses.push((await login(t.app, b.publishableKey, `nobody${i}@x.example`, 'wrong-password', { address })).statusCode);
     expect(statuses).toEqual([...Array(10).fill(401), 429]);
     // A correct login from that address is refused too, and from elsewhere it works.
     expect((await login(t.app, b.publishableKey, b.operator.email, b.operator.password, { address })).statusCode).toBe(429);
@@ -85,7 +94,8 @@ describe('login throttle', () => {
 
   it('gives a successful attempt back: successful logins never lock a user out', async () => {
     const address = freshAddress();
-    for (let i = 0; i < 12; i++) expect((await login(t.app, b.publishableKey, b.owner.email, b.owner.password, { address })).statusCode).toBe(200);
+    for (let i = 0; i < 12; i++)
+      expect((await login(t.app, b.publishableKey, b.owner.email, b.owner.password, { address })).statusCode).toBe(200);
   });
 });
 
@@ -152,7 +162,9 @@ describe('bounded password hashing', () => {
     // failures would refuse this right password with 429.
     const right = await login(t.app, tenant.publishableKey, tenant.owner.email, 'slow-password-1');
     expect(right.statusCode, right.body).toBe(200);
-    console.log(`hash gate (1 running, 2 queued): 12 parallel logins, ${count(statuses, 401)} checked, ${count(statuses, 503)} answered 503`);
+    console.log(
+      `hash gate (1 running, 2 queued): 12 parallel logins, ${count(statuses, 401)} checked, ${count(statuses, 503)} answered 503`,
+    );
   });
 
   it('does not check the sign-ins of clients that have gone: a login right after them is checked, not refused', async () => {
@@ -161,7 +173,13 @@ describe('bounded password hashing', () => {
     const body = JSON.stringify({ data: { type: 'User', attributes: { email: tenant.owner.email, password: 'slow-password-1' } } });
     // One check running and two waiting fill the gate (1 running, 2 queued); then their clients go.
     const abandoned = Array.from({ length: 3 }, () => {
-      const request = http.request({ port, host: '127.0.0.1', method: 'POST', path: '/api/users/login', headers: { authorization: `Bearer ${tenant.publishableKey}`, 'content-type': 'application/vnd.api+json' } });
+      const request = http.request({
+        port,
+        host: '127.0.0.1',
+        method: 'POST',
+        path: '/api/users/login',
+        headers: { authorization: `Bearer ${tenant.publishableKey}`, 'content-type': 'application/vnd.api+json' },
+      });
       request.on('error', () => {});
       request.end(body);
       return request;
@@ -188,7 +206,10 @@ describe('request budgets', () => {
   it('limits requests answered 401 and 403, per client address', async () => {
     const address = freshAddress();
     const statuses: number[] = [];
-    for (let i = 0; i < 4; i++) statuses.push((await t.app.inject({ url: '/api/conversations', remoteAddress: address, headers: { authorization: 'Bearer forged' } })).statusCode);
+    for (let i = 0; i < 4; i++)
+      statuses.push(
+        (await t.app.inject({ url: '/api/conversations', remoteAddress: address, headers: { authorization: 'Bearer forged' } })).statusCode,
+      );
     for (let i = 0; i < 3; i++) statuses.push((await t.app.inject({ url: '/api/nowhere', remoteAddress: address })).statusCode);
     expect(statuses).toEqual([401, 401, 401, 401, 401, 429, 429]);
     const limited = await t.app.inject({ url: '/api/conversations', remoteAddress: address });
@@ -201,7 +222,15 @@ describe('request budgets', () => {
     const noisy = freshAddress();
     const statuses: number[] = [];
     for (let i = 0; i < 6; i++) {
-      statuses.push((await t.app.inject({ url: '/api/conversations', remoteAddress: noisy, headers: { authorization: `Bearer ${tenant.publishableKey}` } })).statusCode);
+      statuses.push(
+        (
+          await t.app.inject({
+            url: '/api/conversations',
+            remoteAddress: noisy,
+            headers: { authorization: `Bearer ${tenant.publishableKey}` },
+          })
+        ).statusCode,
+      );
     }
     expect(statuses).toEqual([403, 403, 403, 403, 403, 429]);
     expect((await login(t.app, tenant.publishableKey, tenant.admin.email, tenant.admin.password)).statusCode).toBe(200);
@@ -228,7 +257,10 @@ describe('request limit with Redis configured but unreachable', () => {
 
   it('falls back to counting in memory instead of switching the limit off', async () => {
     const statuses: number[] = [];
-    for (let i = 0; i < 7; i++) statuses.push((await node.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${tenant.admin.token}` } })).statusCode);
+    for (let i = 0; i < 7; i++)
+      statuses.push(
+        (await node.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${tenant.admin.token}` } })).statusCode,
+      );
     expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429]);
   });
 });

@@ -35,12 +35,36 @@ let serial = 0;
 /** A fresh record of each deletable type: a DELETE removes its own, never the records the other operations use. */
 const fresh: Record<string, () => Promise<string>> = {
   AiAgent: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'Doomed' })).id,
-  Gateway: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'Gateway', { realm: `d${serial++}.example.com`, username: 'd' })).id,
-  SipUser: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `doomed.${serial++}` })).id,
-  ApiKey: async () => (await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'doomed' })).id,
+  Gateway: async () =>
+    (
+      await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'Gateway', {
+        realm: `d${serial++}.example.com`,
+        username: 'd',
+      })
+    ).id,
+  SipUser: async () =>
+    (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `doomed.${serial++}` })).id,
+  ApiKey: async () =>
+    (
+      await createApiKey(t.services.records!, {
+        organisationId: tenant.organisationId,
+        userId: tenant.admin.id,
+        keyType: 'secret',
+        name: 'doomed',
+      })
+    ).id,
   User: async () =>
-    (await createUserInOrganisation(t.services.records!, { organisationId: tenant.organisationId, email: `doomed.${serial++}@fuzz.example`, password: 'doomed-pass-1', fullName: 'D', role: 'operator' })).id,
-  WebhookEndpoint: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'WebhookEndpoint', { url: 'https://1.1.1.1/doomed' })).id,
+    (
+      await createUserInOrganisation(t.services.records!, {
+        organisationId: tenant.organisationId,
+        email: `doomed.${serial++}@fuzz.example`,
+        password: 'doomed-pass-1',
+        fullName: 'D',
+        role: 'operator',
+      })
+    ).id,
+  WebhookEndpoint: async () =>
+    (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'WebhookEndpoint', { url: 'https://1.1.1.1/doomed' })).id,
 };
 /** The id a request's path names: a fresh record for a DELETE, else the record of the operation's type. */
 async function pathId(operation: Operation): Promise<string | undefined> {
@@ -54,11 +78,24 @@ beforeAll(async () => {
   tenant = await seedTenant(t, 'OpenApiFuzz');
   const api = client(t.app, tenant.owner.token);
   ids.Conversation = (await api.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
-  ids.ConversationItem = (await api.post('/api/conversation_items', resourceDocument('ConversationItem', { content: 'x', role: 'user', conversation_id: ids.Conversation }))).body.data.id;
+  ids.ConversationItem = (
+    await api.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { content: 'x', role: 'user', conversation_id: ids.Conversation }),
+    )
+  ).body.data.id;
   ids.SipUser = (await api.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'fuzz.openapi' }))).body.data.id;
   ids.Gateway = (await api.post('/api/gateways', resourceDocument('Gateway', { realm: 'fuzz.example.com', username: 'f' }))).body.data.id;
-  ids.OperatorStatus = (await api.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: ids.SipUser, status: 'available' }))).body.data.id;
-  ids.OperatorStatusEvent = (await t.db.selectFrom('operator_status_events').select('id').where('organisation_id', '=', tenant.organisationId).executeTakeFirstOrThrow()).id;
+  ids.OperatorStatus = (
+    await api.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: ids.SipUser, status: 'available' }))
+  ).body.data.id;
+  ids.OperatorStatusEvent = (
+    await t.db
+      .selectFrom('operator_status_events')
+      .select('id')
+      .where('organisation_id', '=', tenant.organisationId)
+      .executeTakeFirstOrThrow()
+  ).id;
   ids.Call = await insertCall(t.db, tenant.organisationId);
   ids.CallParticipant = await insertParticipant(t.db, tenant.organisationId, ids.Call);
   ids.CallTranscript = await insertTranscript(t.db, tenant.organisationId, ids.Call, 0);
@@ -88,7 +125,11 @@ afterAll(async () => {
 /** Follows a local `$ref` of the document. */
 function deref(schema: Schema): Schema {
   let current = schema;
-  while (current?.$ref) current = current.$ref.slice(2).split('/').reduce((node: Schema, key: string) => node[key], doc);
+  while (current?.$ref)
+    current = current.$ref
+      .slice(2)
+      .split('/')
+      .reduce((node: Schema, key: string) => node[key], doc);
   return current;
 }
 
@@ -105,7 +146,8 @@ function arbitrary(schema: Schema, name = ''): fc.Arbitrary<unknown> {
   if (schema.enum) return fc.constantFrom(...schema.enum);
   if (schema.oneOf) return fc.oneof(...schema.oneOf.map((s: Schema) => arbitrary(s, name)));
   const types: string[] = Array.isArray(schema.type) ? schema.type : [schema.type];
-  if (types.includes('null') && types.length > 1) return fc.oneof(fc.constant(null), arbitrary({ ...schema, type: types.find((x) => x !== 'null') }, name));
+  if (types.includes('null') && types.length > 1)
+    return fc.oneof(fc.constant(null), arbitrary({ ...schema, type: types.find((x) => x !== 'null') }, name));
   switch (types[0]) {
     case 'integer': {
       const min = schema.minimum ?? -1000;
@@ -114,22 +156,31 @@ function arbitrary(schema: Schema, name = ''): fc.Arbitrary<unknown> {
     case 'boolean':
       return fc.boolean();
     case 'array':
-      return fc.array(arbitrary(schema.items ?? {}, name), { minLength: schema.minItems ?? 0, maxLength: Math.min(schema.maxItems ?? 3, 3) });
+      return fc.array(arbitrary(schema.items ?? {}, name), {
+        minLength: schema.minItems ?? 0,
+        maxLength: Math.min(schema.maxItems ?? 3, 3),
+      });
     case 'object':
       if (schema.properties) {
         const required = schema.required ?? [];
-        const entries = Object.entries(schema.properties as Record<string, Schema>).map(([key, value]) => [key, arbitrary(value, key)] as const);
+        const entries = Object.entries(schema.properties as Record<string, Schema>).map(
+          ([key, value]) => [key, arbitrary(value, key)] as const,
+        );
         return fc.record(Object.fromEntries(entries), { requiredKeys: required });
       }
       return fc.constantFrom({}, { source: 'fuzz' }, { nested: { n: 1 } });
     default: {
       if (schema.format === 'uuid') return fc.uuid();
-      if (schema.format === 'date-time') return fc.date({ min: new Date('2000-01-01'), max: new Date('2100-01-01'), noInvalidDate: true }).map((d) => d.toISOString());
-      if (name === 'inbound_acl' || name === 'proxy') return fc.constantFrom('192.0.2.0/24', '2001:db8::/32').map((v) => (name === 'proxy' ? 'sip.example.com:5060' : v));
+      if (schema.format === 'date-time')
+        return fc.date({ min: new Date('2000-01-01'), max: new Date('2100-01-01'), noInvalidDate: true }).map((d) => d.toISOString());
+      if (name === 'inbound_acl' || name === 'proxy')
+        return fc.constantFrom('192.0.2.0/24', '2001:db8::/32').map((v) => (name === 'proxy' ? 'sip.example.com:5060' : v));
       const min = schema.minLength ?? 0;
       const max = Math.min(schema.maxLength ?? 40, 40);
       const text = schema.pattern
-        ? fc.stringMatching(new RegExp(schema.pattern, 'u')).filter((v) => [...v].length >= min && [...v].length <= (schema.maxLength ?? Infinity))
+        ? fc
+            .stringMatching(new RegExp(schema.pattern, 'u'))
+            .filter((v) => [...v].length >= min && [...v].length <= (schema.maxLength ?? Infinity))
         : fc.string({ minLength: min, maxLength: Math.max(min, max) });
       return text;
     }
@@ -143,32 +194,71 @@ function positiveQuery(op: Schema): fc.Arbitrary<Record<string, string>> {
   for (const p of parameters) {
     if (p.name === 'include') {
       const words = p.schema.pattern ? listWords(p.schema.pattern) : [];
-      if (words.length) parts.push(fc.subarray(words, { maxLength: Math.min(2, words.length) }).map((w): Record<string, string> => (w.length ? { include: w.join(',') } : {})));
+      if (words.length)
+        parts.push(
+          fc
+            .subarray(words, { maxLength: Math.min(2, words.length) })
+            .map((w): Record<string, string> => (w.length ? { include: w.join(',') } : {})),
+        );
     } else if (p.name === 'sort') {
       const words = listWords(p.schema.pattern);
       parts.push(
-        fc.uniqueArray(fc.constantFrom(...words), { maxLength: 3 }).chain((keys) =>
-          fc.tuple(...keys.map((k) => fc.constantFrom('', '-', '+', '--', '++').map((prefix) => `${encodeURIComponent(prefix)}${k}`))).map((list): Record<string, string> => (list.length ? { sort: list.join(',') } : {})),
-        ),
+        fc
+          .uniqueArray(fc.constantFrom(...words), { maxLength: 3 })
+          .chain((keys) =>
+            fc
+              .tuple(...keys.map((k) => fc.constantFrom('', '-', '+', '--', '++').map((prefix) => `${encodeURIComponent(prefix)}${k}`)))
+              .map((list): Record<string, string> => (list.length ? { sort: list.join(',') } : {})),
+          ),
       );
     } else if (p.name === 'fields') {
       const types = Object.entries(p.schema.properties as Record<string, Schema>);
       parts.push(
-        fc.subarray(types, { maxLength: Math.min(2, types.length) }).chain((chosen) =>
-          fc.tuple(...chosen.map(([type, s]) => fc.subarray(listWords(s.pattern.replace(/^\^\(/, '^').replace(/\)\?\$$/, '$'))).map((names) => [`fields[${type}]`, names.join(',')] as const))).map((pairs) => Object.fromEntries(pairs)),
-        ),
+        fc
+          .subarray(types, { maxLength: Math.min(2, types.length) })
+          .chain((chosen) =>
+            fc
+              .tuple(
+                ...chosen.map(([type, s]) =>
+                  fc
+                    .subarray(listWords(s.pattern.replace(/^\^\(/, '^').replace(/\)\?\$$/, '$')))
+                    .map((names) => [`fields[${type}]`, names.join(',')] as const),
+                ),
+              )
+              .map((pairs) => Object.fromEntries(pairs)),
+          ),
       );
     } else if (p.name === 'filter') {
-      const attributes = Object.entries(p.schema.properties as Record<string, Schema>).filter(([n, s]) => !['and', 'or', 'not'].includes(n) && s.oneOf.length > 1);
+      const attributes = Object.entries(p.schema.properties as Record<string, Schema>).filter(
+        ([n, s]) => !['and', 'or', 'not'].includes(n) && s.oneOf.length > 1,
+      );
       parts.push(
-        fc.subarray(attributes, { maxLength: Math.min(2, attributes.length) }).chain((chosen) =>
-          fc.tuple(...chosen.map(([n, s]) => (arbitrary(s.oneOf[0]) as fc.Arbitrary<string>).map((v) => [`filter[${n}]`, s.oneOf[0].contentMediaType ? '{}' : v] as const))).map((pairs) => Object.fromEntries(pairs)),
-        ),
+        fc
+          .subarray(attributes, { maxLength: Math.min(2, attributes.length) })
+          .chain((chosen) =>
+            fc
+              .tuple(
+                ...chosen.map(([n, s]) =>
+                  (arbitrary(s.oneOf[0]) as fc.Arbitrary<string>).map(
+                    (v) => [`filter[${n}]`, s.oneOf[0].contentMediaType ? '{}' : v] as const,
+                  ),
+                ),
+              )
+              .map((pairs) => Object.fromEntries(pairs)),
+          ),
       );
     } else if (p.name === 'page[limit]') {
-      parts.push(fc.option(fc.integer({ min: 1, max: 1_000_000_000 }), { nil: undefined }).map((v): Record<string, string> => (v === undefined ? {} : { 'page[limit]': String(v) })));
+      parts.push(
+        fc
+          .option(fc.integer({ min: 1, max: 1_000_000_000 }), { nil: undefined })
+          .map((v): Record<string, string> => (v === undefined ? {} : { 'page[limit]': String(v) })),
+      );
     } else if (p.name === 'page[count]') {
-      parts.push(fc.option(fc.boolean(), { nil: undefined }).map((v): Record<string, string> => (v === undefined ? {} : { 'page[count]': String(v) })));
+      parts.push(
+        fc
+          .option(fc.boolean(), { nil: undefined })
+          .map((v): Record<string, string> => (v === undefined ? {} : { 'page[count]': String(v) })),
+      );
     }
   }
   return fc.tuple(...parts).map((list) => Object.assign({}, ...list));
@@ -181,7 +271,12 @@ function positiveBody(op: Schema, id: string | undefined): fc.Arbitrary<Schema> 
   const data = deref(content.schema).properties.data;
   const attributesSchema = data.properties.attributes;
   const relationships = data.properties.relationships.properties as Record<string, Schema>;
-  const referenced = new Map(Object.entries(relationships).map(([name, s]) => [`${name}_id`, (s.properties.data.oneOf?.[0] ?? s.properties.data).properties.type.const as string]));
+  const referenced = new Map(
+    Object.entries(relationships).map(([name, s]) => [
+      `${name}_id`,
+      (s.properties.data.oneOf?.[0] ?? s.properties.data).properties.type.const as string,
+    ]),
+  );
   const required: string[] = attributesSchema.required ?? [];
   const entries = Object.entries(attributesSchema.properties as Record<string, Schema>).map(([name, s]) => {
     const type = referenced.get(name);
@@ -206,14 +301,17 @@ function positiveBody(op: Schema, id: string | undefined): fc.Arbitrary<Schema> 
 // A reference attribute (`*_id`) naming no record of the organisation is a semantic refusal the schema cannot express.
 // A user's current password (checked against the stored hash), an API key's revocation (final, never in the future),
 // a webhook URL (its host must resolve to public addresses) and its event types too.
-const SEMANTIC_POINTERS = /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm|current_password|revoked_at|url|event_types)|relationships\/conversation)/;
+const SEMANTIC_POINTERS =
+  /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm|current_password|revoked_at|url|event_types)|relationships\/conversation)/;
 
 /** A webhook endpoint, and a delivery queued for it by the next change (its deliveries go with it when deleted). */
 async function newWebhookEndpoint(): Promise<string> {
   const actor = systemActor(tenant.organisationId, 'test');
   const { id } = await t.services.records!.create(actor, 'WebhookEndpoint', { url: 'https://1.1.1.1/fuzz' });
   await t.services.records!.create(actor, 'Conversation', {});
-  ids.WebhookDelivery = (await t.db.selectFrom('webhook_deliveries').select('id').where('webhook_endpoint_id', '=', id).executeTakeFirstOrThrow()).id;
+  ids.WebhookDelivery = (
+    await t.db.selectFrom('webhook_deliveries').select('id').where('webhook_endpoint_id', '=', id).executeTakeFirstOrThrow()
+  ).id;
   return id;
 }
 
@@ -221,7 +319,12 @@ async function send(operation: Operation, query: Record<string, string>, body: u
   const path = operation.path.replace('{id}', id ?? '');
   // A value with '%' goes as it is (malformed escapes are part of the fuzzing), but for '#' and '&', which would end
   // the query or split it before the server sees it.
-  const search = Object.entries(query).map(([k, v]) => `${k.replace(/[^[\]]+/g, encodeURIComponent)}=${v.includes('%') ? v.replace(/[#&]/g, encodeURIComponent) : encodeURIComponent(v)}`).join('&');
+  const search = Object.entries(query)
+    .map(
+      ([k, v]) =>
+        `${k.replace(/[^[\]]+/g, encodeURIComponent)}=${v.includes('%') ? v.replace(/[#&]/g, encodeURIComponent) : encodeURIComponent(v)}`,
+    )
+    .join('&');
   const response = await t.app.inject({
     method: operation.method as 'GET',
     url: search ? `${path}?${search}` : path,
@@ -235,7 +338,8 @@ async function send(operation: Operation, query: Record<string, string>, body: u
   const parsed = JSON.parse(response.body);
   expectJsonApi(parsed);
   // Every header the response documents is sent.
-  for (const name of Object.keys(deref(documented).headers ?? {})) expect(response.headers[name.toLowerCase()], `${name}: ${label}`).toBeDefined();
+  for (const name of Object.keys(deref(documented).headers ?? {}))
+    expect(response.headers[name.toLowerCase()], `${name}: ${label}`).toBeDefined();
   return { status: response.statusCode, body: parsed, label, documented: deref(documented) };
 }
 
@@ -251,14 +355,19 @@ describe('requests generated from the OpenAPI document', () => {
         const login = operation.path === '/api/users/login';
         const body = login
           ? fc.constant({ data: { type: 'User', attributes: { email: tenant.owner.email, password: tenant.owner.password } } })
-          : positiveBody(operation.op, operation.path.includes('{id}') ? ids[operation.op.tags[0]] : undefined) ?? fc.constant(undefined);
+          : (positiveBody(operation.op, operation.path.includes('{id}') ? ids[operation.op.tags[0]] : undefined) ?? fc.constant(undefined));
         return fc.tuple(fc.constant(index), positiveQuery(operation.op), body);
       });
     await fc.assert(
       fc.asyncProperty(arbitraries(), async ([index, query, body]) => {
         const operation = operations[index];
         counts.positive += 1;
-        const { status, body: answer, label, documented } = await send(operation, query, body, credentialFor(operation), await pathId(operation));
+        const {
+          status,
+          body: answer,
+          label,
+          documented,
+        } = await send(operation, query, body, credentialFor(operation), await pathId(operation));
         if (status < 300) {
           counts.succeeded += 1;
           const schema = documented.content['application/vnd.api+json'].schema;
@@ -303,9 +412,15 @@ describe('requests generated from the OpenAPI document', () => {
     const arbitraries = () =>
       fc.integer({ min: 0, max: operations.length - 1 }).chain((index) => {
         const operation = operations[index];
-        const body = positiveBody(operation.op, operation.path.includes('{id}') ? ids[operation.op.tags[0]] : undefined) ?? fc.constant(undefined);
+        const body =
+          positiveBody(operation.op, operation.path.includes('{id}') ? ids[operation.op.tags[0]] : undefined) ?? fc.constant(undefined);
         const list = (operation.op.parameters ?? []).some((p: Schema) => deref(p).name === 'sort');
-        return fc.tuple(fc.constant(index), positiveQuery(operation.op), body, fc.constantFrom(...mutations, ...(list ? listMutations : [])));
+        return fc.tuple(
+          fc.constant(index),
+          positiveQuery(operation.op),
+          body,
+          fc.constantFrom(...mutations, ...(list ? listMutations : [])),
+        );
       });
     await fc.assert(
       fc.asyncProperty(arbitraries(), async ([index, query, body, mutate]) => {

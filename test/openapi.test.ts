@@ -6,28 +6,66 @@ import { startTestApp, type TestApp } from './support/app.js';
 
 /** The 22 operations of the spec's endpoint table. */
 const SPEC = [
-  'get /api/api_keys', 'get /api/api_keys/{id}', 'post /api/users/login', 'post /api/conversations', 'get /api/conversations',
-  'patch /api/conversations/{id}', 'post /api/conversation_items', 'get /api/conversation_items/{id}', 'patch /api/ai_agents/{id}',
-  'post /api/gateways', 'patch /api/gateways/{id}', 'post /api/sip_users', 'get /api/sip_users', 'patch /api/sip_users/{id}',
-  'post /api/operator_statuses', 'get /api/operator_statuses/{id}', 'get /api/operator_status_events',
-  'get /api/operator_status_events/{id}', 'get /api/calls/{id}', 'get /api/call_participants', 'patch /api/call_participants/{id}',
+  'get /api/api_keys',
+  'get /api/api_keys/{id}',
+  'post /api/users/login',
+  'post /api/conversations',
+  'get /api/conversations',
+  'patch /api/conversations/{id}',
+  'post /api/conversation_items',
+  'get /api/conversation_items/{id}',
+  'patch /api/ai_agents/{id}',
+  'post /api/gateways',
+  'patch /api/gateways/{id}',
+  'post /api/sip_users',
+  'get /api/sip_users',
+  'patch /api/sip_users/{id}',
+  'post /api/operator_statuses',
+  'get /api/operator_statuses/{id}',
+  'get /api/operator_status_events',
+  'get /api/operator_status_events/{id}',
+  'get /api/calls/{id}',
+  'get /api/call_participants',
+  'patch /api/call_participants/{id}',
   'get /api/call_transcripts',
 ];
 /** Part two's additions (CONTRACT sections 9-12): each new endpoint appears in the document too. */
 const BEYOND_SPEC = [
   'post /api/visitor_sessions',
   // Managing the organisation over HTTP: every type readable by its links.self, and removable where users expect.
-  'get /api/ai_agents', 'get /api/ai_agents/{id}', 'post /api/ai_agents', 'delete /api/ai_agents/{id}',
-  'get /api/gateways', 'get /api/gateways/{id}', 'delete /api/gateways/{id}',
-  'get /api/sip_users/{id}', 'delete /api/sip_users/{id}',
-  'get /api/operator_statuses', 'get /api/calls', 'get /api/conversations/{id}',
-  'get /api/call_participants/{id}', 'get /api/call_transcripts/{id}',
-  'post /api/api_keys', 'patch /api/api_keys/{id}', 'delete /api/api_keys/{id}',
-  'get /api/users', 'get /api/users/{id}', 'get /api/users/me', 'post /api/users', 'patch /api/users/{id}', 'delete /api/users/{id}',
-  'get /api/organisations', 'get /api/organisations/{id}',
+  'get /api/ai_agents',
+  'get /api/ai_agents/{id}',
+  'post /api/ai_agents',
+  'delete /api/ai_agents/{id}',
+  'get /api/gateways',
+  'get /api/gateways/{id}',
+  'delete /api/gateways/{id}',
+  'get /api/sip_users/{id}',
+  'delete /api/sip_users/{id}',
+  'get /api/operator_statuses',
+  'get /api/calls',
+  'get /api/conversations/{id}',
+  'get /api/call_participants/{id}',
+  'get /api/call_transcripts/{id}',
+  'post /api/api_keys',
+  'patch /api/api_keys/{id}',
+  'delete /api/api_keys/{id}',
+  'get /api/users',
+  'get /api/users/{id}',
+  'get /api/users/me',
+  'post /api/users',
+  'patch /api/users/{id}',
+  'delete /api/users/{id}',
+  'get /api/organisations',
+  'get /api/organisations/{id}',
   'get /api/events',
-  'get /api/webhook_endpoints', 'get /api/webhook_endpoints/{id}', 'post /api/webhook_endpoints', 'patch /api/webhook_endpoints/{id}',
-  'delete /api/webhook_endpoints/{id}', 'get /api/webhook_deliveries', 'get /api/webhook_deliveries/{id}',
+  'get /api/webhook_endpoints',
+  'get /api/webhook_endpoints/{id}',
+  'post /api/webhook_endpoints',
+  'patch /api/webhook_endpoints/{id}',
+  'delete /api/webhook_endpoints/{id}',
+  'get /api/webhook_deliveries',
+  'get /api/webhook_deliveries/{id}',
 ];
 
 const doc = buildOpenApi(resources) as any;
@@ -43,14 +81,23 @@ describe('the OpenAPI document', () => {
   it('lists exactly the 22 operations of the spec and the later additions', () => {
     const listed = Object.entries(doc.paths).flatMap(([path, methods]) => Object.keys(methods as object).map((m) => `${m} ${path}`));
     expect(listed.sort()).toEqual([...SPEC, ...BEYOND_SPEC].sort());
-    expect(openApiOperations(resources).map((o) => `${o.method} ${o.path}`).sort()).toEqual([...SPEC, ...BEYOND_SPEC].sort());
+    expect(
+      openApiOperations(resources)
+        .map((o) => `${o.method} ${o.path}`)
+        .sort(),
+    ).toEqual([...SPEC, ...BEYOND_SPEC].sort());
   });
 
   it('describes success and error responses and bearer security for each', () => {
     for (const [path, methods] of Object.entries(doc.paths)) {
-      for (const [method, operation] of Object.entries(methods as Record<string, { responses: Record<string, unknown>; operationId: string }>)) {
+      for (const [method, operation] of Object.entries(
+        methods as Record<string, { responses: Record<string, unknown>; operationId: string }>,
+      )) {
         const codes = Object.keys(operation.responses);
-        expect(codes.some((c) => c.startsWith('2')), `${method} ${path}`).toBe(true);
+        expect(
+          codes.some((c) => c.startsWith('2')),
+          `${method} ${path}`,
+        ).toBe(true);
         expect(codes).toContain('401');
         expect(operation.operationId).toBeTruthy();
       }
@@ -65,7 +112,12 @@ describe('the OpenAPI document', () => {
 
   it('derives request attributes from the definitions', () => {
     const body = doc.paths['/api/conversations'].post.requestBody.content['application/vnd.api+json'].schema;
-    expect(Object.keys(body.properties.data.properties.attributes.properties).sort()).toEqual(['ai_agent_id', 'channel', 'metadata', 'mode']);
+    expect(Object.keys(body.properties.data.properties.attributes.properties).sort()).toEqual([
+      'ai_agent_id',
+      'channel',
+      'metadata',
+      'mode',
+    ]);
     const update = doc.paths['/api/sip_users/{id}'].patch.requestBody.content['application/vnd.api+json'].schema;
     expect(Object.keys(update.properties.data.properties.attributes.properties)).toEqual(['sip_password']);
     const gateway = doc.components.schemas.GatewayAttributes.properties;
@@ -77,7 +129,9 @@ describe('the OpenAPI document', () => {
     for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
       if (!methods.delete) continue;
       expect(Object.keys(methods.delete.responses), path).toEqual(expect.arrayContaining(['200', '403', '404', '409']));
-      expect(methods.delete.responses['200'].content['application/vnd.api+json'].schema).toEqual({ $ref: '#/components/schemas/DeleteDocument' });
+      expect(methods.delete.responses['200'].content['application/vnd.api+json'].schema).toEqual({
+        $ref: '#/components/schemas/DeleteDocument',
+      });
     }
     for (const r of resources) {
       const attributes = doc.components.schemas[`${r.type}Attributes`].properties;

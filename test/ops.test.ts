@@ -20,7 +20,9 @@ describe('operations endpoints', () => {
     const metrics = await t.app.inject({ url: '/metrics' });
     expect(metrics.statusCode).toBe(200);
     expect(metrics.body).toContain('parley_http_request_duration_seconds_count{method="GET",route="/api/conversations",status="401"} 1');
-    expect(metrics.body).toMatch(/parley_http_request_duration_seconds_bucket\{le="0\.002",method="GET",route="\/api\/conversations",status="401"\}/);
+    expect(metrics.body).toMatch(
+      /parley_http_request_duration_seconds_bucket\{le="0\.002",method="GET",route="\/api\/conversations",status="401"\}/,
+    );
   });
 });
 

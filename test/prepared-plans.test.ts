@@ -66,7 +66,10 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('plans of prepared reads'
     expect(Number(page[0].custom_plans), page[0].statement).toBe(0);
     for (const row of [...byId, ...page]) expect(Number(row.generic_plans), row.statement).toBeGreaterThanOrEqual(8);
     // The filtered list was never named: nothing but the two marked reads is prepared for conversations.
-    expect(rows.filter((row) => row.statement.includes('"channel" = $')), JSON.stringify(rows)).toEqual([]);
+    expect(
+      rows.filter((row) => row.statement.includes('"channel" = $')),
+      JSON.stringify(rows),
+    ).toEqual([]);
   });
 
   it('the first statement of a checkout sets the connection plan mode, and a transaction runs in the default', async () => {

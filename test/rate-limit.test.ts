@@ -40,9 +40,13 @@ describe('rate limit on one node', () => {
     expect(Number(last.headers['retry-after'])).toBeGreaterThan(0);
     expect(last.json().errors[0].code).toBe('rate_limited');
     // Another credential has its own budget; health checks have none.
-    expect((await t.app.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${tenant.operator.token}` } })).statusCode).toBe(200);
+    expect(
+      (await t.app.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${tenant.operator.token}` } })).statusCode,
+    ).toBe(200);
     expect((await t.app.inject({ url: '/healthz' })).statusCode).toBe(200);
-    console.log(`rate limit, one node: limit ${LIMIT}/min, ${statuses.length + 1} requests, ${statuses.filter((s) => s === 429).length} answered 429`);
+    console.log(
+      `rate limit, one node: limit ${LIMIT}/min, ${statuses.length + 1} requests, ${statuses.filter((s) => s === 429).length} answered 429`,
+    );
   });
 });
 
@@ -72,7 +76,9 @@ describe.runIf(process.env.REDIS_TEST_URL)('rate limit shared through Redis by t
     expect(all.filter((s) => s === 200)).toHaveLength(LIMIT);
     expect(all.filter((s) => s === 429)).toHaveLength(4);
     expect(b.last.headers['ratelimit-remaining']).toBe('0');
-    console.log(`rate limit, two nodes sharing Redis: limit ${LIMIT}/min, 24 requests, ${all.filter((s) => s === 429).length} answered 429`);
+    console.log(
+      `rate limit, two nodes sharing Redis: limit ${LIMIT}/min, 24 requests, ${all.filter((s) => s === 429).length} answered 429`,
+    );
   });
 
   it('shares login throttling across both nodes', async () => {
@@ -129,7 +135,9 @@ describe('while Redis is unreachable', () => {
   });
 
   it('serves requests and keeps throttling logins on this node', async () => {
-    expect((await node.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${tenant.admin.token}` } })).statusCode).toBe(200);
+    expect((await node.inject({ url: '/api/conversations', headers: { authorization: `Bearer ${tenant.admin.token}` } })).statusCode).toBe(
+      200,
+    );
     const statuses: number[] = [];
     for (let i = 0; i < 5; i++) {
       const response = await node.inject({

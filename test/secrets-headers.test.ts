@@ -43,7 +43,10 @@ describe('SIP passwords and cursors', () => {
 
 describe('headers', () => {
   it('answers logins, SIP users and every /api response with Cache-Control: no-store', async () => {
-    const login = await client(t.app, a.publishableKey).post('/api/users/login', resourceDocument('User', { email: a.owner.email, password: a.owner.password }));
+    const login = await client(t.app, a.publishableKey).post(
+      '/api/users/login',
+      resourceDocument('User', { email: a.owner.email, password: a.owner.password }),
+    );
     expect(login.status).toBe(200);
     expect(login.headers['cache-control']).toBe('no-store');
     const created = await adminA.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'desk-2' }));
@@ -73,12 +76,19 @@ describe('headers', () => {
 
 describe('API keys', () => {
   it('shows revoked keys with revoked_at', async () => {
-    const key = await createApiKey(t.services.records!, { organisationId: a.organisationId, userId: a.admin.id, keyType: 'secret', name: 'to revoke' });
+    const key = await createApiKey(t.services.records!, {
+      organisationId: a.organisationId,
+      userId: a.admin.id,
+      keyType: 'secret',
+      name: 'to revoke',
+    });
     expect(await revokeApiKey(t.db, t.services.records!, key.id)).toBe(true);
     const list = await adminA.get('/api/api_keys?page[limit]=100');
     const revoked = list.body.data.find((k: { id: string }) => k.id === key.id);
     expect(revoked.attributes.revoked_at).toMatch(/^\d{4}-\d\d-\d\dT/);
-    expect(list.body.data.filter((k: { attributes: { revoked_at: unknown } }) => k.attributes.revoked_at === null).length).toBeGreaterThan(0);
+    expect(list.body.data.filter((k: { attributes: { revoked_at: unknown } }) => k.attributes.revoked_at === null).length).toBeGreaterThan(
+      0,
+    );
     const live = await adminA.get('/api/api_keys?filter[revoked_at][is_nil]=true&page[limit]=100');
     expect(live.body.data.map((k: { id: string }) => k.id)).not.toContain(key.id);
   });

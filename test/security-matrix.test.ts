@@ -14,11 +14,31 @@ import { client, resourceDocument } from './helpers/http.js';
 import { insertAgent, insertCall, insertParticipant, insertTranscript } from './helpers/telephony.js';
 
 type Credential =
-  | 'none' | 'malformed' | 'alg_none' | 'wrong_secret' | 'expired' | 'revoked' | 'publishable' | 'operator' | 'admin' | 'other_admin'
-  | 'visitor' | 'visitor_of_revoked_key';
+  | 'none'
+  | 'malformed'
+  | 'alg_none'
+  | 'wrong_secret'
+  | 'expired'
+  | 'revoked'
+  | 'publishable'
+  | 'operator'
+  | 'admin'
+  | 'other_admin'
+  | 'visitor'
+  | 'visitor_of_revoked_key';
 const CREDENTIALS: Credential[] = [
-  'none', 'malformed', 'alg_none', 'wrong_secret', 'expired', 'revoked', 'publishable', 'operator', 'admin', 'other_admin',
-  'visitor', 'visitor_of_revoked_key',
+  'none',
+  'malformed',
+  'alg_none',
+  'wrong_secret',
+  'expired',
+  'revoked',
+  'publishable',
+  'operator',
+  'admin',
+  'other_admin',
+  'visitor',
+  'visitor_of_revoked_key',
 ];
 
 let t: TestApp;
@@ -38,14 +58,26 @@ beforeAll(async () => {
   other = await seedTenant(t, 'Intruder');
   const admin = client(t.app, tenant.admin.token);
   ids.conversation = (await admin.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
-  ids.item = (await admin.post('/api/conversation_items', resourceDocument('ConversationItem', { content: 'x', role: 'user', conversation_id: ids.conversation }))).body.data.id;
+  ids.item = (
+    await admin.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { content: 'x', role: 'user', conversation_id: ids.conversation }),
+    )
+  ).body.data.id;
   ids.agent = await insertAgent(t.db, tenant.organisationId);
-  ids.gateway = (await admin.post('/api/gateways', resourceDocument('Gateway', { realm: 'm.example.com', username: 'm', password: 'gateway-secret-1' }))).body.data.id;
-  const sipUser = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'matrix.op', user_id: tenant.operator.id }));
+  ids.gateway = (
+    await admin.post('/api/gateways', resourceDocument('Gateway', { realm: 'm.example.com', username: 'm', password: 'gateway-secret-1' }))
+  ).body.data.id;
+  const sipUser = await admin.post(
+    '/api/sip_users',
+    resourceDocument('SipUser', { sip_username: 'matrix.op', user_id: tenant.operator.id }),
+  );
   ids.sipUser = sipUser.body.data.id;
   // The SIP password is returned by design (the spec's SipUser); the gateway password never is.
   secrets.push('gateway-secret-1');
-  ids.status = (await admin.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: ids.sipUser, status: 'available' }))).body.data.id;
+  ids.status = (
+    await admin.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: ids.sipUser, status: 'available' }))
+  ).body.data.id;
   ids.event = (await admin.get('/api/operator_status_events')).body.data[0].id;
   ids.call = await insertCall(t.db, tenant.organisationId);
   ids.participant = await insertParticipant(t.db, tenant.organisationId, ids.call);
@@ -55,18 +87,41 @@ beforeAll(async () => {
   const hook = await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/matrix' }));
   ids.webhook = hook.body.data.id;
   secrets.push(hook.body.data.attributes.secret);
-  ids.doomedWebhook = (await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/doomed' }))).body.data.id;
+  ids.doomedWebhook = (
+    await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/doomed' }))
+  ).body.data.id;
   await admin.post('/api/conversations', resourceDocument('Conversation', {}));
-  ids.delivery = (await t.db.selectFrom('webhook_deliveries').select('id').where('webhook_endpoint_id', '=', ids.webhook).executeTakeFirstOrThrow()).id;
+  ids.delivery = (
+    await t.db.selectFrom('webhook_deliveries').select('id').where('webhook_endpoint_id', '=', ids.webhook).executeTakeFirstOrThrow()
+  ).id;
 
-  const expiring = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'expiring' });
-  await t.db.updateTable('api_keys').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', expiring.id).execute();
-  const revoked = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.admin.id, keyType: 'secret', name: 'revoked' });
+  const expiring = await createApiKey(t.services.records!, {
+    organisationId: tenant.organisationId,
+    userId: tenant.admin.id,
+    keyType: 'secret',
+    name: 'expiring',
+  });
+  await t.db
+    .updateTable('api_keys')
+    .set({ expires_at: new Date(Date.now() - 1000) })
+    .where('id', '=', expiring.id)
+    .execute();
+  const revoked = await createApiKey(t.services.records!, {
+    organisationId: tenant.organisationId,
+    userId: tenant.admin.id,
+    keyType: 'secret',
+    name: 'revoked',
+  });
   await revokeApiKey(t.db, t.services.records!, revoked.id);
   // A website visitor: its credential is bound to a conversation of its own, none of the records above.
   const visitor = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
   ids.visitorConversation = visitor.body.data.id;
-  const doomed = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.owner.id, keyType: 'publishable', name: 'doomed' });
+  const doomed = await createApiKey(t.services.records!, {
+    organisationId: tenant.organisationId,
+    userId: tenant.owner.id,
+    keyType: 'publishable',
+    name: 'doomed',
+  });
   const orphan = await client(t.app, doomed.token).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
   await revokeApiKey(t.db, t.services.records!, doomed.id);
   const [, payload] = tenant.secretKey.split('.');
@@ -108,72 +163,327 @@ const unique = () => randomBytes(4).toString('hex');
 /** Fresh records of our organisation, for the deletes (each cell removes, or fails to remove, its own). */
 const fresh = {
   agent: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'doomed' })).id,
-  gateway: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'Gateway', { realm: `d${unique()}.example.com`, username: 'd' })).id,
-  sipUser: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `d${unique()}` })).id,
-  operatorKey: async () => (await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.operator.id, keyType: 'secret', name: 'doomed' })).id,
+  gateway: async () =>
+    (
+      await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'Gateway', {
+        realm: `d${unique()}.example.com`,
+        username: 'd',
+      })
+    ).id,
+  sipUser: async () =>
+    (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `d${unique()}` })).id,
+  operatorKey: async () =>
+    (
+      await createApiKey(t.services.records!, {
+        organisationId: tenant.organisationId,
+        userId: tenant.operator.id,
+        keyType: 'secret',
+        name: 'doomed',
+      })
+    ).id,
   member: async () =>
-    (await createUserInOrganisation(t.services.records!, { organisationId: tenant.organisationId, email: `m${unique()}@matrix.example`, password: 'member-pass-1', fullName: 'M', role: 'operator' })).id,
+    (
+      await createUserInOrganisation(t.services.records!, {
+        organisationId: tenant.organisationId,
+        email: `m${unique()}@matrix.example`,
+        password: 'member-pass-1',
+        fullName: 'M',
+        role: 'operator',
+      })
+    ).id,
 };
 const ENDPOINTS: Endpoint[] = [
   { name: 'list api keys', method: 'GET', url: () => '/api/api_keys', operator: 200, admin: 200, other: 200 },
   { name: 'get api key', method: 'GET', url: () => `/api/api_keys/${ids.operatorKey}`, operator: 200, admin: 200, other: 404 },
-  { name: 'login', method: 'POST', url: () => '/api/users/login', body: () => doc('User', { email: tenant.operator.email, password: tenant.operator.password }), operator: 200, admin: 200, other: 401 },
-  { name: 'create conversation', method: 'POST', url: () => '/api/conversations', body: () => doc('Conversation', {}), operator: 201, admin: 201, other: 201 },
+  {
+    name: 'login',
+    method: 'POST',
+    url: () => '/api/users/login',
+    body: () => doc('User', { email: tenant.operator.email, password: tenant.operator.password }),
+    operator: 200,
+    admin: 200,
+    other: 401,
+  },
+  {
+    name: 'create conversation',
+    method: 'POST',
+    url: () => '/api/conversations',
+    body: () => doc('Conversation', {}),
+    operator: 201,
+    admin: 201,
+    other: 201,
+  },
   { name: 'list conversations', method: 'GET', url: () => '/api/conversations', operator: 200, admin: 200, other: 200, visitor: 200 },
-  { name: 'update conversation', method: 'PATCH', url: () => `/api/conversations/${ids.conversation}`, body: () => doc('Conversation', { mode: 'text' }, ids.conversation), operator: 200, admin: 200, other: 404 },
-  { name: 'create item', method: 'POST', url: () => '/api/conversation_items', body: () => doc('ConversationItem', { content: 'y', role: 'user', conversation_id: ids.conversation }), operator: 201, admin: 201, other: 422, visitor: 422 },
-  { name: 'get item', method: 'GET', url: () => `/api/conversation_items/${ids.item}`, operator: 200, admin: 200, other: 404, visitor: 404 },
-  { name: 'update agent', method: 'PATCH', url: () => `/api/ai_agents/${ids.agent}`, body: () => doc('AiAgent', { published: true }, ids.agent), operator: 403, admin: 200, other: 404 },
-  { name: 'create gateway', method: 'POST', url: () => '/api/gateways', body: () => doc('Gateway', { realm: `g${randomBytes(4).toString('hex')}.example.com`, username: 'g' }), operator: 403, admin: 201, other: 201 },
-  { name: 'update gateway', method: 'PATCH', url: () => `/api/gateways/${ids.gateway}`, body: () => doc('Gateway', { register: false }, ids.gateway), operator: 403, admin: 200, other: 404 },
-  { name: 'create sip user', method: 'POST', url: () => '/api/sip_users', body: () => doc('SipUser', { sip_username: `s${randomBytes(4).toString('hex')}` }), operator: 403, admin: 201, other: 201 },
+  {
+    name: 'update conversation',
+    method: 'PATCH',
+    url: () => `/api/conversations/${ids.conversation}`,
+    body: () => doc('Conversation', { mode: 'text' }, ids.conversation),
+    operator: 200,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'create item',
+    method: 'POST',
+    url: () => '/api/conversation_items',
+    body: () => doc('ConversationItem', { content: 'y', role: 'user', conversation_id: ids.conversation }),
+    operator: 201,
+    admin: 201,
+    other: 422,
+    visitor: 422,
+  },
+  {
+    name: 'get item',
+    method: 'GET',
+    url: () => `/api/conversation_items/${ids.item}`,
+    operator: 200,
+    admin: 200,
+    other: 404,
+    visitor: 404,
+  },
+  {
+    name: 'update agent',
+    method: 'PATCH',
+    url: () => `/api/ai_agents/${ids.agent}`,
+    body: () => doc('AiAgent', { published: true }, ids.agent),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'create gateway',
+    method: 'POST',
+    url: () => '/api/gateways',
+    body: () => doc('Gateway', { realm: `g${randomBytes(4).toString('hex')}.example.com`, username: 'g' }),
+    operator: 403,
+    admin: 201,
+    other: 201,
+  },
+  {
+    name: 'update gateway',
+    method: 'PATCH',
+    url: () => `/api/gateways/${ids.gateway}`,
+    body: () => doc('Gateway', { register: false }, ids.gateway),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'create sip user',
+    method: 'POST',
+    url: () => '/api/sip_users',
+    body: () => doc('SipUser', { sip_username: `s${randomBytes(4).toString('hex')}` }),
+    operator: 403,
+    admin: 201,
+    other: 201,
+  },
   { name: 'list sip users', method: 'GET', url: () => '/api/sip_users', operator: 200, admin: 200, other: 200 },
-  { name: 'update sip user', method: 'PATCH', url: () => `/api/sip_users/${ids.sipUser}`, body: () => doc('SipUser', { sip_password: 'another-password-1' }, ids.sipUser), operator: 403, admin: 200, other: 404 },
-  { name: 'set operator status', method: 'POST', url: () => '/api/operator_statuses', body: () => doc('OperatorStatus', { sip_user_id: ids.sipUser, status: 'busy' }), operator: 200, admin: 200, other: 422 },
+  {
+    name: 'update sip user',
+    method: 'PATCH',
+    url: () => `/api/sip_users/${ids.sipUser}`,
+    body: () => doc('SipUser', { sip_password: 'another-password-1' }, ids.sipUser),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'set operator status',
+    method: 'POST',
+    url: () => '/api/operator_statuses',
+    body: () => doc('OperatorStatus', { sip_user_id: ids.sipUser, status: 'busy' }),
+    operator: 200,
+    admin: 200,
+    other: 422,
+  },
   { name: 'get operator status', method: 'GET', url: () => `/api/operator_statuses/${ids.status}`, operator: 200, admin: 200, other: 404 },
   { name: 'list status events', method: 'GET', url: () => '/api/operator_status_events', operator: 200, admin: 200, other: 200 },
   { name: 'get status event', method: 'GET', url: () => `/api/operator_status_events/${ids.event}`, operator: 200, admin: 200, other: 404 },
   { name: 'get call', method: 'GET', url: () => `/api/calls/${ids.call}`, operator: 200, admin: 200, other: 404 },
   { name: 'list participants', method: 'GET', url: () => '/api/call_participants', operator: 200, admin: 200, other: 200 },
-  { name: 'update participant', method: 'PATCH', url: () => `/api/call_participants/${ids.participant}`, body: () => doc('CallParticipant', { left_at: '2030-01-01T00:00:00Z' }, ids.participant), operator: 403, admin: 200, other: 404 },
+  {
+    name: 'update participant',
+    method: 'PATCH',
+    url: () => `/api/call_participants/${ids.participant}`,
+    body: () => doc('CallParticipant', { left_at: '2030-01-01T00:00:00Z' }, ids.participant),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
   { name: 'list transcripts', method: 'GET', url: () => '/api/call_transcripts', operator: 200, admin: 200, other: 200 },
   // Beyond the spec's 22: the chat widget's visitor credential is opened with a publishable key only.
   { name: 'list webhook endpoints', method: 'GET', url: () => '/api/webhook_endpoints', operator: 403, admin: 200, other: 200 },
-  { name: 'get webhook endpoint', method: 'GET', url: () => `/api/webhook_endpoints/${ids.webhook}`, operator: 403, admin: 200, other: 404 },
-  { name: 'create webhook endpoint', method: 'POST', url: () => '/api/webhook_endpoints', body: () => doc('WebhookEndpoint', { url: 'https://1.1.1.1/new' }), operator: 403, admin: 201, other: 201 },
-  { name: 'update webhook endpoint', method: 'PATCH', url: () => `/api/webhook_endpoints/${ids.webhook}`, body: () => doc('WebhookEndpoint', { description: 'matrix' }, ids.webhook), operator: 403, admin: 200, other: 404 },
-  { name: 'delete webhook endpoint', method: 'DELETE', url: () => `/api/webhook_endpoints/${ids.doomedWebhook}`, operator: 403, admin: 200, other: 404 },
+  {
+    name: 'get webhook endpoint',
+    method: 'GET',
+    url: () => `/api/webhook_endpoints/${ids.webhook}`,
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'create webhook endpoint',
+    method: 'POST',
+    url: () => '/api/webhook_endpoints',
+    body: () => doc('WebhookEndpoint', { url: 'https://1.1.1.1/new' }),
+    operator: 403,
+    admin: 201,
+    other: 201,
+  },
+  {
+    name: 'update webhook endpoint',
+    method: 'PATCH',
+    url: () => `/api/webhook_endpoints/${ids.webhook}`,
+    body: () => doc('WebhookEndpoint', { description: 'matrix' }, ids.webhook),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'delete webhook endpoint',
+    method: 'DELETE',
+    url: () => `/api/webhook_endpoints/${ids.doomedWebhook}`,
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
   { name: 'list webhook deliveries', method: 'GET', url: () => '/api/webhook_deliveries', operator: 403, admin: 200, other: 200 },
-  { name: 'get webhook delivery', method: 'GET', url: () => `/api/webhook_deliveries/${ids.delivery}`, operator: 403, admin: 200, other: 404 },
-  { name: 'open visitor session', method: 'POST', url: () => '/api/visitor_sessions', body: () => doc('Conversation', {}), operator: 403, admin: 403, other: 403 },
+  {
+    name: 'get webhook delivery',
+    method: 'GET',
+    url: () => `/api/webhook_deliveries/${ids.delivery}`,
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'open visitor session',
+    method: 'POST',
+    url: () => '/api/visitor_sessions',
+    body: () => doc('Conversation', {}),
+    operator: 403,
+    admin: 403,
+    other: 403,
+  },
   // Managing the organisation over HTTP.
   { name: 'list agents', method: 'GET', url: () => '/api/ai_agents', operator: 200, admin: 200, other: 200 },
   { name: 'get agent', method: 'GET', url: () => `/api/ai_agents/${ids.agent}`, operator: 200, admin: 200, other: 404 },
-  { name: 'create agent', method: 'POST', url: () => '/api/ai_agents', body: () => doc('AiAgent', { name: 'New agent' }), operator: 403, admin: 201, other: 201 },
-  { name: 'delete agent', method: 'DELETE', url: async () => `/api/ai_agents/${await fresh.agent()}`, operator: 403, admin: 200, other: 404 },
+  {
+    name: 'create agent',
+    method: 'POST',
+    url: () => '/api/ai_agents',
+    body: () => doc('AiAgent', { name: 'New agent' }),
+    operator: 403,
+    admin: 201,
+    other: 201,
+  },
+  {
+    name: 'delete agent',
+    method: 'DELETE',
+    url: async () => `/api/ai_agents/${await fresh.agent()}`,
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
   { name: 'list gateways', method: 'GET', url: () => '/api/gateways', operator: 403, admin: 200, other: 200 },
   { name: 'get gateway', method: 'GET', url: () => `/api/gateways/${ids.gateway}`, operator: 403, admin: 200, other: 404 },
-  { name: 'delete gateway', method: 'DELETE', url: async () => `/api/gateways/${await fresh.gateway()}`, operator: 403, admin: 200, other: 404 },
+  {
+    name: 'delete gateway',
+    method: 'DELETE',
+    url: async () => `/api/gateways/${await fresh.gateway()}`,
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
   { name: 'get sip user', method: 'GET', url: () => `/api/sip_users/${ids.sipUser}`, operator: 200, admin: 200, other: 404 },
   // Another SIP user than the operator's own is invisible to them: 404, not 403.
-  { name: 'delete sip user', method: 'DELETE', url: async () => `/api/sip_users/${await fresh.sipUser()}`, operator: 404, admin: 200, other: 404 },
-  { name: 'list operator statuses', method: 'GET', url: () => '/api/operator_statuses?filter[status]=available', operator: 200, admin: 200, other: 200 },
+  {
+    name: 'delete sip user',
+    method: 'DELETE',
+    url: async () => `/api/sip_users/${await fresh.sipUser()}`,
+    operator: 404,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'list operator statuses',
+    method: 'GET',
+    url: () => '/api/operator_statuses?filter[status]=available',
+    operator: 200,
+    admin: 200,
+    other: 200,
+  },
   { name: 'list calls', method: 'GET', url: () => '/api/calls', operator: 200, admin: 200, other: 200 },
-  { name: 'get conversation', method: 'GET', url: () => `/api/conversations/${ids.conversation}`, operator: 200, admin: 200, other: 404, visitor: 404 },
+  {
+    name: 'get conversation',
+    method: 'GET',
+    url: () => `/api/conversations/${ids.conversation}`,
+    operator: 200,
+    admin: 200,
+    other: 404,
+    visitor: 404,
+  },
   { name: 'get participant', method: 'GET', url: () => `/api/call_participants/${ids.participant}`, operator: 200, admin: 200, other: 404 },
   { name: 'get transcript', method: 'GET', url: () => `/api/call_transcripts/${ids.transcript}`, operator: 200, admin: 200, other: 404 },
-  { name: 'create api key', method: 'POST', url: () => '/api/api_keys', body: () => doc('ApiKey', { name: 'new', key_type: 'secret' }), operator: 403, admin: 201, other: 201 },
-  { name: 'update api key', method: 'PATCH', url: () => `/api/api_keys/${ids.operatorKey}`, body: () => doc('ApiKey', { name: 'renamed' }, ids.operatorKey), operator: 200, admin: 200, other: 404 },
-  { name: 'delete api key', method: 'DELETE', url: async () => `/api/api_keys/${await fresh.operatorKey()}`, operator: 200, admin: 200, other: 404 },
+  {
+    name: 'create api key',
+    method: 'POST',
+    url: () => '/api/api_keys',
+    body: () => doc('ApiKey', { name: 'new', key_type: 'secret' }),
+    operator: 403,
+    admin: 201,
+    other: 201,
+  },
+  {
+    name: 'update api key',
+    method: 'PATCH',
+    url: () => `/api/api_keys/${ids.operatorKey}`,
+    body: () => doc('ApiKey', { name: 'renamed' }, ids.operatorKey),
+    operator: 200,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'delete api key',
+    method: 'DELETE',
+    url: async () => `/api/api_keys/${await fresh.operatorKey()}`,
+    operator: 200,
+    admin: 200,
+    other: 404,
+  },
   { name: 'list users', method: 'GET', url: () => '/api/users', operator: 200, admin: 200, other: 200 },
   { name: 'get user', method: 'GET', url: () => `/api/users/${tenant.operator.id}`, operator: 200, admin: 200, other: 404 },
   { name: 'get own user', method: 'GET', url: () => '/api/users/me', operator: 200, admin: 200, other: 200 },
-  { name: 'add member', method: 'POST', url: () => '/api/users', body: () => doc('User', { email: `n${unique()}@matrix.example`, role: 'operator' }), operator: 403, admin: 201, other: 201 },
+  {
+    name: 'add member',
+    method: 'POST',
+    url: () => '/api/users',
+    body: () => doc('User', { email: `n${unique()}@matrix.example`, role: 'operator' }),
+    operator: 403,
+    admin: 201,
+    other: 201,
+  },
   // A role is changed by owners and admins only, even to the value it has.
-  { name: 'change role', method: 'PATCH', url: () => `/api/users/${tenant.operator.id}`, body: () => doc('User', { role: 'operator' }, tenant.operator.id), operator: 403, admin: 200, other: 404 },
+  {
+    name: 'change role',
+    method: 'PATCH',
+    url: () => `/api/users/${tenant.operator.id}`,
+    body: () => doc('User', { role: 'operator' }, tenant.operator.id),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
   { name: 'remove member', method: 'DELETE', url: async () => `/api/users/${await fresh.member()}`, operator: 403, admin: 200, other: 404 },
   { name: 'list organisations', method: 'GET', url: () => '/api/organisations', operator: 200, admin: 200, other: 200 },
-  { name: 'get organisation', method: 'GET', url: () => `/api/organisations/${tenant.organisationId}`, operator: 200, admin: 200, other: 404 },
+  {
+    name: 'get organisation',
+    method: 'GET',
+    url: () => `/api/organisations/${tenant.organisationId}`,
+    operator: 200,
+    admin: 200,
+    other: 404,
+  },
 ];
 
 function expected(endpoint: Endpoint, credential: Credential): number {
@@ -206,12 +516,14 @@ describe('security matrix', () => {
         const response = await api.request(endpoint.method, await endpoint.url(), endpoint.body?.());
         const want = expected(endpoint, credential);
         if (response.status !== want) failures.push(`${endpoint.name} as ${credential}: ${response.status}, expected ${want}`);
-        if (want === 401 && response.headers['www-authenticate'] !== 'Bearer') failures.push(`${endpoint.name} as ${credential}: no WWW-Authenticate`);
+        if (want === 401 && response.headers['www-authenticate'] !== 'Bearer')
+          failures.push(`${endpoint.name} as ${credential}: no WWW-Authenticate`);
         const text = JSON.stringify(response.body ?? '');
         for (const secret of secrets) if (text.includes(secret)) failures.push(`${endpoint.name} as ${credential} revealed a secret`);
         if (credential === 'other_admin' || credential === 'visitor') {
           for (const record of [...[response.body?.data ?? []].flat(), ...(response.body?.included ?? [])]) {
-            if ((credential === 'visitor' ? hiddenFromVisitor : ourIds).has(record.id)) failures.push(`${endpoint.name} as ${credential} revealed ${record.type} ${record.id}`);
+            if ((credential === 'visitor' ? hiddenFromVisitor : ourIds).has(record.id))
+              failures.push(`${endpoint.name} as ${credential} revealed ${record.type} ${record.id}`);
           }
         }
       }

@@ -87,7 +87,8 @@ async function waitHealthy(served: Served, since: number): Promise<number> {
 async function waitForOutput(served: Served, pattern: RegExp): Promise<string> {
   const deadline = performance.now() + 10_000;
   while (!pattern.test(served.stdout())) {
-    if (performance.now() > deadline || served.exited()) throw new Error(`no ${pattern} in stdout:\n${served.stdout()}\nstderr:\n${served.stderr()}`);
+    if (performance.now() > deadline || served.exited())
+      throw new Error(`no ${pattern} in stdout:\n${served.stdout()}\nstderr:\n${served.stderr()}`);
     await sleep(20);
   }
   return served.stdout();
@@ -218,27 +219,35 @@ describe('parley serve on an empty embedded database', () => {
     if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
   });
 
-  it('migrates, creates the demo organisation, prints the login and answers /healthz', async () => {
-    port = await freePort();
-    const started = performance.now();
-    first = serve(port);
-    const healthyMs = await waitHealthy(first, started);
-    const cpu = cpuMs(first.child.pid);
-    console.log(`serve: first start on an empty embedded database healthy after ${healthyMs} ms (child CPU ${cpu ?? '?'} ms, load average ${os.loadavg()[0].toFixed(2)})`);
-    const stdout = await waitForOutput(first, /Secret key \(server-to-server, shown once\): \S+/);
-    expect(stdout).toContain(`Parley listening on http://127.0.0.1:${port} (pglite database)`);
-    expect(stdout.match(/Demo organisation created/g)).toHaveLength(1);
-    login = parseLoginHint(stdout);
-    expect(login.url).toBe(`http://127.0.0.1:${port}/api/users/login`);
-    expect(login.contentType).toBe(JSON_API);
-    expect(login.publishableKey.split('.')).toHaveLength(3);
-    expect(login.email).toBe('owner@demo.parley.dev');
-    expect(login.password.length).toBeGreaterThanOrEqual(8);
-    // The operator console's link, with the organisation's publishable key in the fragment.
-    expect(stdout).toContain(`Operator console (sign in as ana@demo.parley.dev):\n  http://127.0.0.1:${port}/console#key=${login.publishableKey}\n`);
-    // Every demo user is listed with its password.
-    expect(stdout).toMatch(new RegExp(`owner +owner@demo\\.parley\\.dev +${login.password.replace(/[-]/g, '\\-')}`));
-  }, GIVE_UP_MS + 30_000);
+  it(
+    'migrates, creates the demo organisation, prints the login and answers /healthz',
+    async () => {
+      port = await freePort();
+      const started = performance.now();
+      first = serve(port);
+      const healthyMs = await waitHealthy(first, started);
+      const cpu = cpuMs(first.child.pid);
+      console.log(
+        `serve: first start on an empty embedded database healthy after ${healthyMs} ms (child CPU ${cpu ?? '?'} ms, load average ${os.loadavg()[0].toFixed(2)})`,
+      );
+      const stdout = await waitForOutput(first, /Secret key \(server-to-server, shown once\): \S+/);
+      expect(stdout).toContain(`Parley listening on http://127.0.0.1:${port} (pglite database)`);
+      expect(stdout.match(/Demo organisation created/g)).toHaveLength(1);
+      login = parseLoginHint(stdout);
+      expect(login.url).toBe(`http://127.0.0.1:${port}/api/users/login`);
+      expect(login.contentType).toBe(JSON_API);
+      expect(login.publishableKey.split('.')).toHaveLength(3);
+      expect(login.email).toBe('owner@demo.parley.dev');
+      expect(login.password.length).toBeGreaterThanOrEqual(8);
+      // The operator console's link, with the organisation's publishable key in the fragment.
+      expect(stdout).toContain(
+        `Operator console (sign in as ana@demo.parley.dev):\n  http://127.0.0.1:${port}/console#key=${login.publishableKey}\n`,
+      );
+      // Every demo user is listed with its password.
+      expect(stdout).toMatch(new RegExp(`owner +owner@demo\\.parley\\.dev +${login.password.replace(/[-]/g, '\\-')}`));
+    },
+    GIVE_UP_MS + 30_000,
+  );
 
   it('the printed curl login works as printed, and its token reads the demo data', async () => {
     expect(login, 'the first start failed').toBeDefined();
@@ -257,7 +266,9 @@ describe('parley serve on an empty embedded database', () => {
     expect(document.meta.token.split('.')).toHaveLength(3);
     token = document.meta.token;
 
-    const list = await fetch(`http://127.0.0.1:${port}/api/conversations?include=conversation_items`, { headers: { Authorization: `Bearer ${token}` } });
+    const list = await fetch(`http://127.0.0.1:${port}/api/conversations?include=conversation_items`, {
+      headers: { Authorization: `Bearer ${token}` },
+    });
     const conversations = await readJson(list);
     expect(list.status, JSON.stringify(conversations)).toBe(200);
     expectJsonApi(conversations);
@@ -266,7 +277,9 @@ describe('parley serve on an empty embedded database', () => {
     conversationIds = conversations.data.map((c: { id: string }) => c.id).sort();
 
     // The publishable key may only sign in.
-    const refused = await fetch(`http://127.0.0.1:${port}/api/conversations`, { headers: { Authorization: `Bearer ${login.publishableKey}` } });
+    const refused = await fetch(`http://127.0.0.1:${port}/api/conversations`, {
+      headers: { Authorization: `Bearer ${login.publishableKey}` },
+    });
     expect(refused.status).toBe(403);
     await refused.body?.cancel();
   });
@@ -351,7 +364,9 @@ describe('parley serve on an empty embedded database', () => {
         : '; it did not exit even after the client closed its connections';
     }
     agent.destroy();
-    console.log(`serve: after SIGTERM the process ${exit ? `exited with code ${exit.code} ${exitMs} ms after the signal` : `had NOT exited ${exitMs} ms after the signal`}${diagnosis}`);
+    console.log(
+      `serve: after SIGTERM the process ${exit ? `exited with code ${exit.code} ${exitMs} ms after the signal` : `had NOT exited ${exitMs} ms after the signal`}${diagnosis}`,
+    );
     expect(exit, `serve did not exit within 10 s of SIGTERM${diagnosis}\nstderr:\n${first.stderr()}`).toBeDefined();
     expect(exit).toEqual({ code: 0, signal: null });
     expect(exitMs).toBeLessThan(5000);
@@ -359,50 +374,54 @@ describe('parley serve on an empty embedded database', () => {
     expect(loggedErrors(first.stdout())).toEqual([]);
   }, 30_000);
 
-  it('restarts on the same data directory without a second demo organisation; the data and the token survive', async () => {
-    expect(conversationIds, 'the earlier steps failed').toBeDefined();
-    // Never two processes on one data directory: if the shutdown step left the first one running, end it.
-    if (!first.exited()) {
-      first.child.kill('SIGKILL');
-      await first.exit;
-    }
-    const restartPort = await freePort();
-    const started = performance.now();
-    const second = serve(restartPort);
-    const healthyMs = await waitHealthy(second, started);
-    console.log(`serve: restart on the existing embedded database healthy after ${healthyMs} ms`);
-    const stdout = await waitForOutput(second, /Parley listening on /);
-    expect(stdout).toContain(`Parley listening on http://127.0.0.1:${restartPort} (pglite database)`);
-    // Give a late banner a moment to appear; nothing about a demo organisation may be printed.
-    await sleep(500);
-    expect(second.stdout()).not.toMatch(/Demo organisation created|curl -s|shown once/);
+  it(
+    'restarts on the same data directory without a second demo organisation; the data and the token survive',
+    async () => {
+      expect(conversationIds, 'the earlier steps failed').toBeDefined();
+      // Never two processes on one data directory: if the shutdown step left the first one running, end it.
+      if (!first.exited()) {
+        first.child.kill('SIGKILL');
+        await first.exit;
+      }
+      const restartPort = await freePort();
+      const started = performance.now();
+      const second = serve(restartPort);
+      const healthyMs = await waitHealthy(second, started);
+      console.log(`serve: restart on the existing embedded database healthy after ${healthyMs} ms`);
+      const stdout = await waitForOutput(second, /Parley listening on /);
+      expect(stdout).toContain(`Parley listening on http://127.0.0.1:${restartPort} (pglite database)`);
+      // Give a late banner a moment to appear; nothing about a demo organisation may be printed.
+      await sleep(500);
+      expect(second.stdout()).not.toMatch(/Demo organisation created|curl -s|shown once/);
 
-    // The token issued before the restart still works and sees the same data (demo plus the writes finished during shutdown).
-    const list = await fetch(`http://127.0.0.1:${restartPort}/api/conversations`, { headers: { Authorization: `Bearer ${token}` } });
-    const conversations = await readJson(list);
-    expect(list.status, JSON.stringify(conversations)).toBe(200);
-    expect(conversations.data.map((c: { id: string }) => c.id).sort()).toEqual(conversationIds);
-    // The printed publishable key and password still sign in.
-    const again = await fetch(`http://127.0.0.1:${restartPort}/api/users/login`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${login.publishableKey}`, 'Content-Type': JSON_API },
-      body: login.body,
-    });
-    expect(again.status).toBe(200);
-    await again.body?.cancel();
+      // The token issued before the restart still works and sees the same data (demo plus the writes finished during shutdown).
+      const list = await fetch(`http://127.0.0.1:${restartPort}/api/conversations`, { headers: { Authorization: `Bearer ${token}` } });
+      const conversations = await readJson(list);
+      expect(list.status, JSON.stringify(conversations)).toBe(200);
+      expect(conversations.data.map((c: { id: string }) => c.id).sort()).toEqual(conversationIds);
+      // The printed publishable key and password still sign in.
+      const again = await fetch(`http://127.0.0.1:${restartPort}/api/users/login`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${login.publishableKey}`, 'Content-Type': JSON_API },
+        body: login.body,
+      });
+      expect(again.status).toBe(200);
+      await again.body?.cancel();
 
-    second.child.kill('SIGTERM');
-    const exit = await Promise.race([second.exit, sleep(15_000).then(() => undefined)]);
-    expect(exit).toEqual({ code: 0, signal: null });
+      second.child.kill('SIGTERM');
+      const exit = await Promise.race([second.exit, sleep(15_000).then(() => undefined)]);
+      expect(exit).toEqual({ code: 0, signal: null });
 
-    // Directly in the database: exactly one demo organisation.
-    const { PGlite } = await import('@electric-sql/pglite');
-    const pglite = await PGlite.create(dataDir);
-    try {
-      const { rows } = await pglite.query<{ name: string }>('SELECT name FROM organisations');
-      expect(rows.map((r) => r.name)).toEqual(['Demo']);
-    } finally {
-      await pglite.close();
-    }
-  }, GIVE_UP_MS + 30_000);
+      // Directly in the database: exactly one demo organisation.
+      const { PGlite } = await import('@electric-sql/pglite');
+      const pglite = await PGlite.create(dataDir);
+      try {
+        const { rows } = await pglite.query<{ name: string }>('SELECT name FROM organisations');
+        expect(rows.map((r) => r.name)).toEqual(['Demo']);
+      } finally {
+        await pglite.close();
+      }
+    },
+    GIVE_UP_MS + 30_000,
+  );
 });

@@ -38,7 +38,10 @@ function expectUnavailable(response: Timed, what: string): void {
   const detail = `${what}: ${response.status} after ${response.ms} ms: ${JSON.stringify(response.body)}`;
   expect(response.status, detail).toBe(503);
   expect(response.headers['content-type'], detail).toContain('application/vnd.api+json');
-  expect(response.body?.errors?.map((e: { code: string }) => e.code), detail).toEqual(['unavailable']);
+  expect(
+    response.body?.errors?.map((e: { code: string }) => e.code),
+    detail,
+  ).toEqual(['unavailable']);
   expect(response.body.errors[0].status, detail).toBe('503');
   expect(response.headers['retry-after'], detail).toBe('1');
   expect(response.ms, detail).toBeLessThan(BOUND_MS);
@@ -67,7 +70,11 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('a slow database answers 
     });
   /** The conversation as the API lists it (there is no single-record GET for conversations). */
   const show = async () => {
-    const response = await timed(t, { method: 'GET', url: `/api/conversations?filter[public_id]=${publicId}`, headers: { authorization: `Bearer ${tenant.owner.token}` } });
+    const response = await timed(t, {
+      method: 'GET',
+      url: `/api/conversations?filter[public_id]=${publicId}`,
+      headers: { authorization: `Bearer ${tenant.owner.token}` },
+    });
     if (response.status === 200) {
       expect(response.body.data).toHaveLength(1);
       expect(response.body.data[0].id).toBe(conversationId);
@@ -100,7 +107,10 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('a slow database answers 
   beforeAll(async () => {
     t = await startTestApp({ DATABASE_TIMEOUT_MS: String(TIMEOUT_MS), DATABASE_POOL_SIZE: '2' });
     tenant = await seedTenant(t, 'Slow');
-    const created = await client(t.app, tenant.owner.token).post('/api/conversations', resourceDocument('Conversation', { channel: 'chat', metadata: { case: 'slow' } }));
+    const created = await client(t.app, tenant.owner.token).post(
+      '/api/conversations',
+      resourceDocument('Conversation', { channel: 'chat', metadata: { case: 'slow' } }),
+    );
     expect(created.status).toBe(201);
     expect(created.body.data.attributes.status).toBe('active');
     conversationId = created.body.data.id;
@@ -116,7 +126,9 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('a slow database answers 
     const locker = await lockConversation();
     try {
       const refused = await patch('closed');
-      console.log(`slow database: PATCH on a locked row answered ${refused.status} in ${refused.ms} ms (DATABASE_TIMEOUT_MS=${TIMEOUT_MS})`);
+      console.log(
+        `slow database: PATCH on a locked row answered ${refused.status} in ${refused.ms} ms (DATABASE_TIMEOUT_MS=${TIMEOUT_MS})`,
+      );
       expectUnavailable(refused, 'PATCH on a locked row');
       // It was the statement timeout that ended the wait, not a quick failure.
       expect(refused.ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 50);
@@ -158,7 +170,9 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('a slow database answers 
         patch('pending'),
         timed(t, { method: 'GET', url: '/api/conversations', headers: { authorization: `Bearer ${tenant.secretKey}` } }),
       ]);
-      console.log(`slow database: with the pool exhausted, GET answered ${read.status} in ${read.ms} ms, PATCH ${write.status} in ${write.ms} ms, list ${list.status} in ${list.ms} ms`);
+      console.log(
+        `slow database: with the pool exhausted, GET answered ${read.status} in ${read.ms} ms, PATCH ${write.status} in ${write.ms} ms, list ${list.status} in ${list.ms} ms`,
+      );
       expectUnavailable(read, 'GET with the pool exhausted');
       expectUnavailable(write, 'PATCH with the pool exhausted');
       expectUnavailable(list, 'list with the pool exhausted');
@@ -184,7 +198,9 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('a slow database answers 
     } finally {
       await locker.query('ROLLBACK');
     }
-    console.log(`slow database: 6 concurrent PATCHes on a locked row (pool 2) answered ${responses.map((r) => `${r.status}/${r.ms}ms`).join(', ')}`);
+    console.log(
+      `slow database: 6 concurrent PATCHes on a locked row (pool 2) answered ${responses.map((r) => `${r.status}/${r.ms}ms`).join(', ')}`,
+    );
     for (const [i, response] of responses.entries()) expectUnavailable(response, `concurrent PATCH #${i}`);
     const unchanged = await show();
     expect(unchanged.status).toBe(200);

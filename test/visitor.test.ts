@@ -12,7 +12,11 @@ let other: Tenant;
 let agentId: string;
 
 beforeAll(async () => {
-  t = await startTestApp({ CORS_ALLOWED_ORIGINS: 'https://shop.example', VISITOR_SESSIONS_PER_HOUR: '50', VISITOR_RATE_LIMIT_PER_MINUTE: '1000' });
+  t = await startTestApp({
+    CORS_ALLOWED_ORIGINS: 'https://shop.example',
+    VISITOR_SESSIONS_PER_HOUR: '50',
+    VISITOR_RATE_LIMIT_PER_MINUTE: '1000',
+  });
   tenant = await seedTenant(t, 'Visitors');
   other = await seedTenant(t, 'Elsewhere');
   agentId = await insertAgent(t.db, tenant.organisationId);
@@ -53,15 +57,24 @@ describe('visitor sessions', () => {
     const opened = await openSession();
     const { id, attributes } = opened.body.data;
     const visitor = client(t.app, opened.body.meta.token);
-    const posted = await visitor.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content: 'Hello?' }));
+    const posted = await visitor.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content: 'Hello?' }),
+    );
     expect(posted.status).toBe(201);
     const operator = client(t.app, tenant.operator.token);
-    await operator.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role: 'operator', content: 'Hi, how can I help?' }));
+    await operator.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: id, role: 'operator', content: 'Hi, how can I help?' }),
+    );
 
     const read = await visitor.get(`/api/conversations?filter[public_id]=${attributes.public_id}&include=conversation_items`);
     expect(read.status).toBe(200);
     expect(read.body.data.map((c: { id: string }) => c.id)).toEqual([id]);
-    expect(read.body.included.map((i: { attributes: { content: string } }) => i.attributes.content)).toEqual(['Hello?', 'Hi, how can I help?']);
+    expect(read.body.included.map((i: { attributes: { content: string } }) => i.attributes.content)).toEqual([
+      'Hello?',
+      'Hi, how can I help?',
+    ]);
     expect((await visitor.get(`/api/conversation_items/${posted.body.data.id}`)).status).toBe(200);
 
     // Only its own conversation, whatever the filter.
@@ -74,12 +87,18 @@ describe('visitor sessions', () => {
       resourceDocument('ConversationItem', { conversation_id: someoneElse.id, role: 'user', content: 'private' }),
     );
     expect((await visitor.get(`/api/conversation_items/${theirItem.body.data.id}`)).status).toBe(404);
-    const intrude = await visitor.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: someoneElse.id, role: 'user', content: 'x' }));
+    const intrude = await visitor.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: someoneElse.id, role: 'user', content: 'x' }),
+    );
     expect(intrude.status).toBe(422);
 
     // As user only: not as the agent, an operator or the system.
     for (const role of ['operator', 'assistant', 'system']) {
-      const forged = await visitor.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role, content: 'x' }));
+      const forged = await visitor.post(
+        '/api/conversation_items',
+        resourceDocument('ConversationItem', { conversation_id: id, role, content: 'x' }),
+      );
       expect(forged.status).toBe(403);
       expect(forged.body.errors[0].source.pointer).toBe('/data/attributes/role');
     }
@@ -88,7 +107,10 @@ describe('visitor sessions', () => {
       await visitor.patch(`/api/conversations/${id}`, resourceDocument('Conversation', { status: 'closed' }, id)),
       await visitor.post('/api/conversations', resourceDocument('Conversation', {})),
       await visitor.post('/api/visitor_sessions', resourceDocument('Conversation', {})),
-      await visitor.post('/api/users/login', resourceDocument('User', { email: tenant.operator.email, password: tenant.operator.password })),
+      await visitor.post(
+        '/api/users/login',
+        resourceDocument('User', { email: tenant.operator.email, password: tenant.operator.password }),
+      ),
       await visitor.get('/api/sip_users'),
       await visitor.get('/api/api_keys'),
       await visitor.get('/api/operator_status_events'),
@@ -98,7 +120,12 @@ describe('visitor sessions', () => {
   });
 
   it('a visitor token stops working when its publishable key is revoked', async () => {
-    const key = await createApiKey(t.services.records!, { organisationId: tenant.organisationId, userId: tenant.owner.id, keyType: 'publishable', name: 'site' });
+    const key = await createApiKey(t.services.records!, {
+      organisationId: tenant.organisationId,
+      userId: tenant.owner.id,
+      keyType: 'publishable',
+      name: 'site',
+    });
     const opened = await openSession(key.token, {});
     const visitor = client(t.app, opened.body.meta.token);
     expect((await visitor.get('/api/conversations')).status).toBe(200);
@@ -115,7 +142,11 @@ describe('visitor sessions', () => {
 
 describe('visitor rate limits', () => {
   it('limits sessions per address and requests per visitor', async () => {
-    const limited = await startTestApp({ VISITOR_SESSIONS_PER_HOUR: '2', VISITOR_RATE_LIMIT_PER_MINUTE: '3', VISITOR_ADDRESS_RATE_LIMIT_PER_MINUTE: '5' });
+    const limited = await startTestApp({
+      VISITOR_SESSIONS_PER_HOUR: '2',
+      VISITOR_RATE_LIMIT_PER_MINUTE: '3',
+      VISITOR_ADDRESS_RATE_LIMIT_PER_MINUTE: '5',
+    });
     try {
       const site = await seedTenant(limited, 'Limited');
       const open = () => client(limited.app, site.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
@@ -148,7 +179,11 @@ describe('CORS', () => {
     const response = await t.app.inject({
       method: 'OPTIONS',
       url: '/api/conversation_items',
-      headers: { origin: 'https://shop.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type' },
+      headers: {
+        origin: 'https://shop.example',
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization,content-type',
+      },
     });
     expect(response.statusCode).toBe(204);
     expect(response.headers['access-control-allow-origin']).toBe('https://shop.example');

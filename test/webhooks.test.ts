@@ -75,7 +75,10 @@ function startWorker(): WebhookWorker {
 }
 
 async function endpoint(url: string, eventTypes: string[] = ['Conversation.created']) {
-  const created = await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url, event_types: eventTypes, description: 'test' }));
+  const created = await admin.post(
+    '/api/webhook_endpoints',
+    resourceDocument('WebhookEndpoint', { url, event_types: eventTypes, description: 'test' }),
+  );
   expect(created.status).toBe(201);
   return { id: created.body.data.id as string, secret: created.body.data.attributes.secret as string };
 }
@@ -92,14 +95,22 @@ describe('WebhookEndpoint and WebhookDelivery over the API', () => {
     expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
     expect(Buffer.from(secret.slice(6), 'base64')).toHaveLength(32);
     const got = await admin.get(`/api/webhook_endpoints/${id}`);
-    expect(got.body.data.attributes).toMatchObject({ url: 'https://1.1.1.1/hook', secret: null, enabled: true, event_types: ['Conversation.created'], consecutive_failures: 0 });
+    expect(got.body.data.attributes).toMatchObject({
+      url: 'https://1.1.1.1/hook',
+      secret: null,
+      enabled: true,
+      event_types: ['Conversation.created'],
+      consecutive_failures: 0,
+    });
     const list = await client(t.app, tenant.owner.token).get('/api/webhook_endpoints?sort=-url&filter[enabled]=true');
     expect(list.body.data.map((e: { id: string }) => e.id)).toContain(id);
     expect(JSON.stringify(list.body)).not.toContain(secret);
     const operator = client(t.app, tenant.operator.token);
     expect((await operator.get('/api/webhook_endpoints')).status).toBe(403);
     expect((await operator.get('/api/webhook_deliveries')).status).toBe(403);
-    expect((await operator.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/x' }))).status).toBe(403);
+    expect((await operator.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/x' }))).status).toBe(
+      403,
+    );
     const patched = await admin.patch(`/api/webhook_endpoints/${id}`, resourceDocument('WebhookEndpoint', { enabled: false }, id));
     expect(patched.body.data.attributes.enabled).toBe(false);
     const removed = await admin.request('DELETE', `/api/webhook_endpoints/${id}`);
@@ -108,7 +119,13 @@ describe('WebhookEndpoint and WebhookDelivery over the API', () => {
   });
 
   it('refuses unknown event types with 422 naming them', async () => {
-    const refused = await admin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/hook', event_types: ['Conversation.created', 'Conversation.exploded', 'Nope'] }));
+    const refused = await admin.post(
+      '/api/webhook_endpoints',
+      resourceDocument('WebhookEndpoint', {
+        url: 'https://1.1.1.1/hook',
+        event_types: ['Conversation.created', 'Conversation.exploded', 'Nope'],
+      }),
+    );
     expect(refused.status).toBe(422);
     expect(refused.body.errors[0].source.pointer).toBe('/data/attributes/event_types');
     expect(refused.body.errors[0].detail).toContain('Conversation.exploded, Nope');
@@ -150,13 +167,19 @@ describe('URL checks (SSRF)', () => {
     const ok = await strictAdmin.post('/api/webhook_endpoints', resourceDocument('WebhookEndpoint', { url: 'https://1.1.1.1/hook' }));
     expect(ok.status).toBe(201);
     const id = ok.body.data.id;
-    const moved = await strictAdmin.patch(`/api/webhook_endpoints/${id}`, resourceDocument('WebhookEndpoint', { url: 'https://127.0.0.1/hook' }, id));
+    const moved = await strictAdmin.patch(
+      `/api/webhook_endpoints/${id}`,
+      resourceDocument('WebhookEndpoint', { url: 'https://127.0.0.1/hook' }, id),
+    );
     expect(moved.status).toBe(422);
   });
 
   it('refuses at connection time an address that is not public', async () => {
     const { postEvent } = await import('../src/events/webhooks.js');
-    const outcome = await postEvent('https://localhost:9/hook', `whsec_${Buffer.alloc(32).toString('base64')}`, 'e1', '{}', { timeoutMs: 2000, allowPrivate: false });
+    const outcome = await postEvent('https://localhost:9/hook', `whsec_${Buffer.alloc(32).toString('base64')}`, 'e1', '{}', {
+      timeoutMs: 2000,
+      allowPrivate: false,
+    });
     expect(outcome.ok).toBe(false);
     expect(outcome.error).toContain('not a public address');
   });
@@ -193,7 +216,13 @@ describe('the delivery worker', () => {
     expect(() => new Webhook(secret).verify(body.replace('sms', 'chat'), headers as Record<string, string>)).toThrow();
     await expect.poll(async () => (await deliveriesOf(id))[0]?.attributes.status).toBe('succeeded');
     const [delivery] = await deliveriesOf(id);
-    expect(delivery.attributes).toMatchObject({ event_id: event.id, event_type: 'Conversation.created', attempts: 1, last_status_code: 204, next_attempt_at: null });
+    expect(delivery.attributes).toMatchObject({
+      event_id: event.id,
+      event_type: 'Conversation.created',
+      attempts: 1,
+      last_status_code: 204,
+      next_attempt_at: null,
+    });
     // Only the types asked for: an update is not sent to this endpoint.
     await admin.patch(`/api/conversations/${event.data.id}`, resourceDocument('Conversation', { status: 'closed' }, event.data.id));
     await new Promise((res) => setTimeout(res, 500));
@@ -204,7 +233,8 @@ describe('the delivery worker', () => {
   it('retries a receiver that answers 500, hangs, or drops the connection, until it recovers', async () => {
     const r = await receiver((n, req, res) => {
       if (n === 0) res.writeHead(500).end('broken');
-      else if (n === 1) return; // hangs past the timeout
+      else if (n === 1)
+        return; // hangs past the timeout
       else if (n === 2) req.socket.destroy();
       else res.writeHead(200).end('ok');
     });
@@ -236,7 +266,9 @@ describe('the delivery worker', () => {
     expect(pending.attributes.last_error).toMatch(/ECONNREFUSED|connect/);
     expect(pending.attributes.next_attempt_at).not.toBeNull();
     // The retry window is over (as if it were queued a day ago): the next failure ends it.
-    await sql`UPDATE webhook_deliveries SET created_at = now() - interval '25 hours', next_attempt_at = now() WHERE webhook_endpoint_id = ${id}`.execute(t.db);
+    await sql`UPDATE webhook_deliveries SET created_at = now() - interval '25 hours', next_attempt_at = now() WHERE webhook_endpoint_id = ${id}`.execute(
+      t.db,
+    );
     await expect.poll(async () => (await deliveriesOf(id))[0]?.attributes.status, { timeout: 10_000 }).toBe('failed');
     await expect.poll(async () => (await admin.get(`/api/webhook_endpoints/${id}`)).body.data.attributes.enabled).toBe(false);
     const disabled = await admin.get(`/api/webhook_endpoints/${id}`);

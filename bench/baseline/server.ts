@@ -39,7 +39,14 @@ function conversation(row: Record<string, any>) {
   return {
     id: row.id,
     type: 'Conversation',
-    attributes: { status: row.status, channel: row.channel, mode: row.mode, public_id: row.public_id, metadata: row.metadata, ai_agent_id: row.ai_agent_id },
+    attributes: {
+      status: row.status,
+      channel: row.channel,
+      mode: row.mode,
+      public_id: row.public_id,
+      metadata: row.metadata,
+      ai_agent_id: row.ai_agent_id,
+    },
     relationships: {
       ai_agent: one('AiAgent', row.ai_agent_id),
       call: one('Call', row.call_id),
@@ -56,8 +63,15 @@ function item(row: Record<string, any>) {
     id: row.id,
     type: 'ConversationItem',
     attributes: {
-      role: row.role, modality: row.modality, content: row.content, metadata: row.metadata, item_id: row.item_id,
-      content_index: row.content_index, occurred_at: row.occurred_at.toISOString(), conversation_id: row.conversation_id, organisation_id: row.organisation_id,
+      role: row.role,
+      modality: row.modality,
+      content: row.content,
+      metadata: row.metadata,
+      item_id: row.item_id,
+      content_index: row.content_index,
+      occurred_at: row.occurred_at.toISOString(),
+      conversation_id: row.conversation_id,
+      organisation_id: row.organisation_id,
     },
     relationships: { conversation: one('Conversation', row.conversation_id), organisation: one('Organisation', row.organisation_id) },
     links: { self: `${base}/api/conversation_items/${row.id}` },
@@ -65,7 +79,13 @@ function item(row: Record<string, any>) {
   };
 }
 
-function plain(type: string, path: string, row: Record<string, any>, attributes: string[], relationships: Record<string, [string, string]>) {
+function plain(
+  type: string,
+  path: string,
+  row: Record<string, any>,
+  attributes: string[],
+  relationships: Record<string, [string, string]>,
+) {
   const attrs: Record<string, unknown> = {};
   for (const name of attributes) attrs[name] = row[name] instanceof Date ? row[name].toISOString() : row[name];
   const rels: Record<string, unknown> = {};
@@ -74,7 +94,11 @@ function plain(type: string, path: string, row: Record<string, any>, attributes:
 }
 
 const listDocument = (data: unknown[], limit: number) => ({
-  data, included: [], meta: { page: { limit } }, links: { self: null, first: null, next: null, prev: null }, jsonapi: { version: '1.0' },
+  data,
+  included: [],
+  meta: { page: { limit } },
+  links: { self: null, first: null, next: null, prev: null },
+  jsonapi: { version: '1.0' },
 });
 
 const CONVERSATION_COLUMNS = `t.id, t.status, t.channel, t.mode, t.public_id, t.metadata, t.ai_agent_id, t.organisation_id,
@@ -82,7 +106,8 @@ const CONVERSATION_COLUMNS = `t.id, t.status, t.channel, t.mode, t.public_id, t.
 
 const app = Fastify({ logger: false });
 app.addContentTypeParser('application/vnd.api+json', { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
-const send = (reply: FastifyReply, status: number, body: unknown) => reply.code(status).header('Content-Type', 'application/vnd.api+json').send(body);
+const send = (reply: FastifyReply, status: number, body: unknown) =>
+  reply.code(status).header('Content-Type', 'application/vnd.api+json').send(body);
 
 app.get('/api/conversations', async (request, reply) => {
   const caller = await authenticate(request);
@@ -101,7 +126,13 @@ app.get('/api/conversations', async (request, reply) => {
       ? (await pool.query(`SELECT * FROM ai_agents t WHERE t.id = ANY($1::uuid[]) AND t.organisation_id = $2`, [agentIds, caller.org])).rows
       : [];
     const included = agents.map((a) =>
-      plain('AiAgent', 'ai_agents', a, ['name', 'voice', 'tone', 'languages', 'workflow', 'system_prompt', 'safety_guardrails', 'published'], { organisation: ['Organisation', 'organisation_id'] }),
+      plain(
+        'AiAgent',
+        'ai_agents',
+        a,
+        ['name', 'voice', 'tone', 'languages', 'workflow', 'system_prompt', 'safety_guardrails', 'published'],
+        { organisation: ['Organisation', 'organisation_id'] },
+      ),
     );
     return send(reply, 200, { ...listDocument(data, limit), included });
   }
@@ -116,11 +147,21 @@ app.get('/api/conversations', async (request, reply) => {
 
 app.get('/api/operator_status_events', async (request, reply) => {
   const caller = await authenticate(request);
-  const { rows } = await pool.query(`SELECT t.* FROM operator_status_events t WHERE t.organisation_id = $1 ORDER BY t.id ASC LIMIT 26`, [caller.org]);
+  const { rows } = await pool.query(`SELECT t.* FROM operator_status_events t WHERE t.organisation_id = $1 ORDER BY t.id ASC LIMIT 26`, [
+    caller.org,
+  ]);
   const data = rows.slice(0, 25).map((r) =>
-    plain('OperatorStatusEvent', 'operator_status_events', r, ['sip_user_id', 'agent_name', 'status', 'source', 'changed_by_user_id', 'previous_status', 'occurred_at'], {
-      changed_by_user: ['User', 'changed_by_user_id'], organisation: ['Organisation', 'organisation_id'], sip_user: ['SipUser', 'sip_user_id'],
-    }),
+    plain(
+      'OperatorStatusEvent',
+      'operator_status_events',
+      r,
+      ['sip_user_id', 'agent_name', 'status', 'source', 'changed_by_user_id', 'previous_status', 'occurred_at'],
+      {
+        changed_by_user: ['User', 'changed_by_user_id'],
+        organisation: ['Organisation', 'organisation_id'],
+        sip_user: ['SipUser', 'sip_user_id'],
+      },
+    ),
   );
   return send(reply, 200, listDocument(data, 25));
 });
@@ -134,7 +175,8 @@ app.get('/api/call_transcripts', async (request, reply) => {
   );
   const data = rows.slice(0, 25).map((r) =>
     plain('CallTranscript', 'call_transcripts', r, ['content', 'speaker', 'item_id', 'content_index', 'occurred_at', 'call_id'], {
-      call: ['Call', 'call_id'], organisation: ['Organisation', 'organisation_id'],
+      call: ['Call', 'call_id'],
+      organisation: ['Organisation', 'organisation_id'],
     }),
   );
   return send(reply, 200, listDocument(data, 25));
@@ -142,7 +184,10 @@ app.get('/api/call_transcripts', async (request, reply) => {
 
 app.get('/api/conversation_items/:id', async (request, reply) => {
   const caller = await authenticate(request);
-  const { rows } = await pool.query(`SELECT t.* FROM conversation_items t WHERE t.id = $1 AND t.organisation_id = $2`, [(request.params as { id: string }).id, caller.org]);
+  const { rows } = await pool.query(`SELECT t.* FROM conversation_items t WHERE t.id = $1 AND t.organisation_id = $2`, [
+    (request.params as { id: string }).id,
+    caller.org,
+  ]);
   if (rows.length === 0) return send(reply, 404, { errors: [{ status: '404' }] });
   return send(reply, 200, { data: item(rows[0]), included: [], meta: {}, jsonapi: { version: '1.0' } });
 });
@@ -158,7 +203,10 @@ app.post('/api/conversation_items', async (request, reply) => {
       [attributes.conversation_id, caller.org],
     );
     const index = conversation.rows[0].next_content_index;
-    await client.query(`UPDATE conversations SET next_content_index = GREATEST(next_content_index, $1) WHERE id = $2`, [index + 1, attributes.conversation_id]);
+    await client.query(`UPDATE conversations SET next_content_index = GREATEST(next_content_index, $1) WHERE id = $2`, [
+      index + 1,
+      attributes.conversation_id,
+    ]);
     const id = uuidv7();
     const now = new Date();
     await client.query(
@@ -168,7 +216,10 @@ app.post('/api/conversation_items', async (request, reply) => {
     );
     // Read back on the same connection, before COMMIT, as Parley does: a second pool
     // connection per request would deadlock the pool once every connection waits for one.
-    const { rows } = await client.query(`SELECT t.* FROM conversation_items t WHERE t.id = $1 AND t.organisation_id = $2`, [id, caller.org]);
+    const { rows } = await client.query(`SELECT t.* FROM conversation_items t WHERE t.id = $1 AND t.organisation_id = $2`, [
+      id,
+      caller.org,
+    ]);
     await client.query('COMMIT');
     const doc = { data: item(rows[0]), included: [], meta: {}, jsonapi: { version: '1.0' } };
     return send(reply.header('Location', doc.data.links.self), 201, doc);

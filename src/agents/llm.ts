@@ -110,7 +110,12 @@ export function createChatModel(config: Config): ChatModel | undefined {
           const calls = new Map<number, { name: string; args: string }>();
           for await (const chunk of started.stream) {
             if (chunk.model) answeredBy = chunk.model;
-            if (chunk.usage) usage = { prompt_tokens: chunk.usage.prompt_tokens, completion_tokens: chunk.usage.completion_tokens, total_tokens: chunk.usage.total_tokens };
+            if (chunk.usage)
+              usage = {
+                prompt_tokens: chunk.usage.prompt_tokens,
+                completion_tokens: chunk.usage.completion_tokens,
+                total_tokens: chunk.usage.total_tokens,
+              };
             const delta = chunk.choices?.[0]?.delta;
             if (!delta) continue;
             if (delta.content) text += delta.content;
@@ -122,9 +127,19 @@ export function createChatModel(config: Config): ChatModel | undefined {
             }
           }
           const lastTokenAt = performance.now();
-          const toolCalls = [...calls.values()].filter((c) => c.name !== '').map((c) => ({ name: c.name, arguments: parseArguments(c.args) }));
+          const toolCalls = [...calls.values()]
+            .filter((c) => c.name !== '')
+            .map((c) => ({ name: c.name, arguments: parseArguments(c.args) }));
           if (text.trim() === '' && toolCalls.length === 0) throw new EmptyAnswer('The model returned an empty answer.');
-          return { text: text.trim(), toolCalls, model: answeredBy, usage, attempts: attempt, requestSentAt: started.requestSentAt, lastTokenAt };
+          return {
+            text: text.trim(),
+            toolCalls,
+            model: answeredBy,
+            usage,
+            attempts: attempt,
+            requestSentAt: started.requestSentAt,
+            lastTokenAt,
+          };
         } catch (error) {
           lastError = error;
           if (attempt < attempts) await sleep(Math.min(8000, 250 * 2 ** (attempt - 1)) * (0.75 + Math.random() / 2));
@@ -145,7 +160,8 @@ function parseArguments(raw: string): Record<string, unknown> {
 }
 
 function describe(error: unknown): string {
-  if (error instanceof OpenAI.APIError && error.status !== undefined) return `The model endpoint answered ${error.status}: ${error.message}`;
+  if (error instanceof OpenAI.APIError && error.status !== undefined)
+    return `The model endpoint answered ${error.status}: ${error.message}`;
   if (error instanceof Error) return error.name === 'TimeoutError' ? 'The model did not finish in time.' : error.message;
   return String(error);
 }

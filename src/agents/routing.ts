@@ -26,7 +26,10 @@ export async function handOff(
 ): Promise<void> {
   const actor = systemActor(conversation.organisation_id, 'agent');
   await records.create(actor, 'ConversationItem', {
-    conversation_id: conversation.id, role: 'system', content: `Handed to an operator: ${reason}`, item_id: itemId,
+    conversation_id: conversation.id,
+    role: 'system',
+    content: `Handed to an operator: ${reason}`,
+    item_id: itemId,
     metadata: { handoff: { reason, ...metadata } },
   });
   const { assigned_operator: _a, assigned_at: _b, ...rest } = conversation.metadata;
@@ -34,7 +37,9 @@ export async function handOff(
   await sql`
     INSERT INTO agent_handoffs (conversation_id, organisation_id, reason, requested_at)
     VALUES (${conversation.id}, ${conversation.organisation_id}, ${reason}, now())
-    ON CONFLICT (conversation_id) DO UPDATE SET reason = EXCLUDED.reason, requested_at = now(), assigned_user_id = NULL, assigned_at = NULL`.execute(trx);
+    ON CONFLICT (conversation_id) DO UPDATE SET reason = EXCLUDED.reason, requested_at = now(), assigned_user_id = NULL, assigned_at = NULL`.execute(
+    trx,
+  );
 }
 
 /**
@@ -75,11 +80,19 @@ export async function assignQueued(db: Db, makeRecords: (trx: Db) => Records, li
       const now = new Date();
       const records = makeRecords(trx);
       const actor = systemActor(entry.organisation_id, 'agent');
-      const current = await trx.selectFrom('conversations').select('metadata').where('id', '=', entry.conversation_id).executeTakeFirstOrThrow();
+      const current = await trx
+        .selectFrom('conversations')
+        .select('metadata')
+        .where('id', '=', entry.conversation_id)
+        .executeTakeFirstOrThrow();
       await records.update(actor, 'Conversation', entry.conversation_id, {
         metadata: { ...(current.metadata as Record<string, unknown>), assigned_operator: chosen.user_id, assigned_at: now.toISOString() },
       });
-      await trx.updateTable('agent_handoffs').set({ assigned_user_id: chosen.user_id, assigned_at: now }).where('conversation_id', '=', entry.conversation_id).execute();
+      await trx
+        .updateTable('agent_handoffs')
+        .set({ assigned_user_id: chosen.user_id, assigned_at: now })
+        .where('conversation_id', '=', entry.conversation_id)
+        .execute();
       return true;
     });
     if (done !== true) break;

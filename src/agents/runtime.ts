@@ -176,7 +176,12 @@ export class AgentRuntime {
 
   /** One poll: offer queued handoffs, then claim conversations with work and run them in the background. */
   async tick(): Promise<number> {
-    const queued = await this.db.selectFrom('agent_handoffs').select('conversation_id').where('assigned_user_id', 'is', null).limit(1).executeTakeFirst();
+    const queued = await this.db
+      .selectFrom('agent_handoffs')
+      .select('conversation_id')
+      .where('assigned_user_id', 'is', null)
+      .limit(1)
+      .executeTakeFirst();
     if (queued) await assignQueued(this.db, (trx) => this.records(trx));
     const room = this.options.config.agentConcurrency - this.inFlight.size;
     if (room <= 0) return 0;
@@ -238,13 +243,16 @@ export class AgentRuntime {
 
   /** Runs a claimed conversation's turns one at a time until it is caught up, then lets the lease go. */
   private async runConversation(conversationId: string, token: string): Promise<void> {
-    const renew = setInterval(() => {
-      if (this.dead) return;
-      void sql`UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond'
+    const renew = setInterval(
+      () => {
+        if (this.dead) return;
+        void sql`UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond'
                WHERE conversation_id = ${conversationId} AND lease_token = ${token}`
-        .execute(this.db)
-        .catch(() => {});
-    }, Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3)));
+          .execute(this.db)
+          .catch(() => {});
+      },
+      Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3)),
+    );
     try {
       for (;;) {
         if (this.dead) return;
@@ -274,7 +282,9 @@ export class AgentRuntime {
 
   private async load(conversationId: string) {
     // One read for the conversation, its agent and its turn state, one for the items past the cursor.
-    const { rows } = await sql<Conversation & { last_handled_index: number | null; workflow_state: WorkflowState | null } & { agent: Agent | null }>`
+    const { rows } = await sql<
+      Conversation & { last_handled_index: number | null; workflow_state: WorkflowState | null } & { agent: Agent | null }
+    >`
       SELECT c.id, c.organisation_id, c.status, c.mode, c.metadata, c.ai_agent_id, t.last_handled_index, t.workflow_state,
              CASE WHEN a.id IS NULL THEN NULL ELSE json_build_object('id', a.id, 'published', a.published, 'name', a.name, 'tone', a.tone,
                'languages', a.languages, 'workflow', a.workflow, 'system_prompt', a.system_prompt, 'safety_guardrails', a.safety_guardrails) END AS agent
@@ -290,7 +300,13 @@ export class AgentRuntime {
       SELECT id, item_id, role, modality, content, content_index FROM conversation_items
       WHERE conversation_id = ${conversationId} AND content_index > ${cursor}
       ORDER BY content_index LIMIT 50`.execute(this.db);
-    return { conversation: conversation as Conversation, agent: agent ?? undefined, cursor, state: workflow_state ?? {}, pending: pending.rows };
+    return {
+      conversation: conversation as Conversation,
+      agent: agent ?? undefined,
+      cursor,
+      state: workflow_state ?? {},
+      pending: pending.rows,
+    };
   }
 
   /** Deals with the items past the cursor up to and including the next turn; false when there is nothing left. */
@@ -313,7 +329,9 @@ export class AgentRuntime {
     if (item.role === 'operator') {
       // An operator wrote: they took the conversation over, and the agent stays quiet until it is handed back.
       await this.commit(conversationId, token, item.content_index, state, async (trx, records) => {
-        const current = await sql<{ metadata: Record<string, unknown> }>`SELECT metadata FROM conversations WHERE id = ${conversationId}`.execute(trx);
+        const current = await sql<{
+          metadata: Record<string, unknown>;
+        }>`SELECT metadata FROM conversations WHERE id = ${conversationId}`.execute(trx);
         await records.update(systemActor(conversation.organisation_id, 'agent'), 'Conversation', conversationId, {
           metadata: { ...current.rows[0].metadata, agent_paused: true },
         });
@@ -325,7 +343,12 @@ export class AgentRuntime {
     if (this.dead) throw new LeaseLost();
     await this.store(conversation, token, result);
     this.options.onTurn?.({
-      conversationId, userItemId: item.id, startedAt, requestSentAt: result.requestSentAt, lastTokenAt: result.lastTokenAt, committedAt: performance.now(),
+      conversationId,
+      userItemId: item.id,
+      startedAt,
+      requestSentAt: result.requestSentAt,
+      lastTokenAt: result.lastTokenAt,
+      committedAt: performance.now(),
     });
     return true;
   }
@@ -337,7 +360,13 @@ export class AgentRuntime {
     const inputTrip = checkGuardrails(guardrails, item.content, 'input');
     if (inputTrip) return { ...base, reply: refusal(inputTrip) };
 
-    const plan = planTurn({ workflow: agent.workflow ?? {}, state, message: item.content, metadata: conversation.metadata, modelConfigured: this.model !== undefined });
+    const plan = planTurn({
+      workflow: agent.workflow ?? {},
+      state,
+      message: item.content,
+      metadata: conversation.metadata,
+      modelConfigured: this.model !== undefined,
+    });
     const scripted = plan.decision.texts;
     const out = { userItem: item, answers: plan.answers, state: plan.state, close: false };
     const source = { source: 'workflow', step: (plan.state.step ?? 0) - 1 };
@@ -355,7 +384,14 @@ export class AgentRuntime {
     }
 
     const model = this.model!;
-    const messages = await this.prompt(conversation, agent, item, { ...conversation.metadata, ...plan.answers }, guardrails.instructions, plan.decision.instructions);
+    const messages = await this.prompt(
+      conversation,
+      agent,
+      item,
+      { ...conversation.metadata, ...plan.answers },
+      guardrails.instructions,
+      plan.decision.instructions,
+    );
     const started = performance.now();
     let answer: ModelAnswer;
     try {
@@ -373,29 +409,46 @@ export class AgentRuntime {
       };
     }
     const modelMetadata = {
-      source: 'model', model: answer.model, latency_ms: Math.round(performance.now() - started), attempts: answer.attempts,
+      source: 'model',
+      model: answer.model,
+      latency_ms: Math.round(performance.now() - started),
+      attempts: answer.attempts,
       ...(answer.usage ? { usage: answer.usage } : {}),
     };
     const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
     const outputTrip = answer.text === '' ? undefined : checkGuardrails(guardrails, answer.text, 'output');
-    if (outputTrip) return { ...out, ...timing, reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } } };
+    if (outputTrip)
+      return { ...out, ...timing, reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } } };
     const handoffCall = answer.toolCalls.find((c) => c.name === 'handoff_to_operator');
     const content = [...scripted, answer.text || (handoffCall ? HANDOFF_TEXT : '')].filter(Boolean).join('\n\n');
     if (handoffCall) {
-      const reason = typeof handoffCall.arguments.reason === 'string' && handoffCall.arguments.reason.trim() !== '' ? handoffCall.arguments.reason.trim().slice(0, 500) : 'The model asked for an operator.';
+      const reason =
+        typeof handoffCall.arguments.reason === 'string' && handoffCall.arguments.reason.trim() !== ''
+          ? handoffCall.arguments.reason.trim().slice(0, 500)
+          : 'The model asked for an operator.';
       return { ...out, ...timing, reply: { content, metadata: modelMetadata }, handoff: { reason, metadata: { rule: 'model_tool' } } };
     }
     return { ...out, ...timing, reply: { content, metadata: modelMetadata } };
   }
 
   /** The prompt: the agent's instructions, then as much recent history as the token budget holds. */
-  private async prompt(conversation: Conversation, agent: Agent, item: Item, metadata: Record<string, unknown>, rules: string[], stepInstructions?: string): Promise<ChatMessage[]> {
+  private async prompt(
+    conversation: Conversation,
+    agent: Agent,
+    item: Item,
+    metadata: Record<string, unknown>,
+    rules: string[],
+    stepInstructions?: string,
+  ): Promise<ChatMessage[]> {
     const lines = [agent.system_prompt?.trim() || `You are ${agent.name}, a helpful assistant.`];
     if (agent.tone) lines.push(`Tone: ${agent.tone}.`);
-    if (agent.languages.length > 0) lines.push(`Answer in the user's language when it is one of: ${agent.languages.join(', ')}; otherwise in ${agent.languages[0]}.`);
+    if (agent.languages.length > 0)
+      lines.push(`Answer in the user's language when it is one of: ${agent.languages.join(', ')}; otherwise in ${agent.languages[0]}.`);
     if (rules.length > 0) lines.push('Safety rules you must follow:', ...rules.map((r) => `- ${r}`));
     if (stepInstructions) lines.push(stepInstructions);
-    const known = Object.entries(metadata).filter(([k, v]) => typeof v === 'string' && !['handoff_reason', 'assigned_operator', 'assigned_at'].includes(k));
+    const known = Object.entries(metadata).filter(
+      ([k, v]) => typeof v === 'string' && !['handoff_reason', 'assigned_operator', 'assigned_at'].includes(k),
+    );
     if (known.length > 0) lines.push('What you know about this conversation:', ...known.map(([k, v]) => `- ${k}: ${String(v)}`));
     lines.push('Call handoff_to_operator when the user asks for a human or you cannot help.');
 
@@ -410,7 +463,11 @@ export class AgentRuntime {
       // The user's message itself always goes, however long.
       if (history.length > 0 && cost > budget) break;
       budget -= cost;
-      history.unshift(row.role === 'user' ? { role: 'user', content: row.content } : { role: 'assistant', content: row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content });
+      history.unshift(
+        row.role === 'user'
+          ? { role: 'user', content: row.content }
+          : { role: 'assistant', content: row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content },
+      );
     }
     return [{ role: 'system', content: lines.join('\n') }, ...history];
   }
@@ -423,17 +480,25 @@ export class AgentRuntime {
       let handled: number | undefined;
       if (result.reply) {
         const written = await records.create(actor, 'ConversationItem', {
-          conversation_id: conversation.id, role: 'assistant', modality: result.userItem.modality, content: result.reply.content,
-          item_id: `reply_${key}`, metadata: { ...result.reply.metadata, in_reply_to: result.userItem.item_id },
+          conversation_id: conversation.id,
+          role: 'assistant',
+          modality: result.userItem.modality,
+          content: result.reply.content,
+          item_id: `reply_${key}`,
+          metadata: { ...result.reply.metadata, in_reply_to: result.userItem.item_id },
         });
         // The cursor may pass the reply itself when no user or operator item came in between (saves a round).
         const replyIndex = (written.record.attributes as { content_index: number }).content_index;
         const between = await sql`SELECT 1 FROM conversation_items WHERE conversation_id = ${conversation.id}
-          AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex} AND role IN ('user', 'operator') LIMIT 1`.execute(trx);
+          AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex} AND role IN ('user', 'operator') LIMIT 1`.execute(
+          trx,
+        );
         if (between.rows.length === 0) handled = replyIndex;
       }
       if (Object.keys(result.answers).length === 0 && !result.handoff && !result.close) return handled;
-      const current = await sql<{ metadata: Record<string, unknown> }>`SELECT metadata FROM conversations WHERE id = ${conversation.id}`.execute(trx);
+      const current = await sql<{
+        metadata: Record<string, unknown>;
+      }>`SELECT metadata FROM conversations WHERE id = ${conversation.id}`.execute(trx);
       const metadata = { ...current.rows[0].metadata, ...result.answers };
       if (Object.keys(result.answers).length > 0) await records.update(actor, 'Conversation', conversation.id, { metadata });
       if (result.handoff) {
@@ -455,7 +520,12 @@ export class AgentRuntime {
     work: (trx: Db, records: Records) => Promise<number | void>,
   ): Promise<void> {
     await inTransaction(this.db, async (trx) => {
-      const held = await trx.selectFrom('agent_turns').select('lease_token').where('conversation_id', '=', conversationId).forUpdate().executeTakeFirst();
+      const held = await trx
+        .selectFrom('agent_turns')
+        .select('lease_token')
+        .where('conversation_id', '=', conversationId)
+        .forUpdate()
+        .executeTakeFirst();
       if (this.dead || held?.lease_token !== token) throw new LeaseLost();
       const further = await work(trx, this.records(trx));
       await sql`UPDATE agent_turns SET last_handled_index = GREATEST(last_handled_index, ${Math.max(handledIndex, further ?? -1)}),
@@ -466,7 +536,11 @@ export class AgentRuntime {
 
   /** The reply the next unanswered user item would get, without storing anything (`agent run`). */
   async dryRun(conversationId: string): Promise<TurnResult | { nothing: string }> {
-    const existing = await this.db.selectFrom('agent_turns').select('conversation_id').where('conversation_id', '=', conversationId).executeTakeFirst();
+    const existing = await this.db
+      .selectFrom('agent_turns')
+      .select('conversation_id')
+      .where('conversation_id', '=', conversationId)
+      .executeTakeFirst();
     const { conversation, agent, state, pending } = await this.load(conversationId);
     if (!conversation) return { nothing: 'No such conversation.' };
     if (!agent) return { nothing: 'The conversation has no agent.' };

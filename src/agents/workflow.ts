@@ -78,7 +78,11 @@ export function planTurn(input: {
         continue;
       case 'question':
         texts.push(step.text);
-        return { decision: { kind: 'scripted', texts, close: false }, answers, state: { ...state, step: index + 1, awaiting: step.store_as } };
+        return {
+          decision: { kind: 'scripted', texts, close: false },
+          answers,
+          state: { ...state, step: index + 1, awaiting: step.store_as },
+        };
       case 'model': {
         // Without a model, the scripted steps alone answer: a model step is passed over.
         if (!input.modelConfigured) {
@@ -96,10 +100,18 @@ export function planTurn(input: {
           continue;
         }
         if (step.text) texts.push(step.text);
-        return { decision: { kind: 'handoff', texts, reason: step.reason, rule: 'workflow' }, answers, state: { ...state, step: index + 1 } };
+        return {
+          decision: { kind: 'handoff', texts, reason: step.reason, rule: 'workflow' },
+          answers,
+          state: { ...state, step: index + 1 },
+        };
       case 'end':
         if (step.text) texts.push(step.text);
-        return { decision: { kind: 'scripted', texts, close: step.close === true }, answers, state: { ...state, step: index + 1, ended: true } };
+        return {
+          decision: { kind: 'scripted', texts, close: step.close === true },
+          answers,
+          state: { ...state, step: index + 1, ended: true },
+        };
     }
   }
   const after: WorkflowState = { ...state, step: index };

@@ -13,7 +13,12 @@ import { tokenHash, verifyToken, type TokenClaims } from './tokens.js';
  * whose role applies, in one query, unless `cache` holds them from a recent
  * request (see CredentialCache for why that stays exact). Any failure is the same 401.
  */
-export async function authenticate(db: Database, services: AppServices, header: string | undefined, cache?: CredentialCache): Promise<Principal> {
+export async function authenticate(
+  db: Database,
+  services: AppServices,
+  header: string | undefined,
+  cache?: CredentialCache,
+): Promise<Principal> {
   const match = /^Bearer +([A-Za-z0-9_\-.]{1,4096})$/.exec(header ?? '');
   if (!match) throw unauthenticated();
   const token = match[1];

@@ -73,7 +73,10 @@ end
 return {count, ttl}`;
 
 export class RedisCounter implements WindowCounter {
-  constructor(private readonly redis: Redis, private readonly prefix = 'parley:') {}
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix = 'parley:',
+  ) {}
 
   async add(key: string, windowMs: number, by = 1): Promise<CountResult> {
     const [count, ttlMs] = (await this.redis.eval(COUNT_SCRIPT, 1, `${this.prefix}${key}`, windowMs, by)) as [number, number];
@@ -83,7 +86,10 @@ export class RedisCounter implements WindowCounter {
 
 /** Redis while it answers; this node's memory (which always counts too) while it does not. */
 export class FallbackCounter implements WindowCounter {
-  constructor(private readonly primary: WindowCounter, private readonly fallback: MemoryCounter) {}
+  constructor(
+    private readonly primary: WindowCounter,
+    private readonly fallback: MemoryCounter,
+  ) {}
 
   async add(key: string, windowMs: number, by = 1): Promise<CountResult> {
     const local = this.fallback.addNow(key, windowMs, by);

@@ -35,7 +35,9 @@ const busy = () =>
  * is counted before the password is checked (see throttle.ts) and given back
  * when it succeeds.
  */
-export async function login(ctx: ActionContext & { clientAddress: string; signal?: AbortSignal }): Promise<ActionResult & { meta: Record<string, unknown> }> {
+export async function login(
+  ctx: ActionContext & { clientAddress: string; signal?: AbortSignal },
+): Promise<ActionResult & { meta: Record<string, unknown> }> {
   const email = String(ctx.values.email);
   const password = String(ctx.values.password);
   const organisationId = ctx.principal.organisationId;

@@ -7,8 +7,12 @@ const costLog2 = () => Math.max(10, Number(process.env.PASSWORD_HASH_COST_LOG2 ?
 
 function derive(password: string, salt: Buffer, options: ScryptOptions): Promise<Buffer> {
   return new Promise((resolve, reject) =>
-    scrypt(password.normalize('NFC'), salt, KEY_LENGTH, { ...options, maxmem: 256 * options.N! * options.r! + 1024 * 1024 }, (error, key) =>
-      error ? reject(error) : resolve(key),
+    scrypt(
+      password.normalize('NFC'),
+      salt,
+      KEY_LENGTH,
+      { ...options, maxmem: 256 * options.N! * options.r! + 1024 * 1024 },
+      (error, key) => (error ? reject(error) : resolve(key)),
     ),
   );
 }
@@ -47,7 +51,10 @@ export async function verifyAgainstDummy(password: string): Promise<false> {
 export class HashGate {
   private running = 0;
   private readonly waiting: (() => void)[] = [];
-  constructor(private readonly concurrency: number, private readonly queue: number) {}
+  constructor(
+    private readonly concurrency: number,
+    private readonly queue: number,
+  ) {}
 
   /** Runs `work` when a slot is free; undefined when the queue is full or `signal` aborts first (the caller refuses the request). */
   async run<T>(work: () => Promise<T>, signal?: AbortSignal): Promise<{ value: T } | undefined> {

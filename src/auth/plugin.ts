@@ -47,28 +47,31 @@ export const isApiPath = (request: FastifyRequest) => requestPath(request).start
  * A refusal is kept on the request and answered by `refuseUnauthenticated`, so
  * that the request limiter (which runs in between) counts it against the client address.
  */
-export const authPlugin = fp(async (app: FastifyInstance, options: AuthOptions) => {
-  const cache = await credentialCache(app, options);
-  app.addHook('onRequest', async (request: FastifyRequest) => {
-    if (!isApiPath(request)) return;
-    const config = request.routeOptions.config;
-    if (config?.public) return;
-    try {
-      const principal = await authenticate(options.database.db, options, request.headers.authorization, cache);
-      if (principal.credential === 'publishable_key' && !config?.allowPublishable) {
-        request.authFailure = forbidden('A publishable key may only sign users in and open visitor sessions.');
-        return;
+export const authPlugin = fp(
+  async (app: FastifyInstance, options: AuthOptions) => {
+    const cache = await credentialCache(app, options);
+    app.addHook('onRequest', async (request: FastifyRequest) => {
+      if (!isApiPath(request)) return;
+      const config = request.routeOptions.config;
+      if (config?.public) return;
+      try {
+        const principal = await authenticate(options.database.db, options, request.headers.authorization, cache);
+        if (principal.credential === 'publishable_key' && !config?.allowPublishable) {
+          request.authFailure = forbidden('A publishable key may only sign users in and open visitor sessions.');
+          return;
+        }
+        if (principal.credential === 'visitor' && !config?.allowVisitor) {
+          request.authFailure = forbidden('A visitor credential may only read its conversation and post its items.');
+          return;
+        }
+        request.principal = principal;
+      } catch (error) {
+        request.authFailure = error;
       }
-      if (principal.credential === 'visitor' && !config?.allowVisitor) {
-        request.authFailure = forbidden('A visitor credential may only read its conversation and post its items.');
-        return;
-      }
-      request.principal = principal;
-    } catch (error) {
-      request.authFailure = error;
-    }
-  });
-}, { name: 'parley-auth' });
+    });
+  },
+  { name: 'parley-auth' },
+);
 
 /**
  * The server's cache of verified credentials, dropped by every change to the records behind them, which the
@@ -81,10 +84,15 @@ async function credentialCache(app: FastifyInstance, options: AuthOptions): Prom
   const cache = new CredentialCache(ttlMs);
   let unlisten: () => Promise<void>;
   try {
-    unlisten = await options.database.listen(CREDENTIALS_CHANNEL, () => cache.invalidate(), () => cache.resume(), {
-      onLost: () => cache.suspend(),
-      ownStatementsFirst: true,
-    });
+    unlisten = await options.database.listen(
+      CREDENTIALS_CHANNEL,
+      () => cache.invalidate(),
+      () => cache.resume(),
+      {
+        onLost: () => cache.suspend(),
+        ownStatementsFirst: true,
+      },
+    );
   } catch (error) {
     app.log.warn({ err: error }, 'credentials are read on every request: no notification channel');
     return undefined;

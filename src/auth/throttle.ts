@@ -17,7 +17,11 @@ export interface Reservation {
 
 export class LoginThrottle {
   private readonly windowMs: number;
-  constructor(private readonly counter: WindowCounter, private readonly limit: number, windowSeconds: number) {
+  constructor(
+    private readonly counter: WindowCounter,
+    private readonly limit: number,
+    windowSeconds: number,
+  ) {
     this.windowMs = windowSeconds * 1000;
   }
 

@@ -64,7 +64,10 @@ async function verifySignedToken(token: string, key: Uint8Array): Promise<{ clai
   try {
     const { payload } = await jwtVerify(token, key, { algorithms: ['HS256'], issuer: ISSUER, audience: AUDIENCE });
     const { typ, sub, org, jti, kty, cnv } = payload as Record<string, unknown>;
-    if ((typ !== 'api_key' && typ !== 'user' && typ !== 'visitor') || ![sub, org, jti].every((v) => typeof v === 'string' && UUID.test(v))) {
+    if (
+      (typ !== 'api_key' && typ !== 'user' && typ !== 'visitor') ||
+      ![sub, org, jti].every((v) => typeof v === 'string' && UUID.test(v))
+    ) {
       return undefined;
     }
     if (typ === 'api_key' && kty !== 'publishable' && kty !== 'secret') return undefined;

@@ -12,13 +12,21 @@ export async function issueUserToken(db: Database, services: AppServices, input:
     .insertInto('user_sessions')
     .values({ id: sessionId, organisation_id: input.organisationId, user_id: input.userId, expires_at: expiresAt, created_at: new Date() })
     .execute();
-  const token = await signToken({ typ: 'user', sub: input.userId, org: input.organisationId, jti: sessionId }, services.signingKey, expiresAt);
+  const token = await signToken(
+    { typ: 'user', sub: input.userId, org: input.organisationId, jti: sessionId },
+    services.signingKey,
+    expiresAt,
+  );
   return { token, expiresAt, sessionId };
 }
 
 /** Revokes every live token of a user (in one organisation, or all); returns how many. */
 export async function revokeUserTokens(db: Database, input: { userId: string; organisationId?: string }): Promise<number> {
-  let query = db.updateTable('user_sessions').set({ revoked_at: new Date() }).where('user_id', '=', input.userId).where('revoked_at', 'is', null);
+  let query = db
+    .updateTable('user_sessions')
+    .set({ revoked_at: new Date() })
+    .where('user_id', '=', input.userId)
+    .where('revoked_at', 'is', null);
   if (input.organisationId) query = query.where('organisation_id', '=', input.organisationId);
   const result = await query.executeTakeFirst();
   return Number(result.numUpdatedRows);

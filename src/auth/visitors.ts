@@ -18,7 +18,9 @@ export async function openVisitorSession(ctx: ActionContext): Promise<ActionResu
   if (principal.credential !== 'publishable_key') throw forbidden('Visitor sessions are opened with a publishable key.');
   const agentId = (ctx.values.ai_agent_id as string | null | undefined) ?? null;
   if (agentId !== null) {
-    const { rows } = await sql`SELECT 1 FROM ai_agents WHERE id = ${agentId} AND organisation_id = ${principal.organisationId}`.execute(ctx.db);
+    const { rows } = await sql`SELECT 1 FROM ai_agents WHERE id = ${agentId} AND organisation_id = ${principal.organisationId}`.execute(
+      ctx.db,
+    );
     if (rows.length === 0) {
       throw ApiError.of(422, 'invalid_attribute', '`ai_agent_id` does not name an AiAgent of your organisation.', {
         pointer: '/data/attributes/ai_agent_id',

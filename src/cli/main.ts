@@ -77,7 +77,14 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
   if (rows.length === 0) return '(none)';
   const cells = [columns, ...rows.map((r) => columns.map((c) => String(r[c] ?? '-')))];
   const widths = columns.map((_, i) => Math.max(...cells.map((row) => row[i].length)));
-  return cells.map((row) => row.map((cell, i) => cell.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
+  return cells
+    .map((row) =>
+      row
+        .map((cell, i) => cell.padEnd(widths[i]))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 const jsonRequested = process.argv.includes('--json');
@@ -193,9 +200,9 @@ org
   .action(
     action(async (o: { json?: boolean }) =>
       withDatabase(!!o.json, async (db) => {
-        const organisations = (await db.selectFrom('organisations').select(['id', 'name', 'created_at']).orderBy('created_at').orderBy('id').execute()).map(
-          (r) => ({ id: r.id, name: r.name, created_at: iso(r.created_at) }),
-        );
+        const organisations = (
+          await db.selectFrom('organisations').select(['id', 'name', 'created_at']).orderBy('created_at').orderBy('id').execute()
+        ).map((r) => ({ id: r.id, name: r.name, created_at: iso(r.created_at) }));
         return { result: { organisations }, text: table(organisations, ['id', 'name', 'created_at']) };
       }),
     ),
@@ -219,7 +226,13 @@ user
           .orderBy('m.created_at')
           .orderBy('u.id')
           .execute();
-        const users = rows.map((r) => ({ id: r.id, email: r.email, full_name: r.full_name, role: r.role, member_since: iso(r.created_at) }));
+        const users = rows.map((r) => ({
+          id: r.id,
+          email: r.email,
+          full_name: r.full_name,
+          role: r.role,
+          member_since: iso(r.created_at),
+        }));
         return { result: { organisation_id: o.org, users }, text: table(users, ['id', 'email', 'role', 'full_name']) };
       }),
     ),
@@ -235,7 +248,13 @@ user
   .action(
     action(async (o: { org: string; email: string; password: string; fullName: string; role: Role; json?: boolean }) =>
       withDatabase(!!o.json, async (_db, records) => {
-        const created = await createUserInOrganisation(records, { organisationId: o.org, email: o.email, password: o.password, fullName: o.fullName, role: o.role });
+        const created = await createUserInOrganisation(records, {
+          organisationId: o.org,
+          email: o.email,
+          password: o.password,
+          fullName: o.fullName,
+          role: o.role,
+        });
         return { result: created, text: `user ${created.id} (${created.email}, ${created.role})` };
       }),
     ),
@@ -282,7 +301,7 @@ key
   .command('list')
   .description('the API keys of an organisation (never their tokens)')
   .requiredOption('--org <id>')
-  .option('--user <id>', 'only this user\'s keys')
+  .option('--user <id>', "only this user's keys")
   .addOption(json())
   .action(
     action(async (o: { org: string; user?: string; json?: boolean }) =>
@@ -332,7 +351,8 @@ agent
         const config = loadConfig();
         const runtime = new AgentRuntime({ db, services: { config, signingKey: new Uint8Array(), records }, config });
         const result = await runtime.dryRun(o.conversation);
-        if ('nothing' in result) return { result: { conversation_id: o.conversation, reply: null, note: result.nothing }, text: result.nothing };
+        if ('nothing' in result)
+          return { result: { conversation_id: o.conversation, reply: null, note: result.nothing }, text: result.nothing };
         const out = {
           conversation_id: o.conversation,
           in_reply_to: result.userItem.item_id,
@@ -374,13 +394,20 @@ webhook
     action(async (o: { org: string; url: string; eventTypes?: string; description?: string; json?: boolean }) =>
       withDatabase(!!o.json, async (_db, records) => {
         const values: Record<string, unknown> = { url: o.url };
-        if (o.eventTypes !== undefined) values.event_types = o.eventTypes.split(',').map((t) => t.trim()).filter(Boolean);
+        if (o.eventTypes !== undefined)
+          values.event_types = o.eventTypes
+            .split(',')
+            .map((t) => t.trim())
+            .filter(Boolean);
         if (o.description !== undefined) values.description = o.description;
         const { id, record } = await records.create(systemActor(o.org, 'cli'), 'WebhookEndpoint', values);
         const attributes = record.attributes as Record<string, unknown>;
         const created = { id, ...attributes, organisation_id: o.org };
         const types = (attributes.event_types as string[]).join(', ') || 'every type';
-        return { result: created, text: `webhook endpoint ${id} -> ${o.url} (${types}); signing secret, shown once:\n${attributes.secret}` };
+        return {
+          result: created,
+          text: `webhook endpoint ${id} -> ${o.url} (${types}); signing secret, shown once:\n${attributes.secret}`,
+        };
       }),
     ),
   );
@@ -413,7 +440,10 @@ webhook
           const types = w.event_types.join(',') || '*';
           return `${w.id}  ${w.url}  ${types}  ${state}  deliveries: ${w.succeeded} succeeded, ${w.pending} pending, ${w.failed} failed`;
         });
-        return { result: { organisation_id: o.org, webhook_endpoints: rows }, text: lines.length ? lines.join('\n') : 'no webhook endpoints' };
+        return {
+          result: { organisation_id: o.org, webhook_endpoints: rows },
+          text: lines.length ? lines.join('\n') : 'no webhook endpoints',
+        };
       }),
     ),
   );
@@ -426,7 +456,10 @@ program
     action(async (o: { json?: boolean }) =>
       withDatabase(!!o.json, async (db, records) => {
         const demo = await seedDemo(db, records);
-        return { result: { id: demo.organisation_id, ...demo }, text: loginHint(process.env.PUBLIC_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`, demo) };
+        return {
+          result: { id: demo.organisation_id, ...demo },
+          text: loginHint(process.env.PUBLIC_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`, demo),
+        };
       }),
     ),
   );

@@ -105,13 +105,16 @@ function queueNotification(db: Database, channel: string, payload: string): void
 
 function scheduleNotifications(db: Database, notifier: Notifier): void {
   if (notifier.timer || notifier.sending) return;
-  notifier.timer = setTimeout(() => {
-    notifier.timer = undefined;
-    notifier.sending = sendNotifications(db, notifier).finally(() => {
-      notifier.sending = undefined;
-      if (notifier.waiting.size > 0) scheduleNotifications(db, notifier);
-    });
-  }, Math.max(0, notifier.last + NOTIFY_BATCH_MS - Date.now()));
+  notifier.timer = setTimeout(
+    () => {
+      notifier.timer = undefined;
+      notifier.sending = sendNotifications(db, notifier).finally(() => {
+        notifier.sending = undefined;
+        if (notifier.waiting.size > 0) scheduleNotifications(db, notifier);
+      });
+    },
+    Math.max(0, notifier.last + NOTIFY_BATCH_MS - Date.now()),
+  );
 }
 
 async function sendNotifications(db: Database, notifier: Notifier): Promise<void> {
@@ -148,7 +151,12 @@ export interface DatabaseHandle {
    * after a local command's statements, whose notifications do not reach this process's listeners).
    * Returns the unsubscribe.
    */
-  listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void, options?: ListenOptions): Promise<() => Promise<void>>;
+  listen(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onResumed?: () => void,
+    options?: ListenOptions,
+  ): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -282,7 +290,7 @@ function openShared(config: Config): DatabaseHandle {
   return {
     db,
     kind: 'pglite',
-    listen: () => Promise.reject(new Error('A local command cannot listen on the running server\'s embedded database.')),
+    listen: () => Promise.reject(new Error("A local command cannot listen on the running server's embedded database.")),
     close: async () => {
       await flushNotifications(db);
       await db.destroy();
@@ -316,7 +324,12 @@ class Listener {
 
   constructor(private readonly config: Config) {}
 
-  async listen(channel: string, onNotify: (payload: string) => void, onResumed?: () => void, onLost?: () => void): Promise<() => Promise<void>> {
+  async listen(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onResumed?: () => void,
+    onLost?: () => void,
+  ): Promise<() => Promise<void>> {
     checkChannel(channel);
     const subscription: Subscription = { onNotify, onResumed, onLost };
     let subscribers = this.channels.get(channel);

@@ -31,7 +31,12 @@ const TERMINATE = 0x58; // 'X'
  * Starts the socket; resolves to a function that stops it. `onCommandWork` is called after each unit of a
  * command's work (outside a transaction block), before its result goes back to the command.
  */
-export async function exposeLocally(pglite: PGlite, mutex: Mutex, dataDir: string, onCommandWork: () => void = () => {}): Promise<() => Promise<void>> {
+export async function exposeLocally(
+  pglite: PGlite,
+  mutex: Mutex,
+  dataDir: string,
+  onCommandWork: () => void = () => {},
+): Promise<() => Promise<void>> {
   const socketPath = localSocketPath(dataDir);
   // We hold the data directory's lock: a socket file left here is a dead server's.
   fs.rmSync(socketPath, { force: true });

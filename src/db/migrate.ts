@@ -24,7 +24,10 @@ const migrations: Record<string, { up: string }> = {
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */
-export const schemaSql = (): string => Object.values(migrations).map((m) => m.up).join('\n');
+export const schemaSql = (): string =>
+  Object.values(migrations)
+    .map((m) => m.up)
+    .join('\n');
 
 const provider: MigrationProvider = {
   async getMigrations() {

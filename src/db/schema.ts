@@ -272,11 +272,12 @@ export const tables = {
 
 type Nullable<T, N> = N extends true ? T | null : T;
 /** A defaulted column may be left out of an insert (Kysely's `Generated`), in any case it may be written. */
-type ValueOf<C> = C extends Column<infer T, infer N, infer D>
-  ? D extends true
-    ? ColumnType<Nullable<T, N>, Nullable<T, N> | undefined, Nullable<T, N>>
-    : Nullable<T, N>
-  : never;
+type ValueOf<C> =
+  C extends Column<infer T, infer N, infer D>
+    ? D extends true
+      ? ColumnType<Nullable<T, N>, Nullable<T, N> | undefined, Nullable<T, N>>
+      : Nullable<T, N>
+    : never;
 
 export type Schema = { [Table in keyof typeof tables]: { [Name in keyof (typeof tables)[Table]]: ValueOf<(typeof tables)[Table][Name]> } };
 

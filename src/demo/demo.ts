@@ -55,7 +55,11 @@ export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
     .selectFrom('users')
     .innerJoin('memberships', 'memberships.user_id', 'users.id')
     .select(['users.id', 'users.email', 'memberships.organisation_id'])
-    .where('users.email', 'in', PEOPLE.map((p) => p.email))
+    .where(
+      'users.email',
+      'in',
+      PEOPLE.map((p) => p.email),
+    )
     .execute();
   if (members.length === 0) return records.transaction((tx) => seedDemoIn(tx));
   const org = members[0].organisation_id;
@@ -66,7 +70,14 @@ export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
     .where('name', 'in', ['Website widget', 'Back office'])
     .where('revoked_at', 'is', null)
     .execute();
-  return records.transaction((tx) => resetDemo(tx, org, members, oldKeys.map((k) => k.id)));
+  return records.transaction((tx) =>
+    resetDemo(
+      tx,
+      org,
+      members,
+      oldKeys.map((k) => k.id),
+    ),
+  );
 }
 
 async function issueKeys(records: Records, organisationId: string, ownerId: string) {
@@ -98,22 +109,43 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
   const people = PEOPLE.map((p) => ({ ...p, password: newPassword() }));
   const users = [];
   for (const person of people) {
-    users.push(await createUserInOrganisation(records, { organisationId: org, email: person.email, password: person.password, fullName: person.full_name, role: person.role }));
+    users.push(
+      await createUserInOrganisation(records, {
+        organisationId: org,
+        email: person.email,
+        password: person.password,
+        fullName: person.full_name,
+        role: person.role,
+      }),
+    );
   }
   const [owner, , ana, omar] = users;
   const keys = await issueKeys(records, org, owner.id);
 
   const agent = await records.create(actor, 'AiAgent', {
-    name: 'Ava', voice: 'alloy', tone: 'friendly', languages: ['en', 'fr'], workflow: DEMO_WORKFLOW,
-    system_prompt: 'You are Ava, a helpful support agent.', safety_guardrails: 'Never ask for card numbers.', published: true,
+    name: 'Ava',
+    voice: 'alloy',
+    tone: 'friendly',
+    languages: ['en', 'fr'],
+    workflow: DEMO_WORKFLOW,
+    system_prompt: 'You are Ava, a helpful support agent.',
+    safety_guardrails: 'Never ask for card numbers.',
+    published: true,
   });
   await records.create(actor, 'Gateway', {
-    provider: 'generic', username: 'demo-trunk', password: randomBytes(12).toString('base64url'), realm: 'sip.example.com',
-    register: true, inbound_acl: ['203.0.113.0/24'],
+    provider: 'generic',
+    username: 'demo-trunk',
+    password: randomBytes(12).toString('base64url'),
+    realm: 'sip.example.com',
+    register: true,
+    inbound_acl: ['203.0.113.0/24'],
   });
 
   const sipUsers: string[] = [];
-  for (const [user, name] of [[ana, 'ana'], [omar, 'omar']] as const) {
+  for (const [user, name] of [
+    [ana, 'ana'],
+    [omar, 'omar'],
+  ] as const) {
     sipUsers.push((await records.create(actor, 'SipUser', { sip_username: name, user_id: user.id })).id);
   }
   // Ana's history: available, busy on a call, available again (each change an OperatorStatusEvent).
@@ -124,7 +156,17 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
 
   const conversations: string[] = [];
   const scripts = [
-    ['chat', 'text', 'active', ['Hi, my invoice looks wrong.', 'Sorry to hear that! Which invoice number?', 'INV-1042.', 'Thanks, I have passed INV-1042 to our billing team.']],
+    [
+      'chat',
+      'text',
+      'active',
+      [
+        'Hi, my invoice looks wrong.',
+        'Sorry to hear that! Which invoice number?',
+        'INV-1042.',
+        'Thanks, I have passed INV-1042 to our billing team.',
+      ],
+    ],
     ['voice', 'voice', 'closed', ['I would like to change my address.', 'Of course, I have updated it.']],
     ['sms', 'text', 'pending', ['Can a human call me back?']],
   ] as const;
@@ -135,33 +177,62 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
     conversations.push(conversation.id);
     for (const [index, content] of lines.entries()) {
       await records.create(actor, 'ConversationItem', {
-        conversation_id: conversation.id, content, role: index % 2 === 0 ? 'user' : 'assistant', item_id: `demo_${index}`,
+        conversation_id: conversation.id,
+        content,
+        role: index % 2 === 0 ? 'user' : 'assistant',
+        item_id: `demo_${index}`,
         occurred_at: minutesAgo(30 - index),
       });
     }
     await records.update(actor, 'Conversation', conversation.id, { status, ai_agent_id: agent.id });
   }
 
-  const calls: [string, number | null, string | null][] = [['completed', 185, conversations[1]], ['in_progress', null, null], ['no_answer', null, null], ['failed', null, null]];
+  const calls: [string, number | null, string | null][] = [
+    ['completed', 185, conversations[1]],
+    ['in_progress', null, null],
+    ['no_answer', null, null],
+    ['failed', null, null],
+  ];
   for (const [index, [status, duration, conversationId]] of calls.entries()) {
     const startedAt = minutesAgo(120 - index * 10);
     const ended = status === 'in_progress' ? null : new Date(startedAt.getTime() + (duration ?? 30) * 1000);
     const call = await records.create(actor, 'Call', {
-      direction: index % 2 === 0 ? 'inbound' : 'outbound', from_number: '+442071838750', to_number: '+442079460000',
-      sip_username: 'ana', status, call_uuid: `demo-call-${index}`, call_source: 'sip', started_at: startedAt, ended_at: ended,
-      duration_seconds: duration, conversation_id: conversationId,
+      direction: index % 2 === 0 ? 'inbound' : 'outbound',
+      from_number: '+442071838750',
+      to_number: '+442079460000',
+      sip_username: 'ana',
+      status,
+      call_uuid: `demo-call-${index}`,
+      call_source: 'sip',
+      started_at: startedAt,
+      ended_at: ended,
+      duration_seconds: duration,
+      conversation_id: conversationId,
     });
     const roles = status === 'completed' || status === 'in_progress' ? ['caller', 'agent'] : ['caller'];
     for (const [r, role] of roles.entries()) {
       await records.create(actor, 'CallParticipant', {
-        call_id: call.id, member_uuid: `member-${index}-${r}`, role, joined_at: startedAt, left_at: ended,
+        call_id: call.id,
+        member_uuid: `member-${index}-${r}`,
+        role,
+        joined_at: startedAt,
+        left_at: ended,
       });
     }
     if (status === 'completed' || status === 'in_progress') {
-      const lines: [string, string][] = [['caller', 'Hello, I need to change my address.'], ['agent', 'Sure, what is the new address?'], ['caller', '12 Market Street.']];
+      const lines: [string, string][] = [
+        ['caller', 'Hello, I need to change my address.'],
+        ['agent', 'Sure, what is the new address?'],
+        ['caller', '12 Market Street.'],
+      ];
       for (const [i, [speaker, content]] of lines.entries()) {
         await records.create(actor, 'CallTranscript', {
-          call_id: call.id, content, speaker, content_index: i, item_id: `demo_t${i}`, occurred_at: new Date(startedAt.getTime() + i * 5000),
+          call_id: call.id,
+          content,
+          speaker,
+          content_index: i,
+          item_id: `demo_t${i}`,
+          occurred_at: new Date(startedAt.getTime() + i * 5000),
         });
       }
     }

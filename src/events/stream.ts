@@ -48,7 +48,9 @@ const SWEEP_MS = 5000;
  */
 export async function readEvents(db: Db, organisationId: string, after: string | undefined, limit = PAGE): Promise<EventRow[]> {
   const { rows } = await sql<EventRow>`
-    SELECT id, type, organisation_id, event_json AS json FROM parley_read_events(${organisationId}::uuid, ${after ?? null}::uuid, ${limit}::integer)`.execute(db);
+    SELECT id, type, organisation_id, event_json AS json FROM parley_read_events(${organisationId}::uuid, ${after ?? null}::uuid, ${limit}::integer)`.execute(
+    db,
+  );
   return rows;
 }
 
@@ -104,7 +106,13 @@ export class EventHub {
     let state = this.organisations.get(organisationId);
     let fresh = false;
     if (!state) {
-      const created: OrganisationState = { cursor: undefined, ready: Promise.resolve(), listeners: new Set(), running: false, again: false };
+      const created: OrganisationState = {
+        cursor: undefined,
+        ready: Promise.resolve(),
+        listeners: new Set(),
+        running: false,
+        again: false,
+      };
       // Listening already, so any event after this snapshot is announced; the cursor starts at the snapshot.
       created.ready = lastEventId(this.database.db, organisationId).then((id) => {
         created.cursor = id;
@@ -201,7 +209,9 @@ class Visibility {
     let rule = this.perType.get(resourceType);
     if (rule === undefined) {
       const resource = this.registry.get(resourceType);
-      rule = resource?.access.read.includes(this.principal.role) ? { resource, rowCheck: resource.access.visible?.(this.principal, 't') !== undefined } : null;
+      rule = resource?.access.read.includes(this.principal.role)
+        ? { resource, rowCheck: resource.access.visible?.(this.principal, 't') !== undefined }
+        : null;
       this.perType.set(resourceType, rule);
     }
     return rule;
@@ -230,7 +240,9 @@ class Visibility {
     }
     const condition = resource.access.visible!(this.principal, 't')!;
     const { rows } = await sql<{ visible: boolean }>`
-      SELECT (${condition}) AS visible FROM jsonb_populate_record(NULL::${sql.table(resource.table)}, ${JSON.stringify(columns)}::jsonb) AS t`.execute(this.db);
+      SELECT (${condition}) AS visible FROM jsonb_populate_record(NULL::${sql.table(resource.table)}, ${JSON.stringify(columns)}::jsonb) AS t`.execute(
+      this.db,
+    );
     return rows[0]?.visible === true;
   }
 }
@@ -266,7 +278,8 @@ function parseStreamQuery(request: FastifyRequest): { types?: Set<string>; after
     } else if (name === 'page' && value && typeof value === 'object' && !Array.isArray(value)) {
       for (const [key, raw] of Object.entries(value)) {
         if (key !== 'after') bad(`page[${key}]`, 'The event stream pages only by `page[after]` (an event id).', 'invalid_page');
-        else if (typeof raw !== 'string' || !UUID_PATTERN.test(raw)) bad('page[after]', '`page[after]` must be an event id.', 'invalid_page');
+        else if (typeof raw !== 'string' || !UUID_PATTERN.test(raw))
+          bad('page[after]', '`page[after]` must be an event id.', 'invalid_page');
         else after = raw.toLowerCase();
       }
     } else {
@@ -304,7 +317,13 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     const credential = `${principal.credential}:${principal.credentialId}`;
     const held = perCredential.get(credential) ?? 0;
     if (held >= config.events.streamsPerCredential) {
-      throw ApiError.of(429, 'too_many_streams', `This credential holds ${held} event streams, the most allowed; close one first.`, undefined, { 'Retry-After': '5' });
+      throw ApiError.of(
+        429,
+        'too_many_streams',
+        `This credential holds ${held} event streams, the most allowed; close one first.`,
+        undefined,
+        { 'Retry-After': '5' },
+      );
     }
     perCredential.set(credential, held + 1);
     const visibility = new Visibility(options.database.db, options.registry, principal);
@@ -421,7 +440,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
           if (!wanted(row)) continue;
           const byType = visibility.byType(row.type);
           if (byType === true || (byType === undefined && (await visibility.visibleRow(row)))) send(row);
-          if (raw.writableLength > 0 && raw.writableNeedDrain) await new Promise((resolve) => raw.once('drain', resolve).once('close', resolve));
+          if (raw.writableLength > 0 && raw.writableNeedDrain)
+            await new Promise((resolve) => raw.once('drain', resolve).once('close', resolve));
         }
         if (ended) return reply;
         if (rows.length < PAGE && !dirty) break;

@@ -163,7 +163,13 @@ export class WebhookWorker {
     if (this.running) return;
     this.running = true;
     // A new event may bring deliveries: look at once rather than at the next poll.
-    this.unlisten = await this.options.database.listen(EVENTS_CHANNEL, () => this.wake(), () => this.wake()).catch(() => undefined);
+    this.unlisten = await this.options.database
+      .listen(
+        EVENTS_CHANNEL,
+        () => this.wake(),
+        () => this.wake(),
+      )
+      .catch(() => undefined);
     this.schedule();
     this.wake();
   }
@@ -283,7 +289,9 @@ export class WebhookWorker {
         UPDATE webhook_deliveries SET status = 'succeeded', last_status_code = ${outcome.status ?? null}, last_error = NULL,
           next_attempt_at = NULL, lease_until = NULL, updated_at = now()
         WHERE id = ${delivery.id}`.execute(this.db);
-      await sql`UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = ${delivery.webhook_endpoint_id} AND consecutive_failures <> 0`.execute(this.db);
+      await sql`UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = ${delivery.webhook_endpoint_id} AND consecutive_failures <> 0`.execute(
+        this.db,
+      );
       return;
     }
     const delay = retryDelaySeconds(delivery.attempts, this.config.webhookRetryBaseSeconds);
@@ -295,7 +303,9 @@ export class WebhookWorker {
         next_attempt_at = ${exhausted ? null : sql`now() + make_interval(secs => ${delay})`}, lease_until = NULL, updated_at = now()
       WHERE id = ${delivery.id}`.execute(this.db);
     if (final) return;
-    await sql`UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1 WHERE id = ${delivery.webhook_endpoint_id}`.execute(this.db);
+    await sql`UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1 WHERE id = ${delivery.webhook_endpoint_id}`.execute(
+      this.db,
+    );
     if (exhausted) await this.disable(delivery, outcome);
   }
 

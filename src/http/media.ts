@@ -38,7 +38,8 @@ function unusable(mediaRange: string, options: { inAccept?: boolean } = {}): str
     if (!ALLOWED_PARAMETERS.has(name)) return `the parameter \`${name}\``;
     if (name === 'ext') {
       const unsupported = value.split(/\s+/).filter((uri) => uri !== '' && !SUPPORTED_EXTENSIONS.has(uri));
-      if (unsupported.length > 0) return `the extension ${unsupported.map((u) => `\`${u}\``).join(', ')}, which this server does not support`;
+      if (unsupported.length > 0)
+        return `the extension ${unsupported.map((u) => `\`${u}\``).join(', ')}, which this server does not support`;
     }
   }
   return undefined;
@@ -84,7 +85,8 @@ function checkAccept(request: FastifyRequest): void {
 }
 
 /** `hostname[:port]` (DNS labels; underscores tolerated, as in container names) or `[ipv6][:port]`. */
-const HOST_NAME = /^([A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?)(?::(\d{1,5}))?$/;
+const HOST_NAME =
+  /^([A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?)(?::(\d{1,5}))?$/;
 const IPV6_HOST = /^\[([0-9A-Fa-f:.]+)\](?::(\d{1,5}))?$/;
 
 function validHost(host: string): boolean {
@@ -154,7 +156,15 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
   app.addContentTypeParser(JSONAPI_MEDIA_TYPE, { parseAs: 'string' }, (request, body, done) => {
     const problem = unusable(request.headers['content-type'] ?? '');
     if (problem) {
-      done(ApiError.of(415, 'unsupported_media_type', `${JSONAPI_MEDIA_TYPE} with ${problem}: only ext (of supported extensions) and profile are accepted.`, { header: 'Content-Type' }), undefined);
+      done(
+        ApiError.of(
+          415,
+          'unsupported_media_type',
+          `${JSONAPI_MEDIA_TYPE} with ${problem}: only ext (of supported extensions) and profile are accepted.`,
+          { header: 'Content-Type' },
+        ),
+        undefined,
+      );
       return;
     }
     parseJson(request, body as string, done);
@@ -175,7 +185,10 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
     if (jsonApi || (path.startsWith('/api/') && path !== '/api/open_api')) {
       reply.header('Content-Type', JSONAPI_MEDIA_TYPE);
       const vary = reply.getHeader('vary');
-      const values = (Array.isArray(vary) ? vary.join(',') : String(vary ?? '')).split(',').map((v) => v.trim()).filter(Boolean);
+      const values = (Array.isArray(vary) ? vary.join(',') : String(vary ?? ''))
+        .split(',')
+        .map((v) => v.trim())
+        .filter(Boolean);
       if (!values.some((v) => v.toLowerCase() === 'accept' || v === '*')) reply.header('Vary', [...values, 'Accept'].join(', '));
     }
     return payload;

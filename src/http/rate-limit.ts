@@ -66,19 +66,37 @@ export async function registerRateLimit(app: FastifyInstance, config: Config, re
   const spend = async (check: ReturnType<FastifyInstance['createRateLimit']>, request: FastifyRequest, what: string) => {
     const limit = await check(request);
     if (!limit.isAllowed && limit.isExceeded) {
-      throw ApiError.of(429, 'rate_limited', `${what}: at most ${limit.max} requests; retry in ${Math.max(1, limit.ttlInSeconds)} s.`, undefined, {
-        'Retry-After': String(Math.max(1, limit.ttlInSeconds)),
-      });
+      throw ApiError.of(
+        429,
+        'rate_limited',
+        `${what}: at most ${limit.max} requests; retry in ${Math.max(1, limit.ttlInSeconds)} s.`,
+        undefined,
+        {
+          'Retry-After': String(Math.max(1, limit.ttlInSeconds)),
+        },
+      );
     }
   };
   app.addHook('preHandler', async (request) => {
     const budget = request.routeOptions.config?.addressBudget;
     if (budget) {
       const url = request.routeOptions.url ?? '';
-      await spend(limiter(`route:${url}`, budget.max, budget.timeWindowMs, (r) => `route:${url}:${r.ip}`), request, 'Requests to this path from your address');
+      await spend(
+        limiter(`route:${url}`, budget.max, budget.timeWindowMs, (r) => `route:${url}:${r.ip}`),
+        request,
+        'Requests to this path from your address',
+      );
     }
     if (request.principal?.credential !== 'visitor') return;
-    await spend(limiter('visitor', config.visitorRateLimitPerMinute, 60_000, (r) => `visitor:${r.principal?.credentialId}`), request, 'This visitor');
-    await spend(limiter('visitor-address', config.visitorAddressRateLimitPerMinute, 60_000, (r) => `visitor-address:${r.ip}`), request, 'Visitors from your address');
+    await spend(
+      limiter('visitor', config.visitorRateLimitPerMinute, 60_000, (r) => `visitor:${r.principal?.credentialId}`),
+      request,
+      'This visitor',
+    );
+    await spend(
+      limiter('visitor-address', config.visitorAddressRateLimitPerMinute, 60_000, (r) => `visitor-address:${r.ip}`),
+      request,
+      'Visitors from your address',
+    );
   });
 }

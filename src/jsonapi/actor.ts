@@ -11,9 +11,7 @@ import type { Principal } from './principal.js';
 /** `widget`: a conversation opened for a website visitor (POST /api/visitor_sessions). */
 export type SystemSource = 'cli' | 'demo' | 'agent' | 'sip' | 'webhook' | 'engine' | 'test' | 'widget';
 
-export type Actor =
-  | { kind: 'principal'; principal: Principal }
-  | { kind: 'system'; organisationId: string; source: SystemSource };
+export type Actor = { kind: 'principal'; principal: Principal } | { kind: 'system'; organisationId: string; source: SystemSource };
 
 export const asPrincipal = (principal: Principal): Actor => ({ kind: 'principal', principal });
 export const systemActor = (organisationId: string, source: SystemSource): Actor => ({ kind: 'system', organisationId, source });

@@ -73,7 +73,12 @@ export class ApiError extends Error {
   /** `total`: how many problems there were, when the caller stopped collecting them at the bound. */
   constructor(errors: ErrorObject[], headers: Record<string, string> = {}, total = errors.length) {
     const shown = errors.slice(0, MAX_ERRORS_PER_DOCUMENT);
-    super(shown.slice(0, 10).map((e) => e.detail ?? e.title).join('; '));
+    super(
+      shown
+        .slice(0, 10)
+        .map((e) => e.detail ?? e.title)
+        .join('; '),
+    );
     this.errors = shown;
     this.total = Math.max(total, errors.length);
     this.headers = headers;
@@ -93,8 +98,7 @@ export class ApiError extends Error {
 
 export const notFound = (detail = 'The record does not exist.') => ApiError.of(404, 'not_found', detail);
 
-export const forbidden = (detail = 'This credential may not perform this operation.') =>
-  ApiError.of(403, 'forbidden', detail);
+export const forbidden = (detail = 'This credential may not perform this operation.') => ApiError.of(403, 'forbidden', detail);
 
 export const unauthenticated = (detail = 'A valid bearer token is required.') =>
   ApiError.of(401, 'unauthenticated', detail, { header: 'Authorization' }, { 'WWW-Authenticate': 'Bearer' });

@@ -3,7 +3,16 @@
  * hook may raise, who is asking and who is writing, and the few helpers an escape hatch needs. Resources
  * import from here only, so the engine's inner modules can change without touching every declaration.
  */
-export { type ActionContext, type ActionResult, type AttributeDef, attr, defineResource, rel, type ResourceDef, type Scope } from './resource.js';
+export {
+  type ActionContext,
+  type ActionResult,
+  type AttributeDef,
+  attr,
+  defineResource,
+  rel,
+  type ResourceDef,
+  type Scope,
+} from './resource.js';
 export { ApiError, type ErrorObject, errorObject, forbidden, notFound } from './errors.js';
 export { type Principal, type PrincipalRole, ROLES, type Role } from './principal.js';
 export { systemActor } from './actor.js';

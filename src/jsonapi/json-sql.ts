@@ -57,13 +57,19 @@ function compile(resource: ResourceDef): (baseUrl: string) => RawBuilder<unknown
     const relationships = Object.entries(resource.relationships).map(([name, relationship]): [string, RawBuilder<unknown>] => {
       if (relationship.cardinality === 'one') {
         const key = sql.ref(`t.${relationship.foreignKey!}`);
-        return [name, sql`jsonb_build_object('data', CASE WHEN ${key} IS NULL THEN NULL ELSE jsonb_build_object('id', ${key}::text, 'type', ${sql.lit(relationship.type)}::text, 'meta', '{}'::jsonb) END)`];
+        return [
+          name,
+          sql`jsonb_build_object('data', CASE WHEN ${key} IS NULL THEN NULL ELSE jsonb_build_object('id', ${key}::text, 'type', ${sql.lit(relationship.type)}::text, 'meta', '{}'::jsonb) END)`,
+        ];
       }
       // As serialize.ts's relatedLink: the parent's list filtered to the parent, with the relationship included.
       if (!resource.path || !resource.operations.list || !relationship.inverseKey) return [name, sql`'{"meta":{}}'::jsonb`];
       const prefix = `${baseUrl}/api/${resource.path}?filter%5Bid%5D=`;
       const suffix = `&include=${encodeURIComponent(name)}`;
-      return [name, sql`jsonb_build_object('links', jsonb_build_object('related', ${sql.lit(prefix)}::text || t.id::text || ${sql.lit(suffix)}::text), 'meta', '{}'::jsonb)`];
+      return [
+        name,
+        sql`jsonb_build_object('links', jsonb_build_object('related', ${sql.lit(prefix)}::text || t.id::text || ${sql.lit(suffix)}::text), 'meta', '{}'::jsonb)`,
+      ];
     });
     const members: [string, RawBuilder<unknown>][] = [
       ['id', sql`to_jsonb(t.id::text)`],
@@ -71,7 +77,8 @@ function compile(resource: ResourceDef): (baseUrl: string) => RawBuilder<unknown
       ['attributes', object(attributes)],
       ['relationships', object(relationships)],
     ];
-    if (resource.path) members.push(['links', sql`jsonb_build_object('self', ${sql.lit(`${baseUrl}/api/${resource.path}/`)}::text || t.id::text)`]);
+    if (resource.path)
+      members.push(['links', sql`jsonb_build_object('self', ${sql.lit(`${baseUrl}/api/${resource.path}/`)}::text || t.id::text)`]);
     members.push(['meta', sql`'{}'::jsonb`]);
     return object(members);
   };

@@ -55,7 +55,11 @@ function attributeSchema(def: AttributeDef, role: 'read' | 'write'): Schema {
 function prune<T>(value: T): T {
   if (Array.isArray(value)) return value.map(prune) as T;
   if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined).map(([k, v]) => [k, prune(v)])) as T;
+    return Object.fromEntries(
+      Object.entries(value)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => [k, prune(v)]),
+    ) as T;
   }
   return value;
 }
@@ -139,7 +143,11 @@ function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 
       relationships[name.slice(0, -3)] = {
         type: 'object',
         required: ['data'],
-        properties: { data: def.nullable ? { oneOf: [linkage, { type: 'null' }] } : linkage, links: { type: 'object' }, meta: { type: 'object' } },
+        properties: {
+          data: def.nullable ? { oneOf: [linkage, { type: 'null' }] } : linkage,
+          links: { type: 'object' },
+          meta: { type: 'object' },
+        },
         additionalProperties: false,
         description: `The same as the attribute \`${name}\`; both may be given when they agree.`,
       };
@@ -159,7 +167,12 @@ function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 
       ...(kind === 'update' ? {} : { lid: { type: 'string' } }),
     },
   };
-  return { type: 'object', required: ['data'], additionalProperties: false, properties: { data, meta: { type: 'object' }, jsonapi: { type: 'object' } } };
+  return {
+    type: 'object',
+    required: ['data'],
+    additionalProperties: false,
+    properties: { data, meta: { type: 'object' }, jsonapi: { type: 'object' } },
+  };
 }
 
 /** A value of the attribute that the server accepts, for examples. */
@@ -194,7 +207,8 @@ function requestExample(type: string, input: Record<string, AttributeDef>, kind:
   const attributes: Record<string, unknown> = {};
   for (const [name, def] of Object.entries(input)) {
     const flag = kind === 'update' ? def.update : def.create;
-    if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && def.kind !== 'uuid')) attributes[name] = sampleValue(name, def);
+    if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && def.kind !== 'uuid'))
+      attributes[name] = sampleValue(name, def);
   }
   return { data: { type, ...(kind === 'update' ? { id: '00000000-0000-7000-8000-000000000000' } : {}), attributes } };
 }
@@ -224,7 +238,11 @@ function errors(statuses: number[]): Record<string, Schema> {
 }
 
 const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
-const RATE_LIMIT_HEADERS = { 'RateLimit-Limit': header('RateLimit-Limit'), 'RateLimit-Remaining': header('RateLimit-Remaining'), 'RateLimit-Reset': header('RateLimit-Reset') };
+const RATE_LIMIT_HEADERS = {
+  'RateLimit-Limit': header('RateLimit-Limit'),
+  'RateLimit-Remaining': header('RateLimit-Remaining'),
+  'RateLimit-Reset': header('RateLimit-Reset'),
+};
 
 /** Headers of each error response beyond the rate-limit ones. */
 const ERROR_HEADERS: Record<number, Record<string, Schema>> = {
@@ -235,13 +253,16 @@ const ERROR_HEADERS: Record<number, Record<string, Schema>> = {
 };
 
 const HEADERS: Record<string, Schema> = {
-  'RateLimit-Limit': { description: 'Requests allowed per minute for this credential (IETF RateLimit header draft).', schema: { type: 'integer' } },
+  'RateLimit-Limit': {
+    description: 'Requests allowed per minute for this credential (IETF RateLimit header draft).',
+    schema: { type: 'integer' },
+  },
   'RateLimit-Remaining': { description: 'Requests left in the current window.', schema: { type: 'integer' } },
   'RateLimit-Reset': { description: 'Seconds until the window resets.', schema: { type: 'integer' } },
   'Retry-After': { description: 'Seconds to wait before retrying (RFC 9110 section 10.2.3).', schema: { type: 'integer' } },
   'WWW-Authenticate': { description: 'Always `Bearer` (RFC 6750).', schema: { type: 'string' } },
   Allow: { description: 'The methods the path offers.', schema: { type: 'string' } },
-  Location: { description: 'The new record\'s URL (`data.links.self`).', schema: { type: 'string', format: 'uri' } },
+  Location: { description: "The new record's URL (`data.links.self`).", schema: { type: 'string', format: 'uri' } },
 };
 
 const ok = (description: string, schema: Schema, extra: Record<string, Schema> = {}) => ({
@@ -255,13 +276,15 @@ const SECURITY = {
     type: 'http',
     scheme: 'bearer',
     bearerFormat: 'JWT',
-    description: 'A user access token from POST /api/users/login: acts as that user with the role of their membership (owner, admin or operator).',
+    description:
+      'A user access token from POST /api/users/login: acts as that user with the role of their membership (owner, admin or operator).',
   },
   secretKey: {
     type: 'http',
     scheme: 'bearer',
     bearerFormat: 'JWT',
-    description: 'A secret API key (server to server), issued by owners and admins (POST /api/api_keys) or the command line: acts as the key\'s user with their role. Keep it secret.',
+    description:
+      "A secret API key (server to server), issued by owners and admins (POST /api/api_keys) or the command line: acts as the key's user with their role. Keep it secret.",
   },
   publishableKey: {
     type: 'http',
@@ -272,9 +295,12 @@ const SECURITY = {
 };
 const MEMBER_SECURITY = [{ userToken: [] }, { secretKey: [] }];
 
-const rolesText = (roles: readonly PrincipalRole[] | undefined) => (roles && (roles.length < 3 || roles.includes('visitor')) ? `Roles: ${roles.join(', ')}.` : 'Roles: owner, admin, operator.');
+const rolesText = (roles: readonly PrincipalRole[] | undefined) =>
+  roles && (roles.length < 3 || roles.includes('visitor')) ? `Roles: ${roles.join(', ')}.` : 'Roles: owner, admin, operator.';
 
-const jsonApi = (schema: Schema, example?: unknown) => ({ 'application/vnd.api+json': example === undefined ? { schema } : { schema, example } });
+const jsonApi = (schema: Schema, example?: unknown) => ({
+  'application/vnd.api+json': example === undefined ? { schema } : { schema, example },
+});
 
 type Registry = ReadonlyMap<string, ResourceDef>;
 
@@ -297,7 +323,17 @@ export function includePaths(resource: ResourceDef, registry: Registry): string[
   return paths;
 }
 
-const FILTER_OPERATORS = ['eq', 'not_eq', 'in', 'less_than', 'greater_than', 'less_than_or_equal', 'greater_than_or_equal', 'is_nil', 'contains'];
+const FILTER_OPERATORS = [
+  'eq',
+  'not_eq',
+  'in',
+  'less_than',
+  'greater_than',
+  'less_than_or_equal',
+  'greater_than_or_equal',
+  'is_nil',
+  'contains',
+];
 
 function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
   const includes = includePaths(resource, registry);
@@ -316,14 +352,26 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
       schema: {
         type: 'object',
         additionalProperties: false,
-        properties: Object.fromEntries([...registry.values()].map((r) => [r.type, { type: 'string', pattern: `^(${listPattern(fieldNames(r)).slice(1, -1)})?$` }])),
+        properties: Object.fromEntries(
+          [...registry.values()].map((r) => [r.type, { type: 'string', pattern: `^(${listPattern(fieldNames(r)).slice(1, -1)})?$` }]),
+        ),
       },
       description: `Sparse fieldsets, fields[Type]=a,b. ${resource.type}: ${fieldNames(resource).join(', ')}.`,
     },
   ];
   if (!list) return parameters;
-  const sortable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.sortable).map(([n]) => n)];
-  const filterable = ['id', ...Object.entries(resource.attributes).filter(([, a]) => a.filterable && !a.writeOnly).map(([n]) => n)];
+  const sortable = [
+    'id',
+    ...Object.entries(resource.attributes)
+      .filter(([, a]) => a.sortable)
+      .map(([n]) => n),
+  ];
+  const filterable = [
+    'id',
+    ...Object.entries(resource.attributes)
+      .filter(([, a]) => a.filterable && !a.writeOnly)
+      .map(([n]) => n),
+  ];
   const condition = (name: string): Schema => {
     const def = name === 'id' ? ({ kind: 'uuid' } as AttributeDef) : resource.attributes[name];
     const value = filterValueSchema(def);
@@ -337,7 +385,12 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
         operator === 'is_nil'
           ? { type: 'string', enum: ['true', 'false'] }
           : operator === 'in'
-            ? { oneOf: [{ type: 'string', description: 'Comma-separated values' }, { type: 'array', minItems: 1, maxItems: 100, items: value }] }
+            ? {
+                oneOf: [
+                  { type: 'string', description: 'Comma-separated values' },
+                  { type: 'array', minItems: 1, maxItems: 100, items: value },
+                ],
+              }
             : operator === 'contains' && def.kind === 'string_array'
               ? { type: 'string' }
               : value;
@@ -371,10 +424,30 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
       schema: { type: 'string', pattern: listPattern(sortable, '(\\+{1,2}|-{1,2})?') },
       description: `Comma-separated keys of ${sortable.join(', ')}, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last).`,
     },
-    { name: 'page[limit]', in: 'query', schema: { type: 'integer', minimum: 1, default: 25 }, description: 'Page size; any larger value is clamped to 100.' },
-    { name: 'page[offset]', in: 'query', schema: { type: 'integer', minimum: 0, maximum: 10000 }, description: 'Offset paging; not with page[after] or page[before].' },
-    { name: 'page[after]', in: 'query', schema: { type: 'string', pattern: CURSOR_PATTERN }, description: 'Keyset cursor from links.next (bound to the sort and the organisation).' },
-    { name: 'page[before]', in: 'query', schema: { type: 'string', pattern: CURSOR_PATTERN }, description: 'Keyset cursor from links.prev.' },
+    {
+      name: 'page[limit]',
+      in: 'query',
+      schema: { type: 'integer', minimum: 1, default: 25 },
+      description: 'Page size; any larger value is clamped to 100.',
+    },
+    {
+      name: 'page[offset]',
+      in: 'query',
+      schema: { type: 'integer', minimum: 0, maximum: 10000 },
+      description: 'Offset paging; not with page[after] or page[before].',
+    },
+    {
+      name: 'page[after]',
+      in: 'query',
+      schema: { type: 'string', pattern: CURSOR_PATTERN },
+      description: 'Keyset cursor from links.next (bound to the sort and the organisation).',
+    },
+    {
+      name: 'page[before]',
+      in: 'query',
+      schema: { type: 'string', pattern: CURSOR_PATTERN },
+      description: 'Keyset cursor from links.prev.',
+    },
     { name: 'page[count]', in: 'query', schema: { type: 'boolean' }, description: 'Adds meta.page.total.' },
   );
   return parameters;
@@ -406,7 +479,13 @@ const INT32_PATTERN =
 
 const CURSOR_PATTERN = '^[A-Za-z0-9_-]{1,4096}\\.[A-Za-z0-9_-]{22}$';
 
-const idParameter = { name: 'id', in: 'path', required: true, schema: { type: 'string', format: 'uuid' }, description: 'The record id (a malformed or unknown id is a 404).' };
+const idParameter = {
+  name: 'id',
+  in: 'path',
+  required: true,
+  schema: { type: 'string', format: 'uuid' },
+  description: 'The record id (a malformed or unknown id is a 404).',
+};
 
 /** method + path of every operation the definitions yield (the spec's 22). */
 export function openApiOperations(resources: ResourceDef[]): Operation[] {
@@ -434,9 +513,9 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
   const types = resources.filter((r) => r.events !== false).flatMap((r) => EVENT_ACTIONS.map((a) => `${r.type}.${a}`));
   return {
     operationId: 'streamEvents',
-    summary: 'Stream the organisation\'s events (server-sent events)',
+    summary: "Stream the organisation's events (server-sent events)",
     description:
-      'A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller\'s organisation that its role may read: ' +
+      "A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: " +
       'each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON ' +
       '`{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` ' +
       '(or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. ' +
@@ -451,8 +530,18 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
         schema: { type: 'string', pattern: listPattern(types) },
         description: 'Comma-separated event types; an unknown one is a 400 naming it.',
       },
-      { name: 'page[after]', in: 'query', schema: { type: 'string', format: 'uuid' }, description: 'Replay the retained events after this event id.' },
-      { name: 'Last-Event-ID', in: 'header', schema: { type: 'string', format: 'uuid' }, description: 'Sent by reconnecting clients: replay after this event id (wins over page[after]).' },
+      {
+        name: 'page[after]',
+        in: 'query',
+        schema: { type: 'string', format: 'uuid' },
+        description: 'Replay the retained events after this event id.',
+      },
+      {
+        name: 'Last-Event-ID',
+        in: 'header',
+        schema: { type: 'string', format: 'uuid' },
+        description: 'Sent by reconnecting clients: replay after this event id (wins over page[after]).',
+      },
     ],
     responses: {
       '200': {
@@ -460,7 +549,8 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
         content: {
           'text/event-stream': {
             schema: { type: 'string' },
-            example: 'id: 01a2…\nevent: Conversation.created\ndata: {"id":"01a2…","type":"Conversation.created","occurred_at":"…","organisation_id":"…","data":{…}}\n\n',
+            example:
+              'id: 01a2…\nevent: Conversation.created\ndata: {"id":"01a2…","type":"Conversation.created","occurred_at":"…","organisation_id":"…","data":{…}}\n\n',
           },
         },
       },
@@ -473,11 +563,14 @@ function actionOperation(resource: ResourceDef, name: string, action: CustomActi
   return {
     operationId: name,
     summary: action.summary,
-    description: `${action.summary}. ${action.allowPublishable ? 'Takes a publishable key (the organisation is the key\'s). ' : ''}${rolesText(action.roles)} Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.`,
+    description: `${action.summary}. ${action.allowPublishable ? "Takes a publishable key (the organisation is the key's). " : ''}${rolesText(action.roles)} Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.`,
     tags: [resource.type],
     security: action.allowPublishable ? [{ publishableKey: [] }, ...MEMBER_SECURITY] : MEMBER_SECURITY,
     parameters: queryParameters(resource, false, registry),
-    requestBody: { required: true, content: jsonApi(requestSchema(resource.type, action.input, 'action'), requestExample(resource.type, action.input, 'action')) },
+    requestBody: {
+      required: true,
+      content: jsonApi(requestSchema(resource.type, action.input, 'action'), requestExample(resource.type, action.input, 'action')),
+    },
     responses: {
       [String(action.status ?? 200)]: ok(action.status === 201 ? 'Created' : 'OK', ref(`${resource.type}Document`)),
       ...errors([403, 409, 413, 415, 422, 429]),
@@ -491,7 +584,9 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     Included: { type: 'array', items: { type: 'object', required: ['id', 'type'] } },
     PageMeta: {
       type: 'object',
-      properties: { page: { type: 'object', properties: { limit: { type: 'integer' }, offset: { type: 'integer' }, total: { type: 'integer' } } } },
+      properties: {
+        page: { type: 'object', properties: { limit: { type: 'integer' }, offset: { type: 'integer' }, total: { type: 'integer' } } },
+      },
     },
     PageLinks: {
       type: 'object',
@@ -548,7 +643,8 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
   const registry: Registry = new Map(resources.map((r) => [r.type, r]));
   for (const r of resources) {
     Object.assign(schemas, resourceSchemas(r));
-    for (const [name, action] of Object.entries(r.actions ?? {})) at(`/api/${action.path}`).post = actionOperation(r, name, action, registry);
+    for (const [name, action] of Object.entries(r.actions ?? {}))
+      at(`/api/${action.path}`).post = actionOperation(r, name, action, registry);
     if (!r.path) continue;
     const collection = `/api/${r.path}`;
     const member = `${collection}/{id}`;
@@ -597,7 +693,10 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         tags: [type],
         security: MEMBER_SECURITY,
         parameters: queryParameters(r, false, registry),
-        requestBody: { required: true, content: jsonApi(requestSchema(type, r.attributes, 'create'), requestExample(type, r.attributes, 'create')) },
+        requestBody: {
+          required: true,
+          content: jsonApi(requestSchema(type, r.attributes, 'create'), requestExample(type, r.attributes, 'create')),
+        },
         responses: {
           '201': ok('Created', ref(`${type}Document`), { Location: header('Location') }),
           ...extra,
@@ -613,7 +712,10 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         tags: [type],
         security: MEMBER_SECURITY,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
-        requestBody: { required: true, content: jsonApi(requestSchema(type, r.attributes, 'update'), requestExample(type, r.attributes, 'update')) },
+        requestBody: {
+          required: true,
+          content: jsonApi(requestSchema(type, r.attributes, 'update'), requestExample(type, r.attributes, 'update')),
+        },
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404, 409, 413, 415, 422]) },
       };
     }
@@ -649,7 +751,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
       description:
         'Conversations, AI agents, operators and SIP telephony for one organisation per credential. JSON:API 1.0 ' +
         '(application/vnd.api+json; no extensions, profiles ignored). Every request carries `Authorization: Bearer <credential>`: ' +
-        'a user token (from login), a secret key, or a publishable key (login only). Each acts with its user\'s role in the ' +
+        "a user token (from login), a secret key, or a publishable key (login only). Each acts with its user's role in the " +
         'organisation: owner and admin manage everything, operators read and write conversations and their own SIP user and status. ' +
         'Every response under /api carries RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset; a method a path does not ' +
         'offer answers 405 with Allow.',

@@ -21,7 +21,10 @@ export interface Reader {
 const PARENT = '_parent';
 
 function where(conditions: (RawBuilder<unknown> | undefined)[]): RawBuilder<unknown> {
-  return sql.join(conditions.filter((c): c is RawBuilder<unknown> => c !== undefined), sql` AND `);
+  return sql.join(
+    conditions.filter((c): c is RawBuilder<unknown> => c !== undefined),
+    sql` AND `,
+  );
 }
 
 async function fetchByIds(reader: Reader, resource: ResourceDef, ids: string[]): Promise<Row[]> {
@@ -125,7 +128,13 @@ function includeBudget(limits: IncludeLimits | undefined) {
   let bytes = 0;
   const refuse = (what: string, limit: number) =>
     new ApiError([
-      errorObject(400, 'invalid_includes', `The included records would exceed ${limit} ${what} in one response; include less, or read the relationship page by page.`, { parameter: 'include' }, { limit, unit: what }),
+      errorObject(
+        400,
+        'invalid_includes',
+        `The included records would exceed ${limit} ${what} in one response; include less, or read the relationship page by page.`,
+        { parameter: 'include' },
+        { limit, unit: what },
+      ),
     ]);
   return {
     /** Rows a to-many fetch may return: one more than what is left, so that exceeding is seen. */
@@ -173,9 +182,17 @@ export async function renderWithIncludes(
         const known = [...ids].map((id) => loaded.get(keyOf(related.type, id))?.row).filter((r): r is Row => !!r);
         relatedRows = [...(await fetchByIds(reader, related, missing)), ...known];
       } else {
-        relatedRows = await fetchToMany(reader, relationship, related, rows.map((r) => String(r.id)), budget.remaining);
+        relatedRows = await fetchToMany(
+          reader,
+          relationship,
+          related,
+          rows.map((r) => String(r.id)),
+          budget.remaining,
+        );
         for (const row of rows) {
-          const linkage = relatedRows.filter((r) => String(r[PARENT]) === String(row.id)).map((r) => identifier(related.type, String(r.id)));
+          const linkage = relatedRows
+            .filter((r) => String(r[PARENT]) === String(row.id))
+            .map((r) => identifier(related.type, String(r.id)));
           const byRelationship = toMany.get(keyOf(parent.type, row.id)) ?? new Map<string, Identifier[]>();
           byRelationship.set(name, linkage);
           toMany.set(keyOf(parent.type, row.id), byRelationship);

@@ -118,8 +118,20 @@ function bind(options: RecordsOptions, db: Database): Records {
         const provided = new Set(Object.keys(values));
         // The event with the record, when the create is its own transaction: the insert is then its last
         // statement before COMMIT, where events take their ids (outbox.ts). In a larger transaction, the commit hook.
-        const eventOnInsert = resource.events === false || db.isTransaction ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
-        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, registry, eventOnInsert };
+        const eventOnInsert =
+          resource.events === false || db.isTransaction ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
+        const ctx: ActionContext = {
+          db: trx,
+          services,
+          principal,
+          actor,
+          records: bind(options, trx),
+          resource,
+          values,
+          provided,
+          registry,
+          eventOnInsert,
+        };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         applyDefaults(resource, values);
         await resource.beforeInsert?.(ctx);
@@ -128,7 +140,8 @@ function bind(options: RecordsOptions, db: Database): Records {
         const record = await render(trx, result);
         // The system's plain rendering is the organisation's view: the event reuses it (unless it shows a value once).
         const same = !opts.render && actor.kind === 'system' && !result.revealed;
-        if (!result.unchanged && !result.evented) await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id, same ? (record as Row) : undefined);
+        if (!result.unchanged && !result.evented)
+          await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id, same ? (record as Row) : undefined);
         return { id: result.id, status: result.status, record };
       });
     },
@@ -147,7 +160,18 @@ function bind(options: RecordsOptions, db: Database): Records {
         if (!system) await assertWritable(trx, resource, principal, id);
         const values = validateAttributes(input, accepted, []);
         const provided = new Set(Object.keys(values));
-        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing, registry };
+        const ctx: ActionContext = {
+          db: trx,
+          services,
+          principal,
+          actor,
+          records: bind(options, trx),
+          resource,
+          values,
+          provided,
+          existing,
+          registry,
+        };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         await resource.beforeUpdate?.(ctx);
         const columns = columnValues(resource, values);
@@ -159,7 +183,8 @@ function bind(options: RecordsOptions, db: Database): Records {
             .execute();
         }
         const record = await render(trx, { id, status: 200 });
-        if (Object.keys(columns).length > 0) await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
+        if (Object.keys(columns).length > 0)
+          await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
         return { id, status: 200 as const, record };
       });
     },
@@ -173,9 +198,23 @@ function bind(options: RecordsOptions, db: Database): Records {
         const existing = await lockVisible(trx, resource, principal, id);
         if (!system && !mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
         if (!system) await assertWritable(trx, resource, principal, id);
-        const ctx: ActionContext = { db: trx, services, principal, actor, records: bind(options, trx), resource, values: {}, provided: new Set(), existing, registry };
+        const ctx: ActionContext = {
+          db: trx,
+          services,
+          principal,
+          actor,
+          records: bind(options, trx),
+          resource,
+          values: {},
+          provided: new Set(),
+          existing,
+          registry,
+        };
         // The deleted event carries the record as it was, rendered before anything goes.
-        const before = resource.events === false ? undefined : await plainRender(systemActor(principal.organisationId, 'engine'), resource)(trx, { id, status: 200 });
+        const before =
+          resource.events === false
+            ? undefined
+            : await plainRender(systemActor(principal.organisationId, 'engine'), resource)(trx, { id, status: 200 });
         const removed: Record<string, number> = (await resource.beforeDelete?.(ctx)) ?? {};
         if (resource.remove) {
           // The resource removes what the record is (and takes along what it means to); its counts are exact.
@@ -224,7 +263,12 @@ async function lockVisible(trx: Database, resource: ResourceDef, principal: Retu
 }
 
 /** A visible record outside the role's `access.writable` rows (another member's user record, for an operator) is a 403. */
-export async function assertWritable(db: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string): Promise<void> {
+export async function assertWritable(
+  db: Database,
+  resource: ResourceDef,
+  principal: ReturnType<typeof principalOf>,
+  id: string,
+): Promise<void> {
   const writable = resource.access.writable?.(principal, 't');
   if (!writable) return;
   const { rows } = await sql<{ ok: boolean }>`
@@ -253,10 +297,16 @@ async function refuseWhileReferenced(trx: Database, registry: Registry, resource
   if (references.length === 0) return;
   throw new ApiError(
     references.map((r) =>
-      errorObject(409, 'conflict', `${r.count} ${r.type} record(s) still name this ${resource.type} in \`${r.pointer}\`; remove or change them first.`, undefined, {
-        referenced_by: r.type,
-        count: r.count,
-      }),
+      errorObject(
+        409,
+        'conflict',
+        `${r.count} ${r.type} record(s) still name this ${resource.type} in \`${r.pointer}\`; remove or change them first.`,
+        undefined,
+        {
+          referenced_by: r.type,
+          count: r.count,
+        },
+      ),
     ),
   );
 }

@@ -112,7 +112,9 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const updateInput = inputOf(resource.attributes, 'update');
     const allowed = { [collection]: [] as string[], [member]: [] as string[] };
     /** Route options: a visitor credential reaches only what the resource's access rules grant visitors. */
-    const visitorMay = (operation: 'read' | 'create' | 'update') => ({ config: { allowVisitor: resource.access[operation]?.includes('visitor') ?? false } });
+    const visitorMay = (operation: 'read' | 'create' | 'update') => ({
+      config: { allowVisitor: resource.access[operation]?.includes('visitor') ?? false },
+    });
 
     if (resource.operations.list) {
       allowed[collection].push('GET');
@@ -129,7 +131,13 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         if (result.total !== undefined) page.total = result.total;
         const links = listLinks(`${ctx.baseUrl}${collection}`, request.query as Query, query, result, cursors);
         if (noIncludes(query) && plainRendering(resource, ctx)) {
-          return reply.send(documentJson(result.rows.map((row) => resourceJson(resource, row, ctx)), { page }, links));
+          return reply.send(
+            documentJson(
+              result.rows.map((row) => resourceJson(resource, row, ctx)),
+              { page },
+              links,
+            ),
+          );
         }
         const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
         return document(data, included, { page }, links);
@@ -220,7 +228,11 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const url = `/api/${action.path}`;
     const input = inputOf(action.input, 'create');
     const addressBudget = action.rateLimitPerAddress?.(options);
-    const config = { allowPublishable: action.allowPublishable ?? false, allowVisitor: action.roles?.includes('visitor') ?? false, ...(addressBudget ? { addressBudget } : {}) };
+    const config = {
+      allowPublishable: action.allowPublishable ?? false,
+      allowVisitor: action.roles?.includes('visitor') ?? false,
+      ...(addressBudget ? { addressBudget } : {}),
+    };
     app.post(url, { config }, async (request, reply) => {
       const { principal } = context(request);
       if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
@@ -252,7 +264,6 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
   return registry;
 }
-
 
 /**
  * 405 with `Allow` for the methods `url` does not offer (HEAD comes with GET).
@@ -313,4 +324,3 @@ function listLinks(
   if (backwardMore && first) links.prev = link({ before: cursors.encode(sort, cursorFromRow(sort, first)) });
   return links;
 }
-

@@ -5,9 +5,7 @@ import type { ResourceDef } from './resource.js';
 
 /** The condition that keeps rows of `alias` inside the caller's organisation. */
 export function tenancyScope(resource: ResourceDef, principal: Principal, alias = 't'): RawBuilder<unknown> {
-  return (
-    resource.tenancy?.(principal, alias) ?? sql`${sql.ref(`${alias}.organisation_id`)} = ${principal.organisationId}`
-  );
+  return resource.tenancy?.(principal, alias) ?? sql`${sql.ref(`${alias}.organisation_id`)} = ${principal.organisationId}`;
 }
 
 /** Tenancy plus the role's row visibility, as one SQL condition on `alias`. */

@@ -30,7 +30,9 @@ export function selectList(resource: ResourceDef, principal: Principal, registry
     cached = new Map();
     selectLists.set(resource, cached);
   }
-  const key = viewIndependent(resource) ? '' : `${principal.organisationId}|${principal.role}|${principal.userId}|${principal.conversationId ?? ''}`;
+  const key = viewIndependent(resource)
+    ? ''
+    : `${principal.organisationId}|${principal.role}|${principal.userId}|${principal.conversationId ?? ''}`;
   let list = cached.get(key);
   if (!list) {
     if (cached.size >= SELECT_LISTS_PER_RESOURCE) cached.clear();

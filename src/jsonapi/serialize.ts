@@ -158,7 +158,8 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
   return (row, ctx) => {
     const id = String(row.id);
     let json = `{"id":${JSON.stringify(id)},"type":${typeJson},"attributes":{`;
-    for (const { name, def, key } of attributes) json += key + JSON.stringify(renderValue(def, def.revealedOnCreate ? undefined : row[name]));
+    for (const { name, def, key } of attributes)
+      json += key + JSON.stringify(renderValue(def, def.revealedOnCreate ? undefined : row[name]));
     json += '},"relationships":{';
     for (const relationship of relationships) json += relationship(row, ctx);
     json += '}';

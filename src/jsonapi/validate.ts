@@ -69,7 +69,8 @@ function documentData(body: unknown, expected: BodyExpectation): Record<string, 
 function writableLinkage(accepted: Record<string, AttributeDef>): Map<string, { attribute: string; type: string }> {
   const linkage = new Map<string, { attribute: string; type: string }>();
   for (const [name, def] of Object.entries(accepted)) {
-    if (def.kind === 'uuid' && def.references && name.endsWith('_id')) linkage.set(name.slice(0, -3), { attribute: name, type: def.references });
+    if (def.kind === 'uuid' && def.references && name.endsWith('_id'))
+      linkage.set(name.slice(0, -3), { attribute: name, type: def.references });
   }
   return linkage;
 }
@@ -87,11 +88,19 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
     const target = writable.get(name);
     if (!target) {
       const settable = [...writable.keys()].map((n) => `\`${n}\``).join(', ') || 'none';
-      errors.push(errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`, { pointer: at }));
+      errors.push(
+        errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`, {
+          pointer: at,
+        }),
+      );
       continue;
     }
     if (!isPlainObject(member) || !('data' in member)) {
-      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`, { pointer: at }));
+      errors.push(
+        errorObject(422, 'invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`, {
+          pointer: at,
+        }),
+      );
       continue;
     }
     const linkage = member.data;
@@ -100,11 +109,17 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
       continue;
     }
     if (!isPlainObject(linkage) || typeof linkage.type !== 'string' || typeof linkage.id !== 'string') {
-      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, { pointer: `${at}/data` }));
+      errors.push(
+        errorObject(422, 'invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, { pointer: `${at}/data` }),
+      );
       continue;
     }
     if (linkage.type !== target.type) {
-      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, { pointer: `${at}/data/type` }));
+      errors.push(
+        errorObject(422, 'invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, {
+          pointer: `${at}/data/type`,
+        }),
+      );
       continue;
     }
     values[target.attribute] = linkage.id;
@@ -127,12 +142,20 @@ export function validateBody(body: unknown, expected: BodyExpectation): Record<s
     const relationship = `/data/relationships/${name.slice(0, -3)}`;
     const result = convertValue(expected.accepted[name], raw);
     if (!result.ok) {
-      errors.push(errorObject(422, 'invalid_attribute', `\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, { pointer: `${relationship}/data${raw === null ? '' : '/id'}` }));
+      errors.push(
+        errorObject(422, 'invalid_attribute', `\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, {
+          pointer: `${relationship}/data${raw === null ? '' : '/id'}`,
+        }),
+      );
       continue;
     }
     const attribute = Object.hasOwn(attributes, name) ? convertValue(expected.accepted[name], attributes[name]) : undefined;
     if (attribute?.ok && attribute.value !== result.value) {
-      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, { pointer: relationship }));
+      errors.push(
+        errorObject(422, 'invalid_attribute', `\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, {
+          pointer: relationship,
+        }),
+      );
     } else {
       values[name] = result.value;
     }
@@ -211,7 +234,9 @@ function convertByKind(def: AttributeDef, value: unknown): Conversion {
     case 'string':
       return checkString(def, value);
     case 'enum':
-      return typeof value === 'string' && def.values!.includes(value) ? converted(value) : invalid(`must be one of: ${def.values!.join(', ')}`);
+      return typeof value === 'string' && def.values!.includes(value)
+        ? converted(value)
+        : invalid(`must be one of: ${def.values!.join(', ')}`);
     case 'uuid':
       return typeof value === 'string' && UUID_PATTERN.test(value) ? converted(value.toLowerCase()) : invalid('must be a UUID');
     case 'integer': {
@@ -224,7 +249,10 @@ function convertByKind(def: AttributeDef, value: unknown): Conversion {
       return typeof value === 'boolean' ? converted(value) : invalid('must be true or false');
     case 'timestamp': {
       // Writers inside the process (agent runtime, SIP edge) may pass Dates; they get the same bounds as text.
-      const date = value instanceof Date ? parseTimestamp(Number.isNaN(value.getTime()) ? '' : value.toISOString(), def.precision === 'seconds') : parseTimestamp(value, def.precision === 'seconds');
+      const date =
+        value instanceof Date
+          ? parseTimestamp(Number.isNaN(value.getTime()) ? '' : value.toISOString(), def.precision === 'seconds')
+          : parseTimestamp(value, def.precision === 'seconds');
       return date ? converted(date) : invalid('must be an RFC 3339 date-time with offset, such as 2026-01-31T12:00:00Z');
     }
     case 'object':
@@ -234,7 +262,10 @@ function convertByKind(def: AttributeDef, value: unknown): Conversion {
   }
 }
 
-function textProblem(def: { minLength?: number; maxLength?: number; maxBytes?: number; pattern?: string }, value: string): string | undefined {
+function textProblem(
+  def: { minLength?: number; maxLength?: number; maxBytes?: number; pattern?: string },
+  value: string,
+): string | undefined {
   if (value.includes('\u0000')) return 'must not contain NUL characters';
   const length = [...value].length;
   if (def.minLength !== undefined && length < def.minLength) return `must have at least ${def.minLength} characters`;

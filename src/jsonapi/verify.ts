@@ -110,7 +110,8 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
     for (const alias of Object.keys(r.aliases ?? {})) {
       if (r.path === undefined) add(`alias \`${alias}\` needs a path.`);
       if (!/^[a-z][a-z_]*$/.test(alias)) add(`alias \`${alias}\` is not a plain lower-case name.`);
-      if (Object.values(r.actions ?? {}).some((action) => action.path === `${r.path}/${alias}`)) add(`alias \`${alias}\` is also an action's path.`);
+      if (Object.values(r.actions ?? {}).some((action) => action.path === `${r.path}/${alias}`))
+        add(`alias \`${alias}\` is also an action's path.`);
     }
 
     for (const [name, action] of Object.entries(r.actions ?? {})) {

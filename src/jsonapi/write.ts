@@ -72,7 +72,9 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
       VALUES (${sql.join(names.map((name) => sql`${columns[name]}`))})
       RETURNING *
     )${event}
-    SELECT ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(ctx.db);
+    SELECT ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
+    ctx.db,
+  );
   if (data) eventsWritten(ctx.db, ctx.principal.organisationId);
   return { id, status: 201, row: rows[0], evented: data !== undefined };
 }
@@ -100,9 +102,11 @@ export async function checkReferences(writer: Checker, attributes: Record<string
       SELECT ${rowScope(target, writer.principal)} AS visible FROM ${sql.table(target.table)} t
       WHERE t.id = ${value} AND ${tenancyScope(target, writer.principal)}`.execute(writer.db);
     if (rows.length === 0) {
-      errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` does not name a ${target.type} of your organisation.`, {
-        pointer: `/data/attributes/${name}`,
-      }));
+      errors.push(
+        errorObject(422, 'invalid_attribute', `\`${name}\` does not name a ${target.type} of your organisation.`, {
+          pointer: `/data/attributes/${name}`,
+        }),
+      );
     } else if (!rows[0].visible) {
       throw forbidden(`Your role may not use this ${target.type}.`);
     }
@@ -119,7 +123,14 @@ function mapConstraintError(error: unknown, resource: ResourceDef): unknown {
   const attribute = constraint ? resource.uniqueConstraints?.[constraint] : undefined;
   const source = { pointer: attribute ? `/data/attributes/${attribute}` : '/data' };
   if (code === '23505') {
-    return new ApiError([errorObject(409, 'conflict', attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.', source)]);
+    return new ApiError([
+      errorObject(
+        409,
+        'conflict',
+        attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.',
+        source,
+      ),
+    ]);
   }
   if (code === '23503' || code === '23514' || code?.startsWith('22')) {
     return new ApiError([errorObject(422, 'invalid_attribute', 'The values are not acceptable together.', source)]);
@@ -151,7 +162,15 @@ export async function runTransaction<T>(db: Database, resource: ResourceDef, wor
     const mapped = mapConstraintError(error, resource);
     if (committing && !(mapped instanceof ApiError)) {
       throw new ApiError(
-        [errorObject(503, 'unavailable', 'The database connection failed while committing; the write may or may not have been saved.', undefined, { outcome: 'unknown' })],
+        [
+          errorObject(
+            503,
+            'unavailable',
+            'The database connection failed while committing; the write may or may not have been saved.',
+            undefined,
+            { outcome: 'unknown' },
+          ),
+        ],
         { 'Retry-After': '1' },
       );
     }

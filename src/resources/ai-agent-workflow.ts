@@ -15,8 +15,18 @@ const when = {
   additionalProperties: false,
   required: ['matches'],
   properties: {
-    field: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A conversation metadata key; default: the latest user message.' },
-    matches: { type: 'string', minLength: 1, maxLength: 500, format: 'regex', description: 'A JavaScript regular expression, matched case-insensitively.' },
+    field: {
+      type: 'string',
+      pattern: '^[A-Za-z0-9_.-]{1,64}$',
+      description: 'A conversation metadata key; default: the latest user message.',
+    },
+    matches: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 500,
+      format: 'regex',
+      description: 'A JavaScript regular expression, matched case-insensitively.',
+    },
   },
 };
 
@@ -134,7 +144,9 @@ export function assertWorkflow(workflow: unknown): void {
   if (found.length === 0) return;
   throw new ApiError(
     found.map((p) =>
-      errorObject(422, 'invalid_attribute', `\`workflow${p.pointer.replaceAll('/', '.')}\` ${p.detail}.`, { pointer: `/data/attributes/workflow${p.pointer}` }),
+      errorObject(422, 'invalid_attribute', `\`workflow${p.pointer.replaceAll('/', '.')}\` ${p.detail}.`, {
+        pointer: `/data/attributes/workflow${p.pointer}`,
+      }),
     ),
   );
 }

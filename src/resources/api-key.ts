@@ -65,7 +65,9 @@ function revoke(ctx: ActionContext): void {
   const current = ctx.existing?.revoked_at as Date | null | undefined;
   if (current) {
     if (wanted === null) {
-      throw ApiError.of(422, 'invalid_transition', 'A revoked key stays revoked; issue a new key instead.', { pointer: '/data/attributes/revoked_at' });
+      throw ApiError.of(422, 'invalid_transition', 'A revoked key stays revoked; issue a new key instead.', {
+        pointer: '/data/attributes/revoked_at',
+      });
     }
     delete ctx.values.revoked_at;
     return;
@@ -97,7 +99,10 @@ export default defineResource({
     revoked_at: attr.timestamp({ update: true, nullable: true, sortable: true, filterable: true }),
     organisation_id: attr.uuid({ sortable: true, filterable: true }),
     user_id: attr.uuid({ create: true, sortable: true, filterable: true, references: 'User', referenceCheckedByAction: true }),
-    token: attr.string({ revealedOnCreate: true, description: 'The key itself, shown once in the response that creates it; null afterwards.' }),
+    token: attr.string({
+      revealedOnCreate: true,
+      description: 'The key itself, shown once in the response that creates it; null afterwards.',
+    }),
     ...timestamps,
   },
   relationships: {

@@ -27,7 +27,7 @@ export default defineResource({
      */
     participant_sip_user_ids: attr.stringArray({
       filterable: true,
-      description: 'Ids of the SIP users among the call\'s participants.',
+      description: "Ids of the SIP users among the call's participants.",
       expression: () => sql`ARRAY(SELECT s.id::text FROM call_participants p
         JOIN sip_users s ON s.organisation_id = p.organisation_id AND s.id::text = p.member_uuid
         WHERE p.call_id = t.id ORDER BY p.joined_at, p.id)`,

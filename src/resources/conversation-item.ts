@@ -1,6 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, insertRecord, rel, rowScope } from '../jsonapi/index.js';
+import {
+  type ActionContext,
+  type ActionResult,
+  ApiError,
+  attr,
+  defineResource,
+  errorObject,
+  insertRecord,
+  rel,
+  rowScope,
+} from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';

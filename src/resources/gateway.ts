@@ -6,8 +6,9 @@ import { timestamps } from './timestamps.js';
 import { GATEWAY_PROVIDERS } from './values.js';
 
 const HOST = '^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$';
-const HOST_PORT = '^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?$';
-const SIP_USER_PART = '^[A-Za-z0-9_.!~*\'()&=+$,;?/%-]+$';
+const HOST_PORT =
+  '^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?$';
+const SIP_USER_PART = "^[A-Za-z0-9_.!~*'()&=+$,;?/%-]+$";
 
 /** An IPv4 or IPv6 CIDR block such as `203.0.113.0/24` or `2001:db8::/32`. */
 export function cidrProblem(value: unknown): string | undefined {
@@ -48,7 +49,14 @@ export default defineResource({
     register: attr.boolean({ create: true, update: true, default: true, sortable: true, filterable: true }),
     from_domain: attr.string({ create: true, update: true, nullable: true, maxLength: 253, pattern: HOST }),
     from_user: attr.string({ create: true, update: true, nullable: true, maxLength: 128, pattern: SIP_USER_PART }),
-    inbound_acl: attr.stringArray({ create: true, update: true, maxItems: 64, items: { maxLength: 49 }, check: (v) => (Array.isArray(v) ? v.map(cidrProblem).find(Boolean) : undefined), default: () => [] }),
+    inbound_acl: attr.stringArray({
+      create: true,
+      update: true,
+      maxItems: 64,
+      items: { maxLength: 49 },
+      check: (v) => (Array.isArray(v) ? v.map(cidrProblem).find(Boolean) : undefined),
+      default: () => [],
+    }),
     ...timestamps,
   },
   relationships: {

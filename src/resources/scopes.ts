@@ -6,8 +6,7 @@ export const ADMINS: readonly Role[] = ['owner', 'admin'];
 
 /** Operators see only rows whose `column` names their own user; admins and owners see all. */
 export function ownRowsForOperators(column: string): Scope {
-  return (p: Principal, alias: string) =>
-    p.role === 'operator' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.userId}` : undefined;
+  return (p: Principal, alias: string) => (p.role === 'operator' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.userId}` : undefined);
 }
 
 /** Members of every role, and website visitors (who see only their one conversation). */

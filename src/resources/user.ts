@@ -4,7 +4,18 @@ import { uuidv7 } from 'uuidv7';
 import { login } from '../auth/login.js';
 import { hashPassword, verifyPassword } from '../auth/passwords.js';
 import type { Database } from '../db/connection.js';
-import { type ActionContext, type ActionResult, ApiError, attr, defineResource, notFound, rel, type Role, ROLES, systemActor } from '../jsonapi/index.js';
+import {
+  type ActionContext,
+  type ActionResult,
+  ApiError,
+  attr,
+  defineResource,
+  notFound,
+  rel,
+  type Role,
+  ROLES,
+  systemActor,
+} from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
 
@@ -35,7 +46,12 @@ async function lockMembership(db: Database, organisationId: string, userId: stri
 }
 
 const lastOwner = (pointer?: string) =>
-  ApiError.of(409, 'conflict', 'This is the organisation\'s last owner; make another member an owner first.', pointer ? at(pointer) : undefined);
+  ApiError.of(
+    409,
+    'conflict',
+    "This is the organisation's last owner; make another member an owner first.",
+    pointer ? at(pointer) : undefined,
+  );
 
 /** Only an owner makes, unmakes or removes owners (an admin could otherwise take the organisation over). */
 function requireOwnerFor(ctx: ActionContext, touchesOwner: boolean, pointer?: string): void {
@@ -62,9 +78,19 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
   let revealed: Record<string, unknown> | undefined;
   if (id) {
     if (values.password !== undefined) {
-      throw ApiError.of(409, 'conflict', `a user with e-mail ${email} exists already; to add them, leave out password (they keep their own)`, at('email'));
+      throw ApiError.of(
+        409,
+        'conflict',
+        `a user with e-mail ${email} exists already; to add them, leave out password (they keep their own)`,
+        at('email'),
+      );
     }
-    const member = await db.selectFrom('memberships').select('role').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).executeTakeFirst();
+    const member = await db
+      .selectFrom('memberships')
+      .select('role')
+      .where('organisation_id', '=', principal.organisationId)
+      .where('user_id', '=', id)
+      .executeTakeFirst();
     if (member) throw ApiError.of(409, 'conflict', `${email} is a member of this organisation already`, at('email'));
   } else {
     const password = values.password === undefined ? newInitialPassword() : String(values.password);
@@ -72,10 +98,20 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
     id = uuidv7();
     await db
       .insertInto('users')
-      .values({ id, email, full_name: String(values.full_name ?? '').trim(), password_hash: await hashPassword(password), created_at: now, updated_at: now })
+      .values({
+        id,
+        email,
+        full_name: String(values.full_name ?? '').trim(),
+        password_hash: await hashPassword(password),
+        created_at: now,
+        updated_at: now,
+      })
       .execute();
   }
-  await db.insertInto('memberships').values({ organisation_id: principal.organisationId, user_id: id, role: values.role, created_at: now, updated_at: now }).execute();
+  await db
+    .insertInto('memberships')
+    .values({ organisation_id: principal.organisationId, user_id: id, role: values.role, created_at: now, updated_at: now })
+    .execute();
   return { id, status: 201, revealed };
 }
 
@@ -92,21 +128,28 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   const self = principal.userId === id;
   const now = new Date();
   if (!system) {
-    if (values.full_name !== undefined && !self) throw ApiError.of(403, 'forbidden', 'Only the user may change their own name.', at('full_name'));
-    if (values.password !== undefined && !self) throw ApiError.of(403, 'forbidden', 'Only the user may change their own password.', at('password'));
+    if (values.full_name !== undefined && !self)
+      throw ApiError.of(403, 'forbidden', 'Only the user may change their own name.', at('full_name'));
+    if (values.password !== undefined && !self)
+      throw ApiError.of(403, 'forbidden', 'Only the user may change their own password.', at('password'));
     if (values.current_password !== undefined && values.password === undefined) {
       throw ApiError.of(422, 'invalid_attribute', 'current_password is taken only with a new password.', at('current_password'));
     }
   }
   if (values.password !== undefined) {
     if (!system) {
-      if (values.current_password === undefined) throw ApiError.of(422, 'required', 'The current password is required to set a new one.', at('current_password'));
+      if (values.current_password === undefined)
+        throw ApiError.of(422, 'required', 'The current password is required to set a new one.', at('current_password'));
       const user = await db.selectFrom('users').select('password_hash').where('id', '=', id).executeTakeFirstOrThrow();
       if (!(await verifyPassword(user.password_hash, String(values.current_password)))) {
         throw ApiError.of(422, 'invalid_attribute', 'current_password is not the current password.', at('current_password'));
       }
     }
-    await db.updateTable('users').set({ password_hash: await hashPassword(String(values.password)), updated_at: now }).where('id', '=', id).execute();
+    await db
+      .updateTable('users')
+      .set({ password_hash: await hashPassword(String(values.password)), updated_at: now })
+      .where('id', '=', id)
+      .execute();
     // Every other session, in every organisation (the password is the user's), stops working at once.
     let sessions = db.updateTable('user_sessions').set({ revoked_at: now }).where('user_id', '=', id).where('revoked_at', 'is', null);
     if (!system && principal.credential === 'user_token') sessions = sessions.where('id', '<>', principal.credentialId);
@@ -114,8 +157,14 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   }
   if (values.revoke_tokens === true) {
     if (!system && !self) {
-      if (!ADMINS.includes(principal.role as Role)) throw ApiError.of(403, 'forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
-      const target = await db.selectFrom('memberships').select('role').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).executeTakeFirst();
+      if (!ADMINS.includes(principal.role as Role))
+        throw ApiError.of(403, 'forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
+      const target = await db
+        .selectFrom('memberships')
+        .select('role')
+        .where('organisation_id', '=', principal.organisationId)
+        .where('user_id', '=', id)
+        .executeTakeFirst();
       requireOwnerFor(ctx, target?.role === 'owner', 'revoke_tokens');
     }
     // Sessions in this organisation; a user signing themselves out elsewhere keeps the token making the request.
@@ -129,7 +178,8 @@ async function updateMember(ctx: ActionContext): Promise<void> {
     await sessions.execute();
   }
   if (values.role !== undefined) {
-    if (!system && !ADMINS.includes(principal.role as Role)) throw ApiError.of(403, 'forbidden', 'Only owners and admins change roles.', at('role'));
+    if (!system && !ADMINS.includes(principal.role as Role))
+      throw ApiError.of(403, 'forbidden', 'Only owners and admins change roles.', at('role'));
     const { role: current, otherOwner } = await lockMembership(db, principal.organisationId, id);
     if (current !== values.role) {
       requireOwnerFor(ctx, current === 'owner' || values.role === 'owner', 'role');
@@ -162,9 +212,19 @@ async function removeMember(ctx: ActionContext): Promise<Record<string, number>>
   requireOwnerFor(ctx, role === 'owner');
   if (role === 'owner' && !otherOwner) throw lastOwner();
   const system = systemActor(principal.organisationId, 'engine');
-  const keys = await db.selectFrom('api_keys').select('id').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
+  const keys = await db
+    .selectFrom('api_keys')
+    .select('id')
+    .where('organisation_id', '=', principal.organisationId)
+    .where('user_id', '=', id)
+    .execute();
   for (const key of keys) await ctx.records.delete(system, 'ApiKey', key.id);
-  const sipUsers = await db.selectFrom('sip_users').select('id').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
+  const sipUsers = await db
+    .selectFrom('sip_users')
+    .select('id')
+    .where('organisation_id', '=', principal.organisationId)
+    .where('user_id', '=', id)
+    .execute();
   for (const sipUser of sipUsers) await ctx.records.update(system, 'SipUser', sipUser.id, { user_id: null });
   // user_sessions rows go with the membership (ON DELETE CASCADE): its tokens are refused from now on.
   await db.deleteFrom('memberships').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
@@ -181,8 +241,7 @@ export default defineResource({
     full_name: attr.string({ create: true, update: true, maxLength: 200, sortable: true, filterable: true }),
     sip_username: attr.string({
       nullable: true,
-      expression: (p) =>
-        sql`(SELECT s.sip_username FROM sip_users s WHERE s.user_id = t.id AND s.organisation_id = ${p.organisationId})`,
+      expression: (p) => sql`(SELECT s.sip_username FROM sip_users s WHERE s.user_id = t.id AND s.organisation_id = ${p.organisationId})`,
     }),
     role: attr.enum(ROLES, {
       create: 'required',
@@ -190,20 +249,34 @@ export default defineResource({
       filterable: true,
       storedByHook: true,
       expression: (p) => sql`(SELECT m.role FROM memberships m WHERE m.user_id = t.id AND m.organisation_id = ${p.organisationId})`,
-      description: 'The member\'s role in the caller\'s organisation.',
+      description: "The member's role in the caller's organisation.",
     }),
-    password: attr.string({ create: true, update: true, writeOnly: true, minLength: MIN_PASSWORD_LENGTH, maxLength: 1024, description: 'A new user\'s password (generated when omitted), or your own new password (with current_password).' }),
-    current_password: attr.string({ update: true, writeOnly: true, minLength: 1, maxLength: 1024, description: 'Your current password, required to set a new one.' }),
+    password: attr.string({
+      create: true,
+      update: true,
+      writeOnly: true,
+      minLength: MIN_PASSWORD_LENGTH,
+      maxLength: 1024,
+      description: "A new user's password (generated when omitted), or your own new password (with current_password).",
+    }),
+    current_password: attr.string({
+      update: true,
+      writeOnly: true,
+      minLength: 1,
+      maxLength: 1024,
+      description: 'Your current password, required to set a new one.',
+    }),
     revoke_tokens: attr.boolean({
       update: true,
       writeOnly: true,
       description:
-        'true: ends the member\'s sessions (user tokens) in this organisation at once; your own token making the request stays valid. ' +
+        "true: ends the member's sessions (user tokens) in this organisation at once; your own token making the request stays valid. " +
         'Owners and admins for any member (owners only for owners), every user for themselves. API keys are revoked one by one.',
     }),
     initial_password: attr.string({
       revealedOnCreate: true,
-      description: 'The generated password of a new user created without one, shown once in the create response; null afterwards. Hand it to the user, who should change it.',
+      description:
+        'The generated password of a new user created without one, shown once in the create response; null afterwards. Hand it to the user, who should change it.',
     }),
     ...timestamps,
   },
@@ -228,7 +301,8 @@ export default defineResource({
     writable: (p, alias) => (p.role === 'operator' ? sql`${sql.ref(`${alias}.id`)} = ${p.userId}` : undefined),
   },
   aliases: { me: { summary: 'Read your own user record', resolve: (p) => p.userId } },
-  tenancy: (p, alias) => sql`${sql.ref(`${alias}.id`)} IN (SELECT m.user_id FROM memberships m WHERE m.organisation_id = ${p.organisationId})`,
+  tenancy: (p, alias) =>
+    sql`${sql.ref(`${alias}.id`)} IN (SELECT m.user_id FROM memberships m WHERE m.organisation_id = ${p.organisationId})`,
   create: createMember,
   beforeUpdate: updateMember,
   remove: removeMember,

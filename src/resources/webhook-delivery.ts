@@ -21,7 +21,12 @@ export default defineResource({
     attempts: attr.integer({ sortable: true, filterable: true }),
     last_status_code: attr.integer({ nullable: true, sortable: true, filterable: true }),
     last_error: attr.string({ nullable: true }),
-    next_attempt_at: attr.timestamp({ nullable: true, sortable: true, filterable: true, description: 'When the next attempt is due; null once succeeded or failed.' }),
+    next_attempt_at: attr.timestamp({
+      nullable: true,
+      sortable: true,
+      filterable: true,
+      description: 'When the next attempt is due; null once succeeded or failed.',
+    }),
     ...timestamps,
   },
   relationships: {

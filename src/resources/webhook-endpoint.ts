@@ -1,6 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, type ErrorObject, insertRecord, rel } from '../jsonapi/index.js';
+import {
+  type ActionContext,
+  type ActionResult,
+  ApiError,
+  attr,
+  defineResource,
+  errorObject,
+  type ErrorObject,
+  insertRecord,
+  rel,
+} from '../jsonapi/index.js';
 import { eventTypes } from './event-types.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
@@ -22,9 +32,14 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
     const unknown = types.filter((t) => !known.has(t as string));
     if (unknown.length > 0) {
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`event_types\` names unknown event types: ${unknown.join(', ')}. See GET /api/open_api or docs/events.md for the catalogue.`, {
-          pointer: '/data/attributes/event_types',
-        }),
+        errorObject(
+          422,
+          'invalid_attribute',
+          `\`event_types\` names unknown event types: ${unknown.join(', ')}. See GET /api/open_api or docs/events.md for the catalogue.`,
+          {
+            pointer: '/data/attributes/event_types',
+          },
+        ),
       );
     }
   }
@@ -62,7 +77,15 @@ export default defineResource({
   path: 'webhook_endpoints',
   table: 'webhook_endpoints',
   attributes: {
-    url: attr.string({ create: 'required', update: true, minLength: 1, maxLength: 2048, sortable: true, filterable: true, description: 'https URL the events are POSTed to; must resolve to public addresses.' }),
+    url: attr.string({
+      create: 'required',
+      update: true,
+      minLength: 1,
+      maxLength: 2048,
+      sortable: true,
+      filterable: true,
+      description: 'https URL the events are POSTed to; must resolve to public addresses.',
+    }),
     description: attr.string({ create: true, update: true, nullable: true, maxLength: 500 }),
     event_types: attr.stringArray({
       create: true,
@@ -72,10 +95,23 @@ export default defineResource({
       default: () => [],
       description: 'Event types sent to this endpoint (e.g. ConversationItem.created); empty: every type.',
     }),
-    enabled: attr.boolean({ create: true, update: true, sortable: true, filterable: true, default: true, description: 'Disabled endpoints get no new deliveries; the worker disables one whose deliveries keep failing.' }),
-    secret: attr.string({ revealedOnCreate: true, description: 'Signing secret (whsec_…), shown once in the response that creates the endpoint; null afterwards.' }),
+    enabled: attr.boolean({
+      create: true,
+      update: true,
+      sortable: true,
+      filterable: true,
+      default: true,
+      description: 'Disabled endpoints get no new deliveries; the worker disables one whose deliveries keep failing.',
+    }),
+    secret: attr.string({
+      revealedOnCreate: true,
+      description: 'Signing secret (whsec_…), shown once in the response that creates the endpoint; null afterwards.',
+    }),
     consecutive_failures: attr.integer({ sortable: true, filterable: true, description: 'Failed attempts since the last successful one.' }),
-    disabled_reason: attr.string({ nullable: true, description: 'Why the worker disabled the endpoint; null while it is enabled or was disabled by a member.' }),
+    disabled_reason: attr.string({
+      nullable: true,
+      description: 'Why the worker disabled the endpoint; null while it is enabled or was disabled by a member.',
+    }),
     ...timestamps,
   },
   relationships: {
@@ -87,5 +123,5 @@ export default defineResource({
   beforeUpdate: updateEndpoint,
   beforeDelete: removeDeliveries,
   create: createEndpoint,
-  description: 'A webhook receiver: Standard Webhooks signed POSTs of the organisation\'s events.',
+  description: "A webhook receiver: Standard Webhooks signed POSTs of the organisation's events.",
 });

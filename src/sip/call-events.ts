@@ -57,7 +57,10 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
   if (source !== 'sip' && source !== 'trunk') problems.push('source must be sip or trunk');
   const caller = str('caller_sip_user_id');
   const callee = str('callee_sip_user_id');
-  for (const [name, value] of [['caller_sip_user_id', caller], ['callee_sip_user_id', callee]]) {
+  for (const [name, value] of [
+    ['caller_sip_user_id', caller],
+    ['callee_sip_user_id', callee],
+  ]) {
     if (value !== '' && !UUID.test(value)) problems.push(`${name} must be a UUID or empty`);
   }
   const from = str('from');
@@ -124,9 +127,11 @@ export class CallEvents {
     const previous = this.queues.get(key) ?? Promise.resolve();
     const next = previous.catch(() => {}).then(() => this.applyNow(event));
     this.queues.set(key, next);
-    void next.finally(() => {
-      if (this.queues.get(key) === next) this.queues.delete(key);
-    }).catch(() => {});
+    void next
+      .finally(() => {
+        if (this.queues.get(key) === next) this.queues.delete(key);
+      })
+      .catch(() => {});
     return next;
   }
 
@@ -165,7 +170,10 @@ export class CallEvents {
   private async ensureCall(actor: Actor, event: CallEvent): Promise<CallRow> {
     const existing = await this.findCall(event.organisation_id, event.call_id);
     if (existing) return existing;
-    const sipUsername = await this.sipUsername(event.organisation_id, event.direction === 'outbound' ? event.caller_sip_user_id : event.callee_sip_user_id);
+    const sipUsername = await this.sipUsername(
+      event.organisation_id,
+      event.direction === 'outbound' ? event.caller_sip_user_id : event.callee_sip_user_id,
+    );
     try {
       await this.options.records.transaction(async (records) => {
         const conversation = await records.create(actor, 'Conversation', {
@@ -255,7 +263,13 @@ export class CallEvents {
    * the call, or while the SIP user is still in another answered call.
    */
   private async operatorRestore(actor: Actor, sipUserId: string, endedCallId: string): Promise<void> {
-    const { rows } = await sql<{ status: string; source: string; previous_status: string | null; event_source: string; event_status: string }>`
+    const { rows } = await sql<{
+      status: string;
+      source: string;
+      previous_status: string | null;
+      event_source: string;
+      event_status: string;
+    }>`
       SELECT o.status, o.source, e.previous_status, e.source AS event_source, e.status AS event_status
       FROM operator_statuses o
       JOIN LATERAL (SELECT * FROM operator_status_events e WHERE e.operator_status_id = o.id ORDER BY e.occurred_at DESC, e.id DESC LIMIT 1) e ON true
@@ -264,10 +278,16 @@ export class CallEvents {
     if (row?.status !== 'busy' || row.source !== 'system' || row.event_source !== 'system' || row.event_status !== 'busy') return;
     const { rows: other } = await sql<{ n: number }>`
       SELECT count(*)::int AS n FROM call_participants p JOIN calls c ON c.id = p.call_id
-      WHERE p.member_uuid = ${sipUserId} AND p.left_at IS NULL AND c.id <> ${endedCallId} AND c.status = 'in_progress'`.execute(this.options.db);
+      WHERE p.member_uuid = ${sipUserId} AND p.left_at IS NULL AND c.id <> ${endedCallId} AND c.status = 'in_progress'`.execute(
+      this.options.db,
+    );
     if (other[0].n > 0) return;
     // No status before the call: the operator was reachable by phone, so `available`.
-    await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: row.previous_status ?? 'available', source: 'system' });
+    await this.options.records.create(actor, 'OperatorStatus', {
+      sip_user_id: sipUserId,
+      status: row.previous_status ?? 'available',
+      source: 'system',
+    });
   }
 
   /**
@@ -280,7 +300,9 @@ export class CallEvents {
       SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at, c.call_uuid,
              (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller') AS answered_at
       FROM calls c
-      WHERE c.call_source IN ('sip', 'trunk') AND c.status IN ('initiated', 'ringing', 'in_progress') AND c.updated_at < ${olderThan}`.execute(this.options.db);
+      WHERE c.call_source IN ('sip', 'trunk') AND c.status IN ('initiated', 'ringing', 'in_progress') AND c.updated_at < ${olderThan}`.execute(
+      this.options.db,
+    );
     let ended = 0;
     for (const call of rows) {
       if (alive(call.call_uuid)) continue;

@@ -51,7 +51,8 @@ export function sipEdgeUnavailable(databaseUrl: string | undefined, settings: Si
       'embedded one. Set DATABASE_URL (the same as `parley serve` uses) and run `parley sip serve` again.'
     );
   }
-  if (!haveProgram(settings.kamailioBinary)) return `Kamailio not found (${settings.kamailioBinary}): install Debian's kamailio, kamailio-postgres-modules, kamailio-extra-modules and kamailio-utils-modules`;
+  if (!haveProgram(settings.kamailioBinary))
+    return `Kamailio not found (${settings.kamailioBinary}): install Debian's kamailio, kamailio-postgres-modules, kamailio-extra-modules and kamailio-utils-modules`;
   if (!haveProgram(settings.kamcmdBinary)) return `kamcmd not found (${settings.kamcmdBinary}): it comes with Debian's kamailio package`;
   return undefined;
 }
@@ -74,7 +75,11 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   const configFile = path.join(runDir, 'kamailio.cfg');
   const eventUrl = `http://127.0.0.1:${receiver.port}${EVENTS_PATH}`;
   // The file holds the database URL and the event secret: readable by this user only.
-  fs.writeFileSync(configFile, renderKamailioConfig({ settings, databaseUrl: options.databaseUrl!, runDir, eventUrl, eventSecret: secret }), { mode: 0o600 });
+  fs.writeFileSync(
+    configFile,
+    renderKamailioConfig({ settings, databaseUrl: options.databaseUrl!, runDir, eventUrl, eventSecret: secret }),
+    { mode: 0o600 },
+  );
 
   let kamailio: KamailioProcess;
   try {
@@ -97,7 +102,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   const loaded = { uac: await viewFingerprint(db, 'sip_uacreg'), address: await viewFingerprint(db, 'sip_address') };
   const reloadIfChanged = async () => {
     let inSync = true;
-    for (const [view, key, command] of [['sip_uacreg', 'uac', 'uac.reg_reload'], ['sip_address', 'address', 'permissions.addressReload']] as const) {
+    for (const [view, key, command] of [
+      ['sip_uacreg', 'uac', 'uac.reg_reload'],
+      ['sip_address', 'address', 'permissions.addressReload'],
+    ] as const) {
       const now = await viewFingerprint(db, view);
       if (now === loaded[key]) continue;
       try {

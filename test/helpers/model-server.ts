@@ -56,15 +56,24 @@ export async function startModelServer(): Promise<ModelServer> {
       }
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
       const base = { id: 'chatcmpl-test', object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model: 'test-model' };
-      const send = (choices: unknown[], extra: Record<string, unknown> = {}) => res.write(`data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`);
+      const send = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+        res.write(`data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`);
       if (!answer.empty) {
         send([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }]);
         // Several chunks per answer, as a real stream would send.
-        for (const piece of (answer.text ?? '').match(/.{1,8}/gs) ?? []) send([{ index: 0, delta: { content: piece }, finish_reason: null }]);
+        for (const piece of (answer.text ?? '').match(/.{1,8}/gs) ?? [])
+          send([{ index: 0, delta: { content: piece }, finish_reason: null }]);
         for (const [index, call] of (answer.toolCalls ?? []).entries()) {
           const args = JSON.stringify(call.arguments);
-          send([{ index: 0, delta: { tool_calls: [{ index, id: `call_${index}`, type: 'function', function: { name: call.name, arguments: '' } }] }, finish_reason: null }]);
-          for (const piece of args.match(/.{1,10}/gs) ?? []) send([{ index: 0, delta: { tool_calls: [{ index, function: { arguments: piece } }] }, finish_reason: null }]);
+          send([
+            {
+              index: 0,
+              delta: { tool_calls: [{ index, id: `call_${index}`, type: 'function', function: { name: call.name, arguments: '' } }] },
+              finish_reason: null,
+            },
+          ]);
+          for (const piece of args.match(/.{1,10}/gs) ?? [])
+            send([{ index: 0, delta: { tool_calls: [{ index, function: { arguments: piece } }] }, finish_reason: null }]);
         }
         send([{ index: 0, delta: {}, finish_reason: answer.toolCalls?.length ? 'tool_calls' : 'stop' }]);
         send([], { usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } });

@@ -2,11 +2,7 @@ import { uuidv7 } from 'uuidv7';
 import type { Database } from '../../src/db/connection.js';
 
 /** The telephony side writes calls, participants and transcripts; tests stand in for it. */
-export async function insertCall(
-  db: Database,
-  organisationId: string,
-  overrides: Record<string, unknown> = {},
-): Promise<string> {
+export async function insertCall(db: Database, organisationId: string, overrides: Record<string, unknown> = {}): Promise<string> {
   const id = uuidv7();
   await db
     .insertInto('calls')

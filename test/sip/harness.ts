@@ -16,7 +16,8 @@ export const DOMAIN = 'parley.test';
 /** Why the end-to-end SIP tests cannot run here (they are skipped with this reason), or undefined. */
 export function sipSkipReason(): string | undefined {
   const missing = ['kamailio', 'kamcmd', 'sipp'].filter((p) => !haveProgram(p));
-  if (missing.length) return `${missing.join(', ')} not installed (Debian: kamailio kamailio-postgres-modules kamailio-extra-modules kamailio-utils-modules sip-tester)`;
+  if (missing.length)
+    return `${missing.join(', ')} not installed (Debian: kamailio kamailio-postgres-modules kamailio-extra-modules kamailio-utils-modules sip-tester)`;
   if (!process.env.DATABASE_URL?.startsWith('postgres')) return 'the SIP edge needs PostgreSQL: DATABASE_URL is not a postgres:// URL';
   return undefined;
 }
@@ -91,24 +92,39 @@ export function sipp(scenario: string, remotePort: number | undefined, options: 
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sipp-'));
   const args = [
     ...(remotePort === undefined ? [] : [`127.0.0.1:${remotePort}`]),
-    '-sf', path.join(SCENARIOS, `${scenario}.xml`),
-    '-i', options.localIp ?? '127.0.0.1',
-    '-p', String(options.localPort),
-    '-m', '1',
+    '-sf',
+    path.join(SCENARIOS, `${scenario}.xml`),
+    '-i',
+    options.localIp ?? '127.0.0.1',
+    '-p',
+    String(options.localPort),
+    '-m',
+    '1',
     '-nostdin',
-    '-timeout', `${options.timeoutSeconds ?? 15}s`,
+    '-timeout',
+    `${options.timeoutSeconds ?? 15}s`,
     '-timeout_error',
     '-trace_err',
     '-trace_logs',
-    '-key', 'domain', DOMAIN,
+    '-key',
+    'domain',
+    DOMAIN,
     ...Object.entries(options.keys ?? {}).flatMap(([k, v]) => ['-key', k, v]),
     ...(options.args ?? []),
   ];
   return new Promise((resolve) => {
     execFile('sipp', args, { cwd: dir, timeout: ((options.timeoutSeconds ?? 15) + 10) * 1000 }, (error) => {
       const read = (suffix: string) =>
-        fs.readdirSync(dir).filter((f) => f.endsWith(suffix)).map((f) => fs.readFileSync(path.join(dir, f), 'utf8')).join('\n');
-      const result = { code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, logs: read('_logs.log'), errors: read('_errors.log') };
+        fs
+          .readdirSync(dir)
+          .filter((f) => f.endsWith(suffix))
+          .map((f) => fs.readFileSync(path.join(dir, f), 'utf8'))
+          .join('\n');
+      const result = {
+        code: error ? (typeof error.code === 'number' ? error.code : 1) : 0,
+        logs: read('_logs.log'),
+        errors: read('_errors.log'),
+      };
       fs.rmSync(dir, { recursive: true, force: true });
       resolve(result);
     });

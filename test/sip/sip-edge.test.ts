@@ -36,7 +36,10 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
   async function sipUser(userId?: string) {
     const name = `u${Date.now().toString(36)}${n++}`;
     const password = `pw-${name}-secret`;
-    const response = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: name, sip_password: password, ...(userId ? { user_id: userId } : {}) }));
+    const response = await admin.post(
+      '/api/sip_users',
+      resourceDocument('SipUser', { sip_username: name, sip_password: password, ...(userId ? { user_id: userId } : {}) }),
+    );
     expect(response.status).toBe(201);
     return { id: response.body.data.id as string, name, password };
   }
@@ -48,8 +51,14 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
   }
 
   async function callOf(from: string, to: string) {
-    const row = await t.db.selectFrom('calls').select(['id']).where('organisation_id', '=', tenant.organisationId)
-      .where('from_number', '=', from).where('to_number', '=', to).orderBy('created_at', 'desc').executeTakeFirst();
+    const row = await t.db
+      .selectFrom('calls')
+      .select(['id'])
+      .where('organisation_id', '=', tenant.organisationId)
+      .where('from_number', '=', from)
+      .where('to_number', '=', to)
+      .orderBy('created_at', 'desc')
+      .executeTakeFirst();
     return row?.id as string | undefined;
   }
 
@@ -70,7 +79,13 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
   }
 
   /** Callee registered on its own port and answering with `scenario`; the caller placing the call with `callerScenario`. */
-  async function call(callerScenario: string, calleeScenario: string, caller: { name: string; password: string }, callee: { name: string; password: string }, holdMs = 500) {
+  async function call(
+    callerScenario: string,
+    calleeScenario: string,
+    caller: { name: string; password: string },
+    callee: { name: string; password: string },
+    holdMs = 500,
+  ) {
     const calleePort = await freeUdpPort();
     expect((await register(stack, callee.name, callee.password, calleePort)).code).toBe(0);
     const answering = sipp(calleeScenario, undefined, { localPort: calleePort });
@@ -98,9 +113,15 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
 
     it('refuses a wrong password and an unknown user (403)', async () => {
       const bob = await sipUser();
-      const wrong = await sipp('register_refused', stack.port, { localPort: await freeUdpPort(), args: ['-s', bob.name, '-au', bob.name, '-ap', 'not-the-password'] });
+      const wrong = await sipp('register_refused', stack.port, {
+        localPort: await freeUdpPort(),
+        args: ['-s', bob.name, '-au', bob.name, '-ap', 'not-the-password'],
+      });
       expect(wrong.code).toBe(0);
-      const unknown = await sipp('register_refused', stack.port, { localPort: await freeUdpPort(), args: ['-s', 'nobody-here', '-au', 'nobody-here', '-ap', 'whatever-password'] });
+      const unknown = await sipp('register_refused', stack.port, {
+        localPort: await freeUdpPort(),
+        args: ['-s', 'nobody-here', '-au', 'nobody-here', '-ap', 'whatever-password'],
+      });
       expect(unknown.code).toBe(0);
       expect(await registeredFlag(bob.id)).toBe(false);
     });
@@ -109,10 +130,15 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       const carol = await sipUser();
       expect((await register(stack, carol.name, carol.password, await freeUdpPort())).code).toBe(0);
       const rotated = 'rotated-password-123';
-      const patched = await admin.patch(`/api/sip_users/${carol.id}`, { data: { type: 'SipUser', id: carol.id, attributes: { sip_password: rotated } } });
+      const patched = await admin.patch(`/api/sip_users/${carol.id}`, {
+        data: { type: 'SipUser', id: carol.id, attributes: { sip_password: rotated } },
+      });
       expect(patched.status).toBe(200);
       expect((await register(stack, carol.name, rotated, await freeUdpPort())).code).toBe(0);
-      const old = await sipp('register_refused', stack.port, { localPort: await freeUdpPort(), args: ['-s', carol.name, '-au', carol.name, '-ap', carol.password] });
+      const old = await sipp('register_refused', stack.port, {
+        localPort: await freeUdpPort(),
+        args: ['-s', carol.name, '-au', carol.name, '-ap', carol.password],
+      });
       expect(old.code).toBe(0);
     });
 
@@ -120,10 +146,19 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       const dave = await sipUser();
       // From 127.0.0.9: five refusals, then silence, even for the right password.
       for (let i = 0; i < 5; i++) {
-        const refused = await sipp('register_refused', stack.port, { localPort: await freeUdpPort(), localIp: '127.0.0.9', args: ['-s', dave.name, '-au', dave.name, '-ap', 'wrong-password'] });
+        const refused = await sipp('register_refused', stack.port, {
+          localPort: await freeUdpPort(),
+          localIp: '127.0.0.9',
+          args: ['-s', dave.name, '-au', dave.name, '-ap', 'wrong-password'],
+        });
         expect(refused.code).toBe(0);
       }
-      const banned = await sipp('register', stack.port, { localPort: await freeUdpPort(), localIp: '127.0.0.9', timeoutSeconds: 3, args: ['-s', dave.name, '-au', dave.name, '-ap', dave.password] });
+      const banned = await sipp('register', stack.port, {
+        localPort: await freeUdpPort(),
+        localIp: '127.0.0.9',
+        timeoutSeconds: 3,
+        args: ['-s', dave.name, '-au', dave.name, '-ap', dave.password],
+      });
       expect(banned.code).not.toBe(0);
       // Other addresses are unaffected.
       expect((await register(stack, dave.name, dave.password, await freeUdpPort())).code).toBe(0);
@@ -136,7 +171,14 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       const callee = await sipUser();
       await call('caller_call', 'callee_answer', caller, callee, 1200);
       const record = await callWhenTerminal(caller.name, callee.name);
-      expect(record.attributes).toMatchObject({ status: 'completed', direction: 'outbound', sip_username: caller.name, call_source: 'sip', from_number: caller.name, to_number: callee.name });
+      expect(record.attributes).toMatchObject({
+        status: 'completed',
+        direction: 'outbound',
+        sip_username: caller.name,
+        call_source: 'sip',
+        from_number: caller.name,
+        to_number: callee.name,
+      });
       expect(record.attributes.call_uuid).toMatch(/@127\.0\.0\.1$/);
       expect(record.attributes.ended_at).not.toBeNull();
       expect(record.attributes.duration_seconds).toBeGreaterThanOrEqual(1);
@@ -182,7 +224,10 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
     it('an operator on a call is busy (source system), then back to their status', async () => {
       const operatorPhone = await sipUser(tenant.operator.id);
       const caller = await sipUser();
-      const set = await admin.post('/api/operator_statuses', resourceDocument('OperatorStatus', { sip_user_id: operatorPhone.id, status: 'away' }));
+      const set = await admin.post(
+        '/api/operator_statuses',
+        resourceDocument('OperatorStatus', { sip_user_id: operatorPhone.id, status: 'away' }),
+      );
       expect(set.status).toBe(201);
       const statusId = set.body.data.id;
       const placing = call('caller_call', 'callee_answer', caller, operatorPhone, 3000);
@@ -199,7 +244,13 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       }, 'the operator status to be restored');
       expect(after.status).toBe('away');
       const history = await admin.get(`/api/operator_status_events?filter[sip_user_id]=${operatorPhone.id}&sort=occurred_at`);
-      expect(history.body.data.map((e: { attributes: Record<string, unknown> }) => [e.attributes.previous_status, e.attributes.status, e.attributes.source])).toEqual([
+      expect(
+        history.body.data.map((e: { attributes: Record<string, unknown> }) => [
+          e.attributes.previous_status,
+          e.attributes.status,
+          e.attributes.source,
+        ]),
+      ).toEqual([
         [null, 'away', 'api'],
         ['away', 'busy', 'system'],
         ['busy', 'away', 'system'],
@@ -212,20 +263,33 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       const carrierPort = await freeUdpPort();
       const carrier = sipp('trunk_registrar', undefined, { localPort: carrierPort, timeoutSeconds: 20 });
       await new Promise((resolve) => setTimeout(resolve, 300));
-      const created = await admin.post('/api/gateways', resourceDocument('Gateway', {
-        realm: 'trunk.test', username: 'acme-trunk', password: 'trunk-password', proxy: `127.0.0.1:${carrierPort}`, register: true,
-      }));
+      const created = await admin.post(
+        '/api/gateways',
+        resourceDocument('Gateway', {
+          realm: 'trunk.test',
+          username: 'acme-trunk',
+          password: 'trunk-password',
+          proxy: `127.0.0.1:${carrierPort}`,
+          register: true,
+        }),
+      );
       expect(created.status).toBe(201);
       const result = await carrier;
       expect(result.logs).toContain('trunk registration VERIFIED');
       expect(result.code).toBe(0);
     });
 
-    it('accepts an inbound INVITE from a gateway ACL as that organisation\'s call, refuses others (403)', async () => {
+    it("accepts an inbound INVITE from a gateway ACL as that organisation's call, refuses others (403)", async () => {
       const callee = await sipUser();
-      const created = await admin.post('/api/gateways', resourceDocument('Gateway', {
-        realm: 'carrier.test', username: 'inbound', register: false, inbound_acl: ['127.0.0.2/32'],
-      }));
+      const created = await admin.post(
+        '/api/gateways',
+        resourceDocument('Gateway', {
+          realm: 'carrier.test',
+          username: 'inbound',
+          register: false,
+          inbound_acl: ['127.0.0.2/32'],
+        }),
+      );
       expect(created.status).toBe(201);
       // The reload timer applies it within SIP_RELOAD_INTERVAL_MS; asking until in sync makes sure it has.
       await until(async () => ((await stack.edge.reloadIfChanged()) ? true : undefined), 'the ACL reload');
@@ -233,14 +297,27 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       expect((await register(stack, callee.name, callee.password, calleePort)).code).toBe(0);
       const answering = sipp('callee_answer', undefined, { localPort: calleePort });
       await new Promise((resolve) => setTimeout(resolve, 300));
-      const inbound = await sipp('trunk_caller', stack.port, { localPort: await freeUdpPort(), localIp: '127.0.0.2', args: ['-s', callee.name] });
+      const inbound = await sipp('trunk_caller', stack.port, {
+        localPort: await freeUdpPort(),
+        localIp: '127.0.0.2',
+        args: ['-s', callee.name],
+      });
       expect(inbound.errors).toBe('');
       expect(inbound.code).toBe(0);
       expect((await answering).code).toBe(0);
       const record = await callWhenTerminal('+15551234', callee.name);
-      expect(record.attributes).toMatchObject({ status: 'completed', direction: 'inbound', call_source: 'trunk', sip_username: callee.name });
+      expect(record.attributes).toMatchObject({
+        status: 'completed',
+        direction: 'inbound',
+        call_source: 'trunk',
+        sip_username: callee.name,
+      });
 
-      const refused = await sipp('trunk_refused', stack.port, { localPort: await freeUdpPort(), localIp: '127.0.0.3', args: ['-s', callee.name] });
+      const refused = await sipp('trunk_refused', stack.port, {
+        localPort: await freeUdpPort(),
+        localIp: '127.0.0.3',
+        args: ['-s', callee.name],
+      });
       expect(refused.errors).toBe('');
       expect(refused.code).toBe(0);
     });
@@ -251,8 +328,15 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       const caller = await sipUser();
       const callee = await sipUser();
       const base = {
-        call_id: `lost-${Date.now()}@test`, organisation_id: tenant.organisationId, direction: 'outbound' as const, source: 'sip' as const,
-        caller_sip_user_id: caller.id, callee_sip_user_id: callee.id, from: caller.name, to: callee.name, code: 0,
+        call_id: `lost-${Date.now()}@test`,
+        organisation_id: tenant.organisationId,
+        direction: 'outbound' as const,
+        source: 'sip' as const,
+        caller_sip_user_id: caller.id,
+        callee_sip_user_id: callee.id,
+        from: caller.name,
+        to: callee.name,
+        code: 0,
       };
       await stack.edge.events.apply({ ...base, event: 'initiated', at: new Date(Date.now() - 5000) });
       await stack.edge.events.apply({ ...base, event: 'answered', code: 200, at: new Date(Date.now() - 4000) });
@@ -268,7 +352,11 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       expect(url.endsWith(EVENTS_PATH)).toBe(true);
       const noSecret = await fetch(url, { method: 'POST', body: '{}' });
       expect(noSecret.status).toBe(401);
-      const malformed = await fetch(url, { method: 'POST', body: '{"event":"nope"}', headers: { 'x-parley-sip-secret': stack.edge.eventSecret } });
+      const malformed = await fetch(url, {
+        method: 'POST',
+        body: '{"event":"nope"}',
+        headers: { 'x-parley-sip-secret': stack.edge.eventSecret },
+      });
       expect(malformed.status).toBe(400);
       expect(((await malformed.json()) as { errors: string[] }).errors.length).toBeGreaterThan(1);
     });

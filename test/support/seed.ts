@@ -41,7 +41,17 @@ export async function seedTenant(t: TestApp, name = 'Tenant'): Promise<Tenant> {
   const owner = await member('owner', `${name} Owner`);
   const admin = await member('admin', `${name} Admin`);
   const operator = await member('operator', `${name} Operator`);
-  const publishable = await createApiKey(t.services.records!, { organisationId: organisation.id, userId: owner.id, keyType: 'publishable', name: 'widget' });
-  const secret = await createApiKey(t.services.records!, { organisationId: organisation.id, userId: owner.id, keyType: 'secret', name: 'server' });
+  const publishable = await createApiKey(t.services.records!, {
+    organisationId: organisation.id,
+    userId: owner.id,
+    keyType: 'publishable',
+    name: 'widget',
+  });
+  const secret = await createApiKey(t.services.records!, {
+    organisationId: organisation.id,
+    userId: owner.id,
+    keyType: 'secret',
+    name: 'server',
+  });
   return { organisationId: organisation.id, owner, admin, operator, publishableKey: publishable.token, secretKey: secret.token };
 }

@@ -6,7 +6,14 @@ import { HashGate } from '../../src/auth/passwords.js';
 function held(ran: string[], name: string) {
   let finish!: () => void;
   const done = new Promise<void>((resolve) => (finish = resolve));
-  return { work: async () => { ran.push(name); await done; return name; }, finish };
+  return {
+    work: async () => {
+      ran.push(name);
+      await done;
+      return name;
+    },
+    finish,
+  };
 }
 
 describe('HashGate', () => {

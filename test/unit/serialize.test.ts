@@ -6,14 +6,28 @@
 import { describe, expect, it } from 'vitest';
 import { buildRegistry } from '../../src/jsonapi/routes.js';
 import qs from 'qs';
-import { documentJson, document, queryString, renderResource, resourceJson, type RenderContext, type Row } from '../../src/jsonapi/serialize.js';
+import {
+  documentJson,
+  document,
+  queryString,
+  renderResource,
+  resourceJson,
+  type RenderContext,
+  type Row,
+} from '../../src/jsonapi/serialize.js';
 import { linkageColumn } from '../../src/jsonapi/select.js';
 import { resources } from '../../src/resources/index.js';
 
 const registry = buildRegistry(resources);
 const ctx: RenderContext = {
   baseUrl: 'https://parley.example:8443',
-  principal: { organisationId: '01890000-0000-7000-8000-000000000001', userId: null, role: 'admin', credential: 'secret_key', credentialId: 'k' },
+  principal: {
+    organisationId: '01890000-0000-7000-8000-000000000001',
+    userId: null,
+    role: 'admin',
+    credential: 'secret_key',
+    credentialId: 'k',
+  },
   registry,
   fields: new Map(),
 };
@@ -43,7 +57,8 @@ function row(resource: (typeof resources)[number], variant: number): Row {
                 : `value "${name}" ${variant} \u2028 é`;
   }
   for (const [name, relationship] of Object.entries(resource.relationships)) {
-    if (relationship.cardinality === 'one') values[linkageColumn(name)] = variant % 2 ? null : `01890000-0000-7000-8000-0000000000${10 + variant}`;
+    if (relationship.cardinality === 'one')
+      values[linkageColumn(name)] = variant % 2 ? null : `01890000-0000-7000-8000-0000000000${10 + variant}`;
   }
   return values;
 }
@@ -62,10 +77,25 @@ describe('resourceJson', () => {
     const resource = resources.find((r) => r.type === 'Conversation')!;
     const rows = [row(resource, 0), row(resource, 1)];
     const links = { self: `${ctx.baseUrl}/api/conversations`, next: null };
-    expect(documentJson(rows.map((r) => resourceJson(resource, r, ctx)), { page: { limit: 25 } }, links)).toBe(
-      JSON.stringify(document(rows.map((r) => renderResource(resource, r, ctx)), [], { page: { limit: 25 } }, links)),
+    expect(
+      documentJson(
+        rows.map((r) => resourceJson(resource, r, ctx)),
+        { page: { limit: 25 } },
+        links,
+      ),
+    ).toBe(
+      JSON.stringify(
+        document(
+          rows.map((r) => renderResource(resource, r, ctx)),
+          [],
+          { page: { limit: 25 } },
+          links,
+        ),
+      ),
     );
-    expect(documentJson(resourceJson(resource, rows[0], ctx), {})).toBe(JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})));
+    expect(documentJson(resourceJson(resource, rows[0], ctx), {})).toBe(
+      JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})),
+    );
     expect(documentJson([], { page: { limit: 25 } })).toBe(JSON.stringify(document([], [], { page: { limit: 25 } })));
   });
 });

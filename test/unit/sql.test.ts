@@ -33,10 +33,16 @@ describe('filter SQL', () => {
   it('filters a computed attribute by its expression, for the principal asking', () => {
     const computed = {
       ...ticket,
-      attributes: { ...ticket.attributes, mine: { kind: 'string' as const, filterable: true, expression: (p: Principal) => sql`(SELECT ${p.userId}::text)` } },
+      attributes: {
+        ...ticket.attributes,
+        mine: { kind: 'string' as const, filterable: true, expression: (p: Principal) => sql`(SELECT ${p.userId}::text)` },
+      },
     };
     const principal = { organisationId: 'o', userId: 'u1', role: 'operator', credential: 'user_token', credentialId: 's' } as Principal;
-    expect(compile(filterSql(computed, condition('mine', 'eq', 'x'), principal))).toEqual({ sql: '((SELECT $1::text)) = $2::text', parameters: ['u1', 'x'] });
+    expect(compile(filterSql(computed, condition('mine', 'eq', 'x'), principal))).toEqual({
+      sql: '((SELECT $1::text)) = $2::text',
+      parameters: ['u1', 'x'],
+    });
     expect(() => filterSql(computed, condition('mine', 'eq', 'x'))).toThrow(/needs the principal/);
   });
 

@@ -56,7 +56,11 @@ function start(script: HTMLScriptElement) {
   let session: VisitorSession | undefined = restore();
   let timer: number | undefined;
 
-  const api = apiClient({ baseUrl, token: () => session?.token, onUnauthorized: () => forget('Your chat session ended. Send a message to start a new one.') });
+  const api = apiClient({
+    baseUrl,
+    token: () => session?.token,
+    onUnauthorized: () => forget('Your chat session ended. Send a message to start a new one.'),
+  });
 
   const host = document.createElement('div');
   host.setAttribute('data-parley-widget', '');
@@ -125,13 +129,20 @@ function start(script: HTMLScriptElement) {
       return undefined;
     }
     const meta = data.meta as { token: string; token_expires_at: string };
-    session = { token: meta.token, expiresAt: meta.token_expires_at, conversationId: data.data.id, publicId: data.data.attributes.public_id ?? '' };
+    session = {
+      token: meta.token,
+      expiresAt: meta.token_expires_at,
+      conversationId: data.data.id,
+      publicId: data.data.attributes.public_id ?? '',
+    };
     sessionStorage.setItem(storageKey, JSON.stringify(session));
     return session;
   }
 
   function render(conversation: ConversationResource, items: ConversationItemResource[]) {
-    const shown = items.filter((i) => i.attributes.role !== 'tool').sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
+    const shown = items
+      .filter((i) => i.attributes.role !== 'tool')
+      .sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
     if (list.childElementCount !== shown.length) {
       list.replaceChildren(
         ...shown.map((item) => {

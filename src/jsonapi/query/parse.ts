@@ -68,8 +68,7 @@ class Problems {
   }
 }
 
-const isObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 export function parseQuery(
   raw: Record<string, unknown>,
@@ -108,7 +107,8 @@ function parseInclude(value: unknown, resource: ResourceDef, registry: Registry,
     let current: ResourceDef | undefined = resource;
     let node = tree;
     for (const segment of segments) {
-      const relationship: ResourceDef['relationships'][string] | undefined = current && Object.hasOwn(current.relationships, segment) ? current.relationships[segment] : undefined;
+      const relationship: ResourceDef['relationships'][string] | undefined =
+        current && Object.hasOwn(current.relationships, segment) ? current.relationships[segment] : undefined;
       const includable = relationship && (relationship.includable ?? relationship.cardinality === 'one');
       if (!relationship || !includable || !registry.has(relationship.type)) {
         problems.add('invalid_includes', 'include', `\`${path}\` is not an includable relationship path of ${resource.type}.`);
@@ -170,7 +170,11 @@ function parseFilter(value: unknown, resource: ResourceDef, problems: Problems):
     for (const [key, child] of Object.entries(node)) {
       const parameter = `${path}[${key}]`;
       if (key === 'and' || key === 'or') {
-        const items = Array.isArray(child) ? child.map((item, i) => [String(i), item] as const) : isObject(child) ? Object.entries(child) : [];
+        const items = Array.isArray(child)
+          ? child.map((item, i) => [String(i), item] as const)
+          : isObject(child)
+            ? Object.entries(child)
+            : [];
         if (items.length === 0 || items.some(([index]) => !/^\d{1,3}$/.test(index))) {
           problems.add('invalid_filter', parameter, `\`${parameter}\` takes indexed filters, e.g. ${parameter}[0][status]=active.`);
           continue;
@@ -227,7 +231,8 @@ function convertOperand(def: AttributeDef, operator: FilterOperator, operand: un
     return invalid('`contains` applies to text, JSON objects and lists only.');
   }
   if (operator === 'in') {
-    const items = typeof operand === 'string' ? operand.split(',') : Array.isArray(operand) ? operand : isObject(operand) ? Object.values(operand) : [];
+    const items =
+      typeof operand === 'string' ? operand.split(',') : Array.isArray(operand) ? operand : isObject(operand) ? Object.values(operand) : [];
     if (items.length === 0 || items.length > MAX_IN_VALUES) return invalid(`\`in\` takes 1 to ${MAX_IN_VALUES} values.`);
     const values: unknown[] = [];
     for (const item of items) {
@@ -248,7 +253,9 @@ function convertScalar(def: AttributeDef, operand: unknown, contains: boolean): 
       return UUID_PATTERN.test(operand) ? converted(operand.toLowerCase()) : invalid('The value must be a UUID.');
     case 'integer': {
       const number = Number(operand);
-      return /^-?\d{1,10}$/.test(operand) && Math.abs(number) <= 2_147_483_647 ? converted(number) : invalid('The value must be an integer.');
+      return /^-?\d{1,10}$/.test(operand) && Math.abs(number) <= 2_147_483_647
+        ? converted(number)
+        : invalid('The value must be an integer.');
     }
     case 'boolean':
       return operand === 'true' || operand === 'false' ? converted(operand === 'true') : invalid('The value must be true or false.');
@@ -263,7 +270,9 @@ function convertScalar(def: AttributeDef, operand: unknown, contains: boolean): 
         const parsed: unknown = JSON.parse(operand);
         if (!isObject(parsed)) return invalid('The value must be a JSON object.');
         // As deep as a request body may nest; deeper values would only exhaust the database's stack.
-        return jsonDepth(parsed) > MAX_FILTER_JSON_DEPTH ? invalid(`The value nests deeper than ${MAX_FILTER_JSON_DEPTH} levels.`) : converted(parsed);
+        return jsonDepth(parsed) > MAX_FILTER_JSON_DEPTH
+          ? invalid(`The value nests deeper than ${MAX_FILTER_JSON_DEPTH} levels.`)
+          : converted(parsed);
       } catch {
         return invalid('The value must be a JSON object.');
       }
@@ -327,7 +336,12 @@ function sortKey(entry: string): SortKey | undefined {
   }
 }
 
-function parsePage(value: unknown, sort: SortKey[], { limits, cursors }: Required<Pick<QueryOptions, 'limits'>> & QueryOptions, problems: Problems): PageParams {
+function parsePage(
+  value: unknown,
+  sort: SortKey[],
+  { limits, cursors }: Required<Pick<QueryOptions, 'limits'>> & QueryOptions,
+  problems: Problems,
+): PageParams {
   const page: PageParams = { limit: limits.defaultLimit, count: false };
   if (value === undefined) return page;
   if (!isObject(value)) {

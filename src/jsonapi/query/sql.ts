@@ -28,7 +28,10 @@ export function filterSql(resource: ResourceDef, node: FilterNode, principal?: P
     case 'or':
       return node.children.length === 0
         ? sql`TRUE`
-        : sql`(${sql.join(node.children.map((c) => filterSql(resource, c, principal)), node.kind === 'and' ? sql` AND ` : sql` OR `)})`;
+        : sql`(${sql.join(
+            node.children.map((c) => filterSql(resource, c, principal)),
+            node.kind === 'and' ? sql` AND ` : sql` OR `,
+          )})`;
     case 'not':
       return sql`NOT COALESCE(${filterSql(resource, node.child, principal)}, FALSE)`;
     case 'condition':
@@ -81,9 +84,12 @@ const flip = (key: SortKey): SortKey => ({
 
 export function orderBySql(resource: ResourceDef, sort: SortKey[], reverse = false): RawBuilder<unknown> {
   return sql.join(
-    sort.map((key) => (reverse ? flip(key) : key)).map(
-      (key) => sql`${column(resource, key.attribute)} ${sql.raw(key.direction === 'asc' ? 'ASC' : 'DESC')} NULLS ${sql.raw(key.nulls === 'first' ? 'FIRST' : 'LAST')}`,
-    ),
+    sort
+      .map((key) => (reverse ? flip(key) : key))
+      .map(
+        (key) =>
+          sql`${column(resource, key.attribute)} ${sql.raw(key.direction === 'asc' ? 'ASC' : 'DESC')} NULLS ${sql.raw(key.nulls === 'first' ? 'FIRST' : 'LAST')}`,
+      ),
   );
 }
 
@@ -122,7 +128,10 @@ export function keysetSql(resource: ResourceDef, sort: SortKey[], cursor: Cursor
     const equal = keys.slice(0, i).map((k, j) => equalTo(resource, k, values[j]));
     return sql.join([...equal, afterValue(resource, key, values[i])], sql` AND `);
   });
-  return sql`(${sql.join(branches.map((b) => sql`(${b})`), sql` OR `)})`;
+  return sql`(${sql.join(
+    branches.map((b) => sql`(${b})`),
+    sql` OR `,
+  )})`;
 }
 
 function equalTo(resource: ResourceDef, key: SortKey, value: string | null): RawBuilder<unknown> {

@@ -144,7 +144,13 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           </button>
         </nav>
         <div class="topbar-end">
-          <Availability api={api} sipUserId={sipUser?.id} hasSipUser={sipUser !== null} status={state.myStatus} onChange={(s) => dispatch({ kind: 'status', status: s })} />
+          <Availability
+            api={api}
+            sipUserId={sipUser?.id}
+            hasSipUser={sipUser !== null}
+            status={state.myStatus}
+            onChange={(s) => dispatch({ kind: 'status', status: s })}
+          />
           <span class={`stream stream-${stream}`} role="status" aria-live="polite">
             {STREAM_LABELS[stream]}
           </span>

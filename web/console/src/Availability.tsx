@@ -47,7 +47,12 @@ export function Availability({ api, sipUserId, hasSipUser, status, onChange }: P
       <label for="availability" class="visually-hidden">
         Availability
       </label>
-      <select id="availability" value={status ?? ''} disabled={!sipUserId || saving} onChange={(e) => choose(e.currentTarget.value as OperatorAvailability)}>
+      <select
+        id="availability"
+        value={status ?? ''}
+        disabled={!sipUserId || saving}
+        onChange={(e) => choose(e.currentTarget.value as OperatorAvailability)}
+      >
         {status === undefined && <option value="">Not set</option>}
         {CHOICES.map((c) => (
           <option value={c.value}>{c.label}</option>

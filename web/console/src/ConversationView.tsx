@@ -1,5 +1,11 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { describeError, type ApiClient, type ConversationItemResource, type ConversationResource, type ConversationStatus } from '../../api/client';
+import {
+  describeError,
+  type ApiClient,
+  type ConversationItemResource,
+  type ConversationResource,
+  type ConversationStatus,
+} from '../../api/client';
 import { conversationTitle } from './Inbox';
 import type { Action } from './live';
 
@@ -38,7 +44,9 @@ export function ConversationView({ api, me, conversation, items, dispatch, onBac
       });
       if (!data?.data[0]) return setError(describeError(failure, 'The conversation could not be loaded.'));
       dispatch({ kind: 'conversation', record: data.data[0] });
-      const loaded = (data.included ?? []).filter((r): r is ConversationItemResource => (r as { type: string }).type === 'ConversationItem');
+      const loaded = (data.included ?? []).filter(
+        (r): r is ConversationItemResource => (r as { type: string }).type === 'ConversationItem',
+      );
       dispatch({ kind: 'items', conversationId: conversation.id, list: loaded });
     })();
   }, [api, conversation.id, dispatch]);
@@ -88,7 +96,13 @@ export function ConversationView({ api, me, conversation, items, dispatch, onBac
               <button
                 type="button"
                 class="button"
-                onClick={() => update('active', { ...metadata, agent_paused: false, assigned_operator: null }, 'The conversation could not be handed back.')}
+                onClick={() =>
+                  update(
+                    'active',
+                    { ...metadata, agent_paused: false, assigned_operator: null },
+                    'The conversation could not be handed back.',
+                  )
+                }
               >
                 Hand back to agent
               </button>
@@ -96,7 +110,9 @@ export function ConversationView({ api, me, conversation, items, dispatch, onBac
               <button
                 type="button"
                 class="button"
-                onClick={() => update('active', { ...metadata, agent_paused: true, assigned_operator: me }, 'The conversation could not be taken over.')}
+                onClick={() =>
+                  update('active', { ...metadata, agent_paused: true, assigned_operator: me }, 'The conversation could not be taken over.')
+                }
               >
                 Take over
               </button>

@@ -116,7 +116,9 @@ export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUs
     case 'OperatorStatus.created':
     case 'OperatorStatus.updated': {
       const attributes = (event.data.attributes ?? {}) as { sip_user_id?: string; status?: OperatorAvailability };
-      return attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId ? { kind: 'status', status: attributes.status } : undefined;
+      return attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId
+        ? { kind: 'status', status: attributes.status }
+        : undefined;
     }
     default:
       return undefined;
