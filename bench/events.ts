@@ -102,14 +102,14 @@ function machineCpuMs(): number {
   }
 }
 
-/** Creates items for `seconds`: requests/s, and the machine's CPU time per request (server, database, load). */
-async function createItems(
-  url: string,
-  token: string,
-  conversations: string[],
-  seconds: number,
-  connections = 32,
-): Promise<{ rps: number; cpuUs: number }> {
+/** One load run: requests/s, and the machine's CPU time per request in us (server, database, load). */
+interface Measured {
+  rps: number;
+  cpuUs: number;
+}
+
+/** Creates items for `seconds`. */
+async function createItems(url: string, token: string, conversations: string[], seconds: number, connections = 32): Promise<Measured> {
   const cpuBefore = machineCpuMs();
   let n = 0;
   const result = await autocannon({
@@ -210,7 +210,7 @@ export async function eventsBenchmark(
   // Throughput, events off and on, alternated (off, on, on, off, ...: a drift of the machine, or the tables'
   // growth, falls on both alike), each server warmed up for 3 s first.
   const port = await freePort();
-  const runs = { off: [] as { rps: number; cpuUs: number }[], on: [] as { rps: number; cpuUs: number }[] };
+  const runs = { off: [] as Measured[], on: [] as Measured[] };
   for (let round = 0; round < rounds; round++) {
     for (const mode of round % 2 === 0 ? (['off', 'on'] as const) : (['on', 'off'] as const)) {
       const child = await server(databaseUrl, port, { BENCH_EVENTS: mode });
@@ -223,7 +223,7 @@ export async function eventsBenchmark(
       await stop(child);
     }
   }
-  const mean = (list: { rps: number; cpuUs: number }[], key: 'rps' | 'cpuUs') => list.reduce((a, b) => a + b[key], 0) / list.length;
+  const mean = (list: Measured[], key: keyof Measured) => list.reduce((a, b) => a + b[key], 0) / list.length;
   const createdOff = mean(runs.off, 'rps');
   const createdOn = mean(runs.on, 'rps');
   const cpuOff = mean(runs.off, 'cpuUs');
