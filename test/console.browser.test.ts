@@ -22,7 +22,9 @@ const hasChromium = existsSync(CHROMIUM);
 if (!hasChromium)
   console.warn(`console browser tests skipped: no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
 
-const SCREENSHOTS = path.resolve('docs/screenshots');
+// Screenshots go to a scratch folder (ignored by git), so a test run changes no tracked file;
+// `npm run screenshots` runs this file with UPDATE_SCREENSHOTS=1 to refresh the ones in docs/screenshots/.
+const SCREENSHOTS = path.resolve(process.env.UPDATE_SCREENSHOTS === '1' ? 'docs/screenshots' : 'test-results/screenshots');
 
 describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium', () => {
   let t: TestApp;
