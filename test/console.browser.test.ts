@@ -293,6 +293,43 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await page.getByRole('button', { name: 'Back to the inbox' }).waitFor();
   });
 
+  it('keeps the top bar and the reply box in view in a conversation of 200 messages, at 1280x800 and 390x844', async () => {
+    const id = (await admin().post('/api/conversations', resourceDocument('Conversation', { channel: 'chat' }))).body.data.id;
+    for (let i = 0; i < 200; i++) {
+      const role = i % 2 ? 'operator' : 'user';
+      const content = `Message ${i}: ${'a fairly long line of text that wraps in a narrow window '.repeat(1 + (i % 3))}`;
+      await admin().post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role, content }));
+    }
+    for (const viewport of [
+      { width: 1280, height: 800 },
+      { width: 390, height: 844 },
+    ]) {
+      await page.setViewportSize(viewport);
+      await page.reload();
+      await page.locator(`[data-conversation-id="${id}"]`).click();
+      await page.locator('.items').getByText('Message 199:').waitFor();
+      const box = async (selector: string) => {
+        const found = await page.locator(selector).boundingBox();
+        if (!found) throw new Error(`${selector} is not displayed`);
+        return found;
+      };
+      const topbar = await box('.topbar');
+      const reply = await box('.reply');
+      // Measured after layout: the page itself never scrolls; the messages scroll in their own pane.
+      expect(topbar.y, `top bar at ${viewport.width}`).toBeGreaterThanOrEqual(0);
+      expect(reply.y + reply.height, `reply box at ${viewport.width}`).toBeLessThanOrEqual(viewport.height);
+      expect((await page.evaluate('document.scrollingElement.scrollTop')) as number).toBe(0);
+      const items = (await page.evaluate(
+        `(() => { const l = document.querySelector('.items'); return [l.scrollHeight, l.clientHeight]; })()`,
+      )) as [number, number];
+      expect(items[0], 'the message list scrolls inside its pane').toBeGreaterThan(items[1]);
+      await page.getByLabel('Reply as operator').fill('Still here');
+      expect(await page.getByLabel('Reply as operator').isVisible()).toBe(true);
+      await page.getByLabel('Reply as operator').fill('');
+    }
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
   it('clears an expired session with a message', async () => {
     await page.evaluate(`(() => {
       const session = JSON.parse(sessionStorage.getItem('parley.session'));
