@@ -129,6 +129,8 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await page.getByLabel('Password').fill('wrong password');
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.getByRole('alert').filter({ hasText: 'e-mail or password is wrong' }).waitFor();
+    // A wrong password is the form's error, not an ended session.
+    expect(await page.getByText(/expired or was revoked/).count()).toBe(0);
     await page.getByLabel('Password').fill(tenant.operator.password);
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.getByRole('button', { name: 'Sign out' }).waitFor();
@@ -222,6 +224,23 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     expect(await page.getByLabel('Reply as operator').inputValue()).toBe('This one fails');
     await page.unroute('**/api/conversation_items');
     await page.getByLabel('Reply as operator').fill('');
+  });
+
+  it('says so when the server cannot be reached, and sends again once it can', async () => {
+    // The request fails at the network (fetch throws), as when the server is down.
+    await page.route('**/api/conversation_items', (route) => route.abort('connectionrefused'));
+    await page.getByLabel('Reply as operator').fill('Sent on the second try');
+    await page.getByRole('button', { name: 'Send' }).click();
+    await expect
+      .poll(() => page.getByRole('alert').allTextContents())
+      .toContainEqual(expect.stringContaining('the server could not be reached'));
+    expect(await page.getByLabel('Reply as operator').inputValue()).toBe('Sent on the second try');
+    await page.unroute('**/api/conversation_items');
+    // The Send button is usable again, and the retry stores the reply.
+    await expect.poll(() => page.getByRole('button', { name: 'Send' }).isEnabled()).toBe(true);
+    await page.getByRole('button', { name: 'Send' }).click();
+    await expect.poll(() => page.getByLabel('Reply as operator').inputValue()).toBe('');
+    await page.locator('.items').getByText('Sent on the second try').waitFor();
   });
 
   it('reconnects after the server restarts and resumes after the last event', async (ctx) => {

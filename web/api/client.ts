@@ -26,7 +26,7 @@ export interface ClientOptions {
   baseUrl: string;
   /** The bearer token for each request (read each time: it changes on sign-in and sign-out). */
   token: () => string | undefined;
-  /** Called on a 401 from a request that carried a token: the session expired or was revoked. */
+  /** Called on a 401 from a request that carried the session's token: the session expired or was revoked. */
   onUnauthorized?: () => void;
 }
 
@@ -41,7 +41,10 @@ export function apiClient(options: ClientOptions) {
       return request;
     },
     onResponse({ request, response }) {
-      if (response.status === 401 && request.headers.has('Authorization')) options.onUnauthorized?.();
+      // Only a refused session token means the session ended: a sign-in refused with the publishable key (a wrong
+      // password) is that form's own error, not an expired session.
+      const token = options.token();
+      if (response.status === 401 && token && request.headers.get('Authorization') === `Bearer ${token}`) options.onUnauthorized?.();
       return response;
     },
   };

@@ -57,28 +57,41 @@ export function ConversationView({ api, me, conversation, items, dispatch, onBac
 
   async function update(status: ConversationStatus, meta: Record<string, unknown>, failureText: string) {
     setError(undefined);
-    const { data, error: failure } = await api.PATCH('/api/conversations/{id}', {
-      params: { path: { id: conversation.id } },
-      body: { data: { type: 'Conversation', id: conversation.id, attributes: { status, metadata: meta } } },
-    });
-    if (data) dispatch({ kind: 'conversation', record: data.data });
-    else setError(describeError(failure, failureText));
+    try {
+      const { data, error: failure } = await api.PATCH('/api/conversations/{id}', {
+        params: { path: { id: conversation.id } },
+        body: { data: { type: 'Conversation', id: conversation.id, attributes: { status, metadata: meta } } },
+      });
+      if (data) dispatch({ kind: 'conversation', record: data.data });
+      else setError(describeError(failure, failureText));
+    } catch (cause) {
+      setError(describeError(cause, `${failureText} The server could not be reached.`));
+    }
   }
 
+  /**
+   * Sends the draft as an operator item. A refusal or an unreachable server (fetch throws) keeps the draft and
+   * says why; Send is enabled again either way, so the operator can retry.
+   */
   async function send(event: Event) {
     event.preventDefault();
     const content = draft.trim();
-    if (!content) return;
+    if (!content || sending) return;
     setSending(true);
     setError(undefined);
-    const { data, error: failure } = await api.POST('/api/conversation_items', {
-      body: { data: { type: 'ConversationItem', attributes: { conversation_id: conversation.id, role: 'operator', content } } },
-    });
-    setSending(false);
-    if (data) {
-      setDraft('');
-      dispatch({ kind: 'item', record: data.data, openId: conversation.id });
-    } else setError(describeError(failure, 'Your reply was not sent.'));
+    try {
+      const { data, error: failure } = await api.POST('/api/conversation_items', {
+        body: { data: { type: 'ConversationItem', attributes: { conversation_id: conversation.id, role: 'operator', content } } },
+      });
+      if (data) {
+        setDraft('');
+        dispatch({ kind: 'item', record: data.data, openId: conversation.id });
+      } else setError(describeError(failure, 'Your reply was not sent.'));
+    } catch (cause) {
+      setError(describeError(cause, 'Your reply was not sent: the server could not be reached. Send again to retry.'));
+    } finally {
+      setSending(false);
+    }
   }
 
   return (
