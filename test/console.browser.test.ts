@@ -285,6 +285,38 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await noSeriousViolations(visitor, 'widget');
     await visitor.setViewportSize({ width: 375, height: 700 });
     await visitor.screenshot({ path: path.join(SCREENSHOTS, 'widget-375.png') });
+
+    // The service's notes (system items, e.g. a handoff's internal reason) are not shown to the visitor.
+    await admin().post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: found, role: 'system', content: 'Handed to an operator: internal routing note' }),
+    );
+    await admin().post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: found, role: 'operator', content: 'Shown after the note' }),
+    );
+    await widget.getByText('Shown after the note').waitFor({ timeout: 5000 });
+    expect(await widget.getByText(/internal routing note/).count()).toBe(0);
+
+    // A closed conversation can be followed by a new one in the same tab.
+    await admin().patch(`/api/conversations/${found}`, resourceDocument('Conversation', { status: 'closed' }, found));
+    await widget.getByText('This conversation has ended.').waitFor({ timeout: 5000 });
+    await widget.getByRole('button', { name: 'Start a new conversation' }).click();
+    await widget.getByLabel('Your message').fill('A new question');
+    await widget.getByRole('button', { name: 'Send' }).click();
+    await widget.getByText('A new question').waitFor();
+    const second = await until(async () => {
+      const list = await admin().get(`/api/conversations?filter[ai_agent_id]=${agentId}&sort=-id&include=conversation_items`);
+      const item = (list.body.included ?? []).find((i: { attributes: { content: string } }) => i.attributes.content === 'A new question');
+      return item ? (item.attributes.conversation_id as string) : undefined;
+    });
+    expect(second).not.toBe(found);
+    expect(await widget.getByText('Yes, I am here to help.').count()).toBe(0);
+
+    // Escape closes the panel from the message box.
+    await widget.getByLabel('Your message').focus();
+    await visitor.keyboard.press('Escape');
+    await expect.poll(() => widget.getByRole('dialog', { includeHidden: true }).isHidden()).toBe(true);
     await visitor.close();
   });
 

@@ -8,6 +8,10 @@
  * the conversation (found by its public_id) every few seconds, showing the agent's and operators' replies and,
  * when the conversation waits for a human (`pending`), that an operator will join. The page's origin must be in
  * the server's CORS_ALLOWED_ORIGINS. Everything lives in a shadow root, so the host page's styles do not leak in.
+ *
+ * `system` items are never shown to visitors: they are the service's notes for operators (a handoff's reason
+ * may quote the agent's configuration); the visitor sees a friendly status line instead. A closed conversation
+ * offers a new one in the same tab. Escape closes the panel wherever the focus is inside the widget.
  */
 import { apiClient, describeError, type ConversationItemResource, type ConversationResource } from '../api/client';
 
@@ -40,6 +44,8 @@ const STYLE = `
   .system { align-self: center; background: #fff8c5; font-size: 13px; }
   .status { margin: 0; padding: 6px 12px; font-size: 13px; color: #0a3069; background: #ddf4ff; }
   .status:empty { display: none; }
+  .restart { margin: 0 10px 10px; border: 1px solid #0b5fca; border-radius: 8px; background: #fff; color: #0b5fca; padding: 8px; cursor: pointer; font-size: 14px; }
+  .restart[hidden] { display: none; }
   form { display: flex; gap: 6px; padding: 10px; border-top: 1px solid #d8dee4; }
   input { flex: 1; font-size: 14px; padding: 8px; border: 1px solid #8c959f; border-radius: 8px; }
   form button { border: 0; border-radius: 8px; background: #0b5fca; color: #fff; padding: 8px 12px; cursor: pointer; font-size: 14px; }
@@ -71,6 +77,7 @@ function start(script: HTMLScriptElement) {
       <header><span>Chat</span><button type="button" class="close" aria-label="Close chat">×</button></header>
       <div class="log" role="log" aria-live="polite" aria-label="Messages"><ol></ol></div>
       <p class="status" role="status"></p>
+      <button type="button" class="restart" hidden>Start a new conversation</button>
       <form><label style="position:absolute;left:-9999px" for="parley-input">Your message</label>
         <input id="parley-input" name="message" autocomplete="off" maxlength="4000" placeholder="Type your message…" />
         <button type="submit">Send</button></form>
@@ -82,6 +89,7 @@ function start(script: HTMLScriptElement) {
   const status = root.querySelector<HTMLParagraphElement>('.status')!;
   const form = root.querySelector<HTMLFormElement>('form')!;
   const input = root.querySelector<HTMLInputElement>('input')!;
+  const restart = root.querySelector<HTMLButtonElement>('.restart')!;
 
   function setOpen(open: boolean) {
     panel.hidden = !open;
@@ -96,11 +104,21 @@ function start(script: HTMLScriptElement) {
     setOpen(false);
     launcher.focus();
   });
-  panel.addEventListener('keydown', (e) => {
-    if (e.key === 'Escape') {
+  // On the shadow root: a key pressed on the launcher, the panel or any control in it (events from inside a
+  // shadow root reach its host's listeners retargeted, so the root is where every one of them is seen).
+  root.addEventListener('keydown', (e) => {
+    if ((e as KeyboardEvent).key === 'Escape' && !panel.hidden) {
       setOpen(false);
       launcher.focus();
     }
+  });
+  // A closed conversation stays closed; the visitor starts a new one (the next message opens a new session).
+  restart.addEventListener('click', () => {
+    forget('');
+    list.replaceChildren();
+    restart.hidden = true;
+    input.disabled = false;
+    input.focus();
   });
 
   function restore(): VisitorSession | undefined {
@@ -141,7 +159,7 @@ function start(script: HTMLScriptElement) {
 
   function render(conversation: ConversationResource, items: ConversationItemResource[]) {
     const shown = items
-      .filter((i) => i.attributes.role !== 'tool')
+      .filter((i) => i.attributes.role !== 'tool' && i.attributes.role !== 'system')
       .sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
     if (list.childElementCount !== shown.length) {
       list.replaceChildren(
@@ -163,6 +181,7 @@ function start(script: HTMLScriptElement) {
     const state = conversation.attributes.status;
     status.textContent = state === 'pending' ? 'An operator will join shortly.' : state === 'closed' ? 'This conversation has ended.' : '';
     input.disabled = state === 'closed';
+    restart.hidden = state !== 'closed';
   }
 
   async function poll() {
