@@ -164,6 +164,40 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await page.locator(`[data-conversation-id="${created.body.data.id}"]`).waitFor({ timeout: 1000 });
   });
 
+  it("inbox rows show the contact's name, the last message in words, its time and the unread count; Mine and Unassigned views", async (ctx) => {
+    if (!hasEvents) return ctx.skip();
+    const named = (
+      await admin().post('/api/conversations', resourceDocument('Conversation', { channel: 'chat', metadata: { visitor_name: 'Sam Carter' } }))
+    ).body.data.id;
+    await admin().post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: named, role: 'user', content: 'Where is my order?' }),
+    );
+    const row = page.locator(`[data-conversation-id="${named}"]`);
+    await row.getByText('Sam Carter').waitFor({ timeout: 5000 });
+    await row.getByText('Customer: Where is my order?').waitFor({ timeout: 5000 });
+    expect(await row.locator('.unread').innerText()).toMatch(/^1/);
+    expect(await row.locator('time').getAttribute('datetime')).toMatch(/^\d{4}-\d{2}-\d{2}T/);
+    await expect.poll(() => page.title()).toMatch(/^\(\d+\) Parley console$/);
+
+    // Mine: only what is assigned to me; Unassigned: what nobody has.
+    const mine = (
+      await admin().post(
+        '/api/conversations',
+        resourceDocument('Conversation', { channel: 'chat', metadata: { assigned_operator: tenant.operator.id } }),
+      )
+    ).body.data.id;
+    await page.locator(`[data-conversation-id="${mine}"]`).waitFor({ timeout: 5000 });
+    await page.getByRole('button', { name: 'Mine', exact: true }).click();
+    await page.locator(`[data-conversation-id="${named}"]`).waitFor({ state: 'detached' });
+    expect(await page.locator(`[data-conversation-id="${mine}"]`).count()).toBe(1);
+    await page.getByRole('button', { name: 'Unassigned', exact: true }).click();
+    await page.locator(`[data-conversation-id="${mine}"]`).waitFor({ state: 'detached' });
+    expect(await page.locator(`[data-conversation-id="${named}"]`).count()).toBe(1);
+    await page.getByRole('button', { name: 'All', exact: true }).click();
+    await page.locator(`[data-conversation-id="${mine}"]`).waitFor();
+  });
+
   it('stores a typed reply as an operator item; takes over, hands back, closes and reopens', async () => {
     const id = (await admin().post('/api/conversations', resourceDocument('Conversation', { ai_agent_id: agentId }))).body.data.id;
     await admin().post(

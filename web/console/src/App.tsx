@@ -121,6 +121,12 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
     [api, session.token],
   );
 
+  // The tab's title counts unread messages, so a new message is seen from another tab.
+  const unread = [...state.unread.values()].reduce((n, count) => n + count, 0);
+  useEffect(() => {
+    document.title = unread ? `(${unread}) Parley console` : 'Parley console';
+  }, [unread]);
+
   const open = (id: string | undefined) => {
     setOpenId(id);
     if (id) dispatch({ kind: 'read', conversationId: id });

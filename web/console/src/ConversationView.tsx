@@ -6,7 +6,7 @@ import {
   type ConversationResource,
   type ConversationStatus,
 } from '../../api/client';
-import { conversationTitle } from './Inbox';
+import { AUTHOR_LABELS, conversationTitle } from './Inbox';
 import type { Action } from './live';
 
 interface Props {
@@ -17,8 +17,6 @@ interface Props {
   dispatch: (action: Action) => void;
   onBack: () => void;
 }
-
-const ROLE_LABELS: Record<string, string> = { user: 'Customer', assistant: 'Agent', operator: 'Operator', system: 'System', tool: 'Tool' };
 
 /**
  * One conversation: its items as they arrive, the reply box (items with role `operator`), and the actions.
@@ -144,7 +142,7 @@ export function ConversationView({ api, me, conversation, items, dispatch, onBac
       <ol class="items" ref={listRef} aria-label="Messages" aria-live="polite">
         {sorted.map((item) => (
           <li key={item.id} class={`item role-${item.attributes.role}`}>
-            <span class="item-role">{ROLE_LABELS[item.attributes.role ?? 'system'] ?? item.attributes.role}</span>
+            <span class="item-role">{AUTHOR_LABELS[item.attributes.role ?? 'system'] ?? item.attributes.role}</span>
             <p class="item-content">{item.attributes.content}</p>
             <time class="item-time" dateTime={item.attributes.occurred_at}>
               {item.attributes.occurred_at ? new Date(item.attributes.occurred_at).toLocaleTimeString() : ''}
