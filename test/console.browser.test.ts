@@ -167,7 +167,10 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
   it("inbox rows show the contact's name, the last message in words, its time and the unread count; Mine and Unassigned views", async (ctx) => {
     if (!hasEvents) return ctx.skip();
     const named = (
-      await admin().post('/api/conversations', resourceDocument('Conversation', { channel: 'chat', metadata: { visitor_name: 'Sam Carter' } }))
+      await admin().post(
+        '/api/conversations',
+        resourceDocument('Conversation', { channel: 'chat', metadata: { visitor_name: 'Sam Carter' } }),
+      )
     ).body.data.id;
     await admin().post(
       '/api/conversation_items',
@@ -323,7 +326,11 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     // The service's notes (system items, e.g. a handoff's internal reason) are not shown to the visitor.
     await admin().post(
       '/api/conversation_items',
-      resourceDocument('ConversationItem', { conversation_id: found, role: 'system', content: 'Handed to an operator: internal routing note' }),
+      resourceDocument('ConversationItem', {
+        conversation_id: found,
+        role: 'system',
+        content: 'Handed to an operator: internal routing note',
+      }),
     );
     await admin().post(
       '/api/conversation_items',

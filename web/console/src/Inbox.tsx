@@ -28,16 +28,25 @@ export function contactName(c: ConversationResource): string | undefined {
   );
 }
 
-const channelLabel = (c: ConversationResource) => (c.attributes.channel === 'voice' ? 'Call' : c.attributes.channel === 'sms' ? 'SMS' : 'Chat');
+const channelLabel = (c: ConversationResource) =>
+  c.attributes.channel === 'voice' ? 'Call' : c.attributes.channel === 'sms' ? 'SMS' : 'Chat';
 
 export const conversationTitle = (c: ConversationResource) =>
   contactName(c) ?? `${channelLabel(c)} ${c.attributes.public_id?.slice(0, 6) ?? c.id.slice(-6)}`;
 
 /** Who wrote an item, in words an operator reads at a glance. */
-export const AUTHOR_LABELS: Record<string, string> = { user: 'Customer', assistant: 'Agent', operator: 'Operator', system: 'Note', tool: 'Tool' };
+export const AUTHOR_LABELS: Record<string, string> = {
+  user: 'Customer',
+  assistant: 'Agent',
+  operator: 'Operator',
+  system: 'Note',
+  tool: 'Tool',
+};
 
 const preview = (item: ConversationItemResource | undefined, c: ConversationResource) =>
-  item ? `${AUTHOR_LABELS[item.attributes.role ?? 'system'] ?? 'Note'}: ${item.attributes.content ?? ''}` : `${channelLabel(c)}, no messages yet`;
+  item
+    ? `${AUTHOR_LABELS[item.attributes.role ?? 'system'] ?? 'Note'}: ${item.attributes.content ?? ''}`
+    : `${channelLabel(c)}, no messages yet`;
 
 /** The time of the last message (or of the conversation's last change): a clock time today, a date before. */
 function when(item: ConversationItemResource | undefined, c: ConversationResource): { iso: string; text: string } | undefined {
@@ -47,7 +56,9 @@ function when(item: ConversationItemResource | undefined, c: ConversationResourc
   const today = new Date().toDateString() === date.toDateString();
   return {
     iso,
-    text: today ? date.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : date.toLocaleDateString([], { day: 'numeric', month: 'short' }),
+    text: today
+      ? date.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })
+      : date.toLocaleDateString([], { day: 'numeric', month: 'short' }),
   };
 }
 
@@ -78,13 +89,14 @@ export function Inbox({ state, me, openId, onOpen }: Props) {
     <section class="pane inbox" aria-labelledby="inbox-title">
       <div class="pane-head">
         <h2 id="inbox-title">Inbox</h2>
-        <div class="scopes" role="group" aria-label="Show">
+        <fieldset class="scopes">
+          <legend class="visually-hidden">Show</legend>
           {SCOPES.map((s) => (
             <button key={s.value} type="button" class="scope" aria-pressed={scope === s.value} onClick={() => setScope(s.value)}>
               {s.label}
             </button>
           ))}
-        </div>
+        </fieldset>
         <div class="filters">
           <label>
             <span class="visually-hidden">Status</span>
