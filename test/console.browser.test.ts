@@ -201,6 +201,49 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await page.locator(`[data-conversation-id="${mine}"]`).waitFor();
   });
 
+  it('alerts (desktop notification and sound, each switchable) for a new conversation and one assigned to me, when not in front', async (ctx) => {
+    if (!hasEvents) return ctx.skip();
+    // Recorders in place of the browser's Notification and AudioContext; the console is "behind" another window.
+    await page.evaluate(`(() => {
+      window.__alerts = { notes: [], tones: 0 };
+      window.Notification = class {
+        static permission = 'granted';
+        static requestPermission() { return Promise.resolve('granted'); }
+        constructor(title, options) { window.__alerts.notes.push(title + ': ' + options.body); }
+        close() {}
+      };
+      window.AudioContext = class {
+        currentTime = 0; destination = {};
+        createOscillator() { window.__alerts.tones++; return { frequency: {}, connect: (g) => g, start() {}, stop() {} }; }
+        createGain() { return { gain: { setValueAtTime() {}, exponentialRampToValueAtTime() {} }, connect: (d) => d }; }
+      };
+      document.hasFocus = () => false;
+    })()`);
+    const alerts = async () => (await page.evaluate('window.__alerts')) as { notes: string[]; tones: number };
+    await page.getByText('Alerts', { exact: true }).click();
+    await page.getByLabel('Desktop notifications').check();
+    await page.getByText('Alerts', { exact: true }).click();
+
+    const fresh = (await admin().post('/api/conversations', resourceDocument('Conversation', { channel: 'chat' }))).body.data.id;
+    await page.locator(`[data-conversation-id="${fresh}"]`).waitFor({ timeout: 5000 });
+    await expect.poll(async () => (await alerts()).notes).toContainEqual(expect.stringMatching(/^New conversation: Chat /));
+    expect((await alerts()).tones).toBeGreaterThan(0);
+
+    // Assigned to me later: an alert of its own. With sound switched off, no tone.
+    await page.getByText('Alerts', { exact: true }).click();
+    await page.getByLabel('Sound').uncheck();
+    await page.getByText('Alerts', { exact: true }).click();
+    const tones = (await alerts()).tones;
+    await admin().patch(
+      `/api/conversations/${fresh}`,
+      resourceDocument('Conversation', { metadata: { assigned_operator: tenant.operator.id } }, fresh),
+    );
+    await expect.poll(async () => (await alerts()).notes).toContainEqual(expect.stringMatching(/^Assigned to you: /));
+    expect((await alerts()).tones).toBe(tones);
+    expect(await page.evaluate("JSON.parse(localStorage.getItem('parley.alerts'))")).toEqual({ desktop: true, sound: false });
+    await page.evaluate('delete document.hasFocus');
+  });
+
   it('stores a typed reply as an operator item; takes over, hands back, closes and reopens', async () => {
     const id = (await admin().post('/api/conversations', resourceDocument('Conversation', { ai_agent_id: agentId }))).body.data.id;
     await admin().post(

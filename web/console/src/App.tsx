@@ -1,6 +1,8 @@
 import { useCallback, useEffect, useMemo, useReducer, useRef, useState } from 'preact/hooks';
 import { apiClient, describeError, type OperatorAvailability } from '../../api/client';
 import { openEventStream, type StreamState } from '../../api/events';
+import { AlertSwitches } from './AlertSwitches';
+import { alertOf, loadAlertSettings, raise, saveAlertSettings } from './alerts';
 import { Availability } from './Availability';
 import { Calls } from './Calls';
 import { ConversationView } from './ConversationView';
@@ -71,6 +73,11 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
   const context = useRef({ openId, mySipUserId: sipUser?.id });
   const known = useRef(new Set<string>());
   known.current = new Set(state.conversations.keys());
+  const conversationsRef = useRef(state.conversations);
+  conversationsRef.current = state.conversations;
+  const [alertSettings, setAlertSettings] = useState(loadAlertSettings);
+  const alertSettingsRef = useRef(alertSettings);
+  alertSettingsRef.current = alertSettings;
   context.current = { openId, mySipUserId: sipUser?.id };
 
   // The session's end, scheduled: the token stops working at token_expires_at.
@@ -106,6 +113,12 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
         token: () => session.token,
         onState: setStream,
         onEvent: (event) => {
+          const alert = alertOf(event, conversationsRef.current.get(event.data.id), session.userId);
+          if (alert)
+            raise(alert, alertSettingsRef.current, (id) => {
+              setView('conversations');
+              setOpenId(id);
+            });
           const action = actionOf(event, context.current);
           if (action) dispatch(action);
           // An item of a conversation the inbox has not loaded (older than its first page): fetch that one.
@@ -118,7 +131,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           }
         },
       }),
-    [api, session.token],
+    [api, session.token, session.userId],
   );
 
   // The tab's title counts unread messages, so a new message is seen from another tab.
@@ -150,6 +163,13 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           </button>
         </nav>
         <div class="topbar-end">
+          <AlertSwitches
+            settings={alertSettings}
+            onChange={(next) => {
+              saveAlertSettings(next);
+              setAlertSettings(next);
+            }}
+          />
           <Availability
             api={api}
             sipUserId={sipUser?.id}
