@@ -357,6 +357,8 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await page.getByLabel('Reply as operator').fill('Yes, I am here to help.');
     await page.getByRole('button', { name: 'Send' }).click();
     await widget.getByText('Yes, I am here to help.').waitFor({ timeout: 5000 });
+    // The visitor sees the operator's name on the reply (the console sends it as metadata.author_name).
+    expect(await widget.locator('li.operator small').first().innerText()).toBe(tenant.operator.fullName);
 
     // A handoff (the conversation waits for a human) is announced to the visitor.
     await admin().patch(`/api/conversations/${found}`, resourceDocument('Conversation', { status: 'pending' }, found));

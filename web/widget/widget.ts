@@ -167,9 +167,12 @@ function start(script: HTMLScriptElement) {
           const li = document.createElement('li');
           const role = item.attributes.role ?? 'system';
           li.className = role;
-          if (LABELS[role]) {
+          // An operator's reply carries the name the console put in its metadata (author_name).
+          const author = (item.attributes.metadata as { author_name?: unknown } | undefined)?.author_name;
+          const name = role === 'operator' && typeof author === 'string' && author.trim() ? author.trim().slice(0, 80) : LABELS[role];
+          if (name) {
             const label = document.createElement('small');
-            label.textContent = LABELS[role];
+            label.textContent = name;
             li.append(label);
           }
           li.append(document.createTextNode(item.attributes.content ?? ''));

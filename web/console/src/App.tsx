@@ -202,6 +202,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
                 key={openId}
                 api={api}
                 me={session.userId}
+                myName={session.fullName}
                 conversation={state.conversations.get(openId)!}
                 items={state.items.get(openId)}
                 dispatch={dispatch}

@@ -12,6 +12,8 @@ import type { Action } from './live';
 interface Props {
   api: ApiClient;
   me: string;
+  /** The name the visitor sees on my replies (metadata.author_name): my full name, else "Operator". */
+  myName: string;
   conversation: ConversationResource;
   items: Map<string, ConversationItemResource> | undefined;
   dispatch: (action: Action) => void;
@@ -23,7 +25,7 @@ interface Props {
  * Take over and hand back write the conversation's metadata (docs/console.md): `agent_paused` tells the
  * agent runtime to stay silent, `assigned_operator` names who answers.
  */
-export function ConversationView({ api, me, conversation, items, dispatch, onBack }: Props) {
+export function ConversationView({ api, me, myName, conversation, items, dispatch, onBack }: Props) {
   const [draft, setDraft] = useState('');
   const [sending, setSending] = useState(false);
   const [error, setError] = useState<string | undefined>();
@@ -79,7 +81,17 @@ export function ConversationView({ api, me, conversation, items, dispatch, onBac
     setError(undefined);
     try {
       const { data, error: failure } = await api.POST('/api/conversation_items', {
-        body: { data: { type: 'ConversationItem', attributes: { conversation_id: conversation.id, role: 'operator', content } } },
+        body: {
+          data: {
+            type: 'ConversationItem',
+            attributes: {
+              conversation_id: conversation.id,
+              role: 'operator',
+              content,
+              ...(myName ? { metadata: { author_name: myName } } : {}),
+            },
+          },
+        },
       });
       if (data) {
         setDraft('');
