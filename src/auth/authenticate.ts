@@ -10,7 +10,7 @@ import { tokenHash, verifyToken, type TokenClaims } from './tokens.js';
  * Resolves `Authorization: Bearer <jwt>` to a principal. The signature,
  * algorithm, issuer, audience and expiry are checked, then the backing record
  * (key or session: present, not revoked, not expired) and the membership,
- * whose role applies, in one query, unless `cache` holds them from a recent
+ * whose role applies (for a key, capped at its issuer's role), in one query, unless `cache` holds them from a recent
  * request (see CredentialCache for why that stays exact). Any failure is the same 401.
  */
 export async function authenticate(
@@ -31,7 +31,10 @@ export async function authenticate(
 
   const record =
     claims.typ === 'api_key'
-      ? sql`SELECT m.role, k.key_type AS kind, k.expires_at FROM api_keys k
+      ? // The membership's role, but never above the key's ceiling (its issuer's role, migration 0014).
+        sql`SELECT CASE WHEN m.role = 'operator' OR k.role_ceiling = 'operator' THEN 'operator'
+                        WHEN m.role = 'admin' OR k.role_ceiling = 'admin' THEN 'admin' ELSE m.role END AS role,
+              k.key_type AS kind, k.expires_at FROM api_keys k
             JOIN memberships m ON m.organisation_id = k.organisation_id AND m.user_id = k.user_id
             WHERE k.id = ${claims.jti} AND k.organisation_id = ${claims.org} AND k.user_id = ${claims.sub}
               AND k.token_hash = ${tokenHash(token)} AND k.revoked_at IS NULL

@@ -62,6 +62,7 @@ export const tables = {
     token_hash: text(),
     expires_at: timestamptz().null(),
     revoked_at: timestamptz().null(),
+    role_ceiling: text().null(),
     ...stamps(),
   },
   user_sessions: {

@@ -273,7 +273,10 @@ export async function assertWritable(
   if (!writable) return;
   const { rows } = await sql<{ ok: boolean }>`
     SELECT ${writable} AS ok FROM ${sql.table(resource.table)} t WHERE t.id = ${id}`.execute(db);
-  if (rows[0] && !rows[0].ok) throw forbidden(`Your role may change only your own ${resource.type} record.`);
+  if (rows[0] && !rows[0].ok)
+    throw forbidden(
+      resource.access.writableNote ? `${resource.access.writableNote}.` : `Your role may change only your own ${resource.type} record.`,
+    );
 }
 
 /**

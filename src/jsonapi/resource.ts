@@ -104,6 +104,8 @@ export interface AccessRules {
    * a visible row outside it is a 403. Undefined: every visible row.
    */
   writable?: Scope;
+  /** Who may change which rows under `writable`, in words: the 403's detail and the OpenAPI description. */
+  writableNote?: string;
 }
 
 /** What a custom action receives. */
