@@ -3,12 +3,14 @@
  * issuer's role, admins cutting owners' keys off, and security changes missing from the outbox.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createUserInOrganisation } from '../src/auth/accounts.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
 import { client, resourceDocument as doc, type Client } from './helpers/http.js';
 
 let t: TestApp;
 let tenant: Tenant;
+let other: Tenant;
 let owner: Client;
 let admin: Client;
 let operator: Client;
@@ -16,6 +18,7 @@ let operator: Client;
 beforeAll(async () => {
   t = await startTestApp();
   tenant = await seedTenant(t, 'Creds');
+  other = await seedTenant(t, 'Victim');
   owner = client(t.app, tenant.owner.token);
   admin = client(t.app, tenant.admin.token);
   operator = client(t.app, tenant.operator.token);
@@ -28,8 +31,14 @@ const patchUser = (as: Client, id: string, attributes: Record<string, unknown>) 
 describe('the key ceiling', () => {
   it('keeps a key an admin issued for an operator at admin when the operator is made an owner', async () => {
     const climber = (
-      await owner.post('/api/users', doc('User', { email: 'climber@creds.example', role: 'operator', password: 'climber-pass-1' }))
-    ).body.data.id;
+      await createUserInOrganisation(t.services.records!, {
+        organisationId: tenant.organisationId,
+        email: 'climber@creds.example',
+        password: 'climber-pass-1',
+        fullName: 'Climber',
+        role: 'operator',
+      })
+    ).id;
     const issued = await admin.post('/api/api_keys', doc('ApiKey', { name: 'for the operator', key_type: 'secret', user_id: climber }));
     expect(issued.status).toBe(201);
     expect(issued.body.data.attributes.role_ceiling).toBe('admin');
@@ -91,5 +100,96 @@ describe("owners' keys", () => {
     expect((await owner.patch(`/api/api_keys/${spare}`, doc('ApiKey', { name: 'spare2' }, spare))).status).toBe(200);
     expect((await owner.delete(`/api/api_keys/${spare}`)).status).toBe(200);
     expect((await operator.delete(`/api/api_keys/${id}`)).status).toBe(404);
+  });
+});
+
+describe('adding an account of another organisation', () => {
+  const invite = (email: string, role = 'operator') => admin.post('/api/invitations', doc('Invitation', { email, role }));
+  const accept = (token: string, email: string, password: string, full_name?: string) =>
+    client(t.app, tenant.publishableKey).post(
+      '/api/users/accept_invitation',
+      doc('User', { invitation_token: token, email, password, ...(full_name ? { full_name } : {}) }),
+    );
+
+  it('answers alike for an address with an account and one without, reveals no name, and adds no one', async () => {
+    // The attack: POST /api/users answered 409 or 201 by whether the address had an account, and added the
+    // account at once, with its name. Adding a member is now an invitation, which never looks at accounts.
+    expect((await admin.post('/api/users', doc('User', { email: other.owner.email, role: 'operator' }))).status).toBe(405);
+    const known = await invite(other.owner.email);
+    const unknown = await invite('nobody.yet@creds.example');
+    expect(known.status).toBe(201);
+    expect(unknown.status).toBe(201);
+    const shape = (r: typeof known) => ({
+      keys: Object.keys(r.body.data.attributes).sort(),
+      relationships: Object.keys(r.body.data.relationships ?? {}).sort(),
+      meta: r.body.meta,
+      nulls: Object.entries(r.body.data.attributes)
+        .filter(([, v]) => v === null)
+        .map(([k]) => k)
+        .sort(),
+    });
+    expect(shape(known)).toEqual(shape(unknown));
+    expect(JSON.stringify(known.body)).not.toContain(other.owner.fullName);
+    expect(JSON.stringify(known.body)).not.toContain(other.owner.id);
+    expect(known.body.data.attributes).toMatchObject({ role: 'operator', accepted_at: null, user_id: null });
+    // No membership before acceptance: not listed, cannot sign in here.
+    expect((await admin.get('/api/users')).body.data.map((u: { id: string }) => u.id)).not.toContain(other.owner.id);
+    const login = await client(t.app, tenant.publishableKey).post(
+      '/api/users/login',
+      doc('User', { email: other.owner.email, password: other.owner.password }),
+    );
+    expect(login.status).toBe(401);
+  });
+
+  it('makes the membership only when the person accepts, with their own password, once', async () => {
+    const invitation = await invite(other.admin.email, 'admin');
+    const token = invitation.body.data.attributes.token;
+    expect(token).toMatch(/^inv_/);
+    expect((await admin.get(`/api/invitations/${invitation.body.data.id}`)).body.data.attributes.token).toBeNull();
+    // Someone holding the token but not the account's password joins no one.
+    const wrong = await accept(token, other.admin.email, 'guessed-password');
+    expect(wrong.status).toBe(401);
+    // The token is for its address only.
+    expect((await accept(token, other.operator.email, other.operator.password)).status).toBe(422);
+    const accepted = await accept(token, other.admin.email, other.admin.password);
+    expect(accepted.status).toBe(201);
+    expect(accepted.body.data).toMatchObject({ id: other.admin.id, attributes: { role: 'admin', full_name: other.admin.fullName } });
+    const session = client(t.app, accepted.body.meta.token);
+    expect((await session.get('/api/users/me')).body.data.attributes.role).toBe('admin');
+    expect((await admin.get(`/api/invitations/${invitation.body.data.id}`)).body.data.attributes).toMatchObject({
+      user_id: other.admin.id,
+      accepted_at: expect.stringMatching(/Z$/),
+    });
+    const again = await accept(token, other.admin.email, other.admin.password);
+    expect(again.status).toBe(422);
+    expect(again.body.errors[0].source.pointer).toBe('/data/attributes/invitation_token');
+  });
+
+  it('creates the account of an address without one on acceptance; expired or withdrawn invitations are refused', async () => {
+    const fresh = await invite('brand.new@creds.example');
+    const short = await accept(fresh.body.data.attributes.token, 'brand.new@creds.example', 'short');
+    expect(short.status).toBe(422);
+    expect(short.body.errors[0].source.pointer).toBe('/data/attributes/password');
+    const made = await accept(fresh.body.data.attributes.token, 'Brand.New@creds.example', 'brand-new-pass', 'Brand New');
+    expect(made.status).toBe(201);
+    expect(made.body.data.attributes).toMatchObject({ email: 'brand.new@creds.example', full_name: 'Brand New', role: 'operator' });
+
+    const withdrawn = await invite('withdrawn@creds.example');
+    expect((await admin.delete(`/api/invitations/${withdrawn.body.data.id}`)).status).toBe(200);
+    expect((await accept(withdrawn.body.data.attributes.token, 'withdrawn@creds.example', 'withdrawn-pass')).status).toBe(422);
+    const expired = await invite('late@creds.example');
+    await t.db
+      .updateTable('invitations')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('id', '=', expired.body.data.id)
+      .execute();
+    expect((await accept(expired.body.data.attributes.token, 'late@creds.example', 'late-pass-1')).status).toBe(422);
+    // Invitations of another organisation are not this one's.
+    const elsewhere = await client(t.app, other.owner.token).post(
+      '/api/invitations',
+      doc('Invitation', { email: 'x@creds.example', role: 'operator' }),
+    );
+    expect((await accept(elsewhere.body.data.attributes.token, 'x@creds.example', 'elsewhere-pass')).status).toBe(422);
+    expect((await admin.get(`/api/invitations/${elsewhere.body.data.id}`)).status).toBe(404);
   });
 });

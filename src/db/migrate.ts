@@ -10,6 +10,7 @@ import * as credentialCache from './migrations/0009_credential_cache.js';
 import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
 import * as keyCeiling from './migrations/0014_a_key_ceiling.js';
+import * as invitations from './migrations/0014_b_invitations.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -23,6 +24,7 @@ const migrations: Record<string, { up: string }> = {
   '0010_event_order': eventOrder,
   '0011_event_barrier': eventBarrier,
   '0014_a_key_ceiling': keyCeiling,
+  '0014_b_invitations': invitations,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

@@ -65,6 +65,18 @@ export const tables = {
     role_ceiling: text().null(),
     ...stamps(),
   },
+  invitations: {
+    id: uuid(),
+    organisation_id: uuid(),
+    email: text(),
+    role: text(),
+    invited_by_user_id: uuid().null(),
+    token_hash: text(),
+    expires_at: timestamptz(),
+    accepted_at: timestamptz().null(),
+    user_id: uuid().null(),
+    ...stamps(),
+  },
   user_sessions: {
     id: uuid(),
     organisation_id: uuid(),
