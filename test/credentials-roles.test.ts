@@ -193,3 +193,39 @@ describe('adding an account of another organisation', () => {
     expect((await admin.get(`/api/invitations/${elsewhere.body.data.id}`)).status).toBe(404);
   });
 });
+
+describe('security changes in the outbox', () => {
+  const eventsOf = async (type: string, userId: string) =>
+    (
+      await t.db
+        .selectFrom('events')
+        .select(['type', 'data'])
+        .where('organisation_id', '=', tenant.organisationId)
+        .where('type', '=', type)
+        .orderBy('id')
+        .execute()
+    )
+      .map((e) => e.data as { id: string; attributes: { role: string } })
+      .filter((d) => d.id === userId);
+
+  it('records a role change as User.updated and a removal as User.deleted', async () => {
+    const member = await createUserInOrganisation(t.services.records!, {
+      organisationId: tenant.organisationId,
+      email: 'audited@creds.example',
+      password: 'audited-pass-1',
+      fullName: 'Audited',
+      role: 'operator',
+    });
+    expect((await patchUser(admin, member.id, { role: 'admin' })).status).toBe(200);
+    const updated = await eventsOf('User.updated', member.id);
+    expect(updated.map((d) => d.attributes.role)).toEqual(['admin']);
+    // The same role again changes nothing: no event.
+    expect((await patchUser(admin, member.id, { role: 'admin' })).status).toBe(200);
+    expect(await eventsOf('User.updated', member.id)).toHaveLength(1);
+
+    expect((await admin.delete(`/api/users/${member.id}`)).status).toBe(200);
+    const deleted = await eventsOf('User.deleted', member.id);
+    expect(deleted).toHaveLength(1);
+    expect(deleted[0].attributes.role).toBe('admin');
+  });
+});

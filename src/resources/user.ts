@@ -192,6 +192,8 @@ async function updateMember(ctx: ActionContext): Promise<void> {
         .where('organisation_id', '=', principal.organisationId)
         .execute();
       await db.updateTable('users').set({ updated_at: now }).where('id', '=', id).execute();
+      // The role lives in `memberships`, not in a column of `users`: the change is a `User.updated` event all the same.
+      ctx.storedElsewhere = true;
     }
   }
   delete values.password;
