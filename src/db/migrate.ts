@@ -11,6 +11,7 @@ import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
 import * as keyCeiling from './migrations/0014_a_key_ceiling.js';
 import * as invitations from './migrations/0014_b_invitations.js';
+import * as credentialEpoch from './migrations/0014_c_credential_epoch.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -25,6 +26,7 @@ const migrations: Record<string, { up: string }> = {
   '0011_event_barrier': eventBarrier,
   '0014_a_key_ceiling': keyCeiling,
   '0014_b_invitations': invitations,
+  '0014_c_credential_epoch': credentialEpoch,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */
