@@ -229,3 +229,45 @@ describe('security changes in the outbox', () => {
     expect(deleted[0].attributes.role).toBe('admin');
   });
 });
+
+describe("event ids and other organisations' writes", () => {
+  /** The 40 bits after rand_b's order bits: before the fix, the installation-wide sequence number itself. */
+  const low40 = (id: string) => BigInt(`0x${id.replace(/-/g, '').slice(-16)}`) & ((1n << 40n) - 1n);
+  const lastEventId = async (organisationId: string) =>
+    (
+      await t.db
+        .selectFrom('events')
+        .select('id')
+        .where('organisation_id', '=', organisationId)
+        .orderBy('id', 'desc')
+        .limit(1)
+        .executeTakeFirstOrThrow()
+    ).id;
+
+  it("do not count another organisation's events, and still sort in commit order", async () => {
+    const observer = client(t.app, other.admin.token);
+    const ids: string[] = [];
+    const gaps: bigint[] = [];
+    for (const between of [3, 11, 25]) {
+      expect((await observer.post('/api/conversations', doc('Conversation', {}))).status).toBe(201);
+      const before = await lastEventId(other.organisationId);
+      for (let i = 0; i < between; i += 1) expect((await admin.post('/api/conversations', doc('Conversation', {}))).status).toBe(201);
+      expect((await observer.post('/api/conversations', doc('Conversation', {}))).status).toBe(201);
+      const after = await lastEventId(other.organisationId);
+      ids.push(before, after);
+      // The attack: subtract the two ids' sequence bits to count the events written elsewhere (between + 1).
+      gaps.push(low40(after) - low40(before) - 1n);
+    }
+    expect(gaps).not.toEqual([3n, 11n, 25n]);
+    for (const gap of gaps) expect([3n, 11n, 25n]).not.toContain(gap);
+    expect([...ids].sort()).toEqual(ids);
+    // Ids stay unique (the masked sequence numbers are a permutation).
+    const rows = await t.db
+      .selectFrom('events')
+      .select(['id', 'type'])
+      .where('organisation_id', '=', other.organisationId)
+      .orderBy('id')
+      .execute();
+    expect(new Set(rows.map((r) => r.id)).size).toBe(rows.length);
+  });
+});

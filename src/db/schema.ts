@@ -51,6 +51,7 @@ const stamps = () => ({ created_at: timestamptz().default(), updated_at: timesta
 export const tables = {
   settings: { key: text(), value: text() },
   credential_epoch: { id: boolean().default(), n: bigint() },
+  event_id_key: { id: boolean().default(), k: bigint() },
   organisations: { id: uuid(), name: text(), ...stamps() },
   users: { id: uuid(), email: text(), full_name: text().default(), password_hash: text(), ...stamps() },
   memberships: { organisation_id: uuid(), user_id: uuid(), role: text(), ...stamps() },
