@@ -112,6 +112,7 @@ describe('API keys', () => {
         'name',
         'organisation_id',
         'revoked_at',
+        'role_ceiling',
         'token',
         'updated_at',
         'user_id',

@@ -29,6 +29,18 @@ afterAll(async () => t?.close());
 
 const login = async (email: string, password: string) => publishable.post('/api/users/login', doc('User', { email, password }));
 
+/** A member joins by invitation: `as` invites, the person accepts with a new account's password; the acceptance's response. */
+const join = async (as: Client, email: string, role: string, password: string) => {
+  const invitation = await as.post('/api/invitations', doc('Invitation', { email, role }));
+  expect(invitation.status).toBe(201);
+  const accepted = await publishable.post(
+    '/api/users/accept_invitation',
+    doc('User', { invitation_token: invitation.body.data.attributes.token, email, password }),
+  );
+  expect(accepted.status).toBe(201);
+  return accepted;
+};
+
 describe('every type is readable at its links.self', () => {
   it('answers GET on the self link of a record of each of the 13 types', async () => {
     const conversation = (await admin.post('/api/conversations', doc('Conversation', {}))).body.data;
@@ -257,40 +269,36 @@ describe('users and memberships', () => {
     );
   });
 
-  it('adds a new member with a password shown once, or an existing user by e-mail', async () => {
-    expect((await operator.post('/api/users', doc('User', { email: 'x@manage.example', role: 'operator' }))).status).toBe(403);
-    expect((await admin.post('/api/users', doc('User', { email: 'boss@manage.example', role: 'owner' }))).status).toBe(403);
-    const created = await admin.post(
-      '/api/users',
-      doc('User', { email: 'New.Member@manage.example', full_name: 'New Member', role: 'operator' }),
-    );
-    expect(created.status).toBe(201);
-    const initial = created.body.data.attributes.initial_password;
-    expect(initial).toMatch(/^[A-Za-z0-9_-]{16}$/);
-    expect((await admin.get(`/api/users/${created.body.data.id}`)).body.data.attributes.initial_password).toBeNull();
-    expect((await login('new.member@manage.example', initial)).status).toBe(200);
-    const duplicate = await admin.post('/api/users', doc('User', { email: 'new.member@MANAGE.example', role: 'admin' }));
+  it('adds members by invitation: a new address makes an account on acceptance, an existing one joins with its own password', async () => {
+    expect((await admin.post('/api/users', doc('User', { email: 'x@manage.example', role: 'operator' }))).status).toBe(405);
+    expect((await operator.post('/api/invitations', doc('Invitation', { email: 'x@manage.example', role: 'operator' }))).status).toBe(403);
+    expect((await admin.post('/api/invitations', doc('Invitation', { email: 'boss@manage.example', role: 'owner' }))).status).toBe(403);
+    const joined = await join(admin, 'New.Member@manage.example', 'operator', 'new-member-pass');
+    expect(joined.body.data.attributes).toMatchObject({ email: 'New.Member@manage.example', role: 'operator' });
+    expect((await client(t.app, joined.body.meta.token).get('/api/users/me')).body.data.id).toBe(joined.body.data.id);
+    expect((await login('new.member@manage.example', 'new-member-pass')).status).toBe(200);
+    const duplicate = await admin.post('/api/invitations', doc('Invitation', { email: 'new.member@MANAGE.example', role: 'admin' }));
     expect(duplicate.status).toBe(409);
     expect(pointers(duplicate)).toEqual(['/data/attributes/email']);
 
     // A user of another organisation joins with their own password; nobody sets it for them.
-    const withPassword = await admin.post(
-      '/api/users',
-      doc('User', { email: other.operator.email, role: 'operator', password: 'not-theirs-123' }),
-    );
-    expect(withPassword.status).toBe(409);
-    const joined = await admin.post('/api/users', doc('User', { email: other.operator.email, role: 'admin' }));
-    expect(joined.status).toBe(201);
-    expect(joined.body.data).toMatchObject({ id: other.operator.id, attributes: { role: 'admin', initial_password: null } });
+    const invitation = await admin.post('/api/invitations', doc('Invitation', { email: other.operator.email, role: 'admin' }));
+    const accept = (password: string) =>
+      publishable.post(
+        '/api/users/accept_invitation',
+        doc('User', { invitation_token: invitation.body.data.attributes.token, email: other.operator.email, password }),
+      );
+    expect((await accept('not-theirs-123')).status).toBe(401);
+    const accepted = await accept(other.operator.password);
+    expect(accepted.status).toBe(201);
+    expect(accepted.body.data).toMatchObject({ id: other.operator.id, attributes: { role: 'admin' } });
     expect((await login(other.operator.email, other.operator.password)).status).toBe(200);
     // In their first organisation they are still an operator.
     expect((await client(t.app, other.operator.token).get('/api/users/me')).body.data.attributes.role).toBe('operator');
   });
 
   it('changes roles (owners only for owners) and never leaves the organisation without an owner', async () => {
-    const member = (
-      await admin.post('/api/users', doc('User', { email: 'climber@manage.example', role: 'operator', password: 'climber-pass-1' }))
-    ).body.data.id;
+    const member = (await join(admin, 'climber@manage.example', 'operator', 'climber-pass-1')).body.data.id;
     const patch = (as: Client, id: string, attributes: Record<string, unknown>) =>
       as.patch(`/api/users/${id}`, doc('User', attributes, id));
     expect((await patch(operator, member, { role: 'admin' })).status).toBe(403);
@@ -312,10 +320,7 @@ describe('users and memberships', () => {
   });
 
   it('removes a member: their keys go, their tokens and keys are refused at once, the count is exact', async () => {
-    const created = await admin.post(
-      '/api/users',
-      doc('User', { email: 'leaver@manage.example', role: 'operator', password: 'leaver-pass-1' }),
-    );
+    const created = await join(admin, 'leaver@manage.example', 'operator', 'leaver-pass-1');
     const id = created.body.data.id;
     const session = client(t.app, (await login('leaver@manage.example', 'leaver-pass-1')).body.meta.token);
     const keys = [];
@@ -342,7 +347,7 @@ describe('users and memberships', () => {
           expect((await owner.patch(`/api/users/${other.id}`, doc('User', { role: 'admin' }, other.id))).status).toBe(200);
       }
       const email = `co.owner.${round}@manage.example`;
-      const second = (await owner.post('/api/users', doc('User', { email, role: 'owner', password: 'co-owner-pass-1' }))).body.data.id;
+      const second = (await join(owner, email, 'owner', 'co-owner-pass-1')).body.data.id;
       const coOwner = client(t.app, (await login(email, 'co-owner-pass-1')).body.meta.token);
       const [a, b] = await Promise.all([
         round % 2 === 0
@@ -363,10 +368,7 @@ describe('users and memberships', () => {
   });
 
   it('lets every user change their own name and password (current one required; other sessions end)', async () => {
-    const created = await admin.post(
-      '/api/users',
-      doc('User', { email: 'mover@manage.example', role: 'operator', password: 'mover-pass-1' }),
-    );
+    const created = await join(admin, 'mover@manage.example', 'operator', 'mover-pass-1');
     const id = created.body.data.id;
     const first = client(t.app, (await login('mover@manage.example', 'mover-pass-1')).body.meta.token);
     const second = client(t.app, (await login('mover@manage.example', 'mover-pass-1')).body.meta.token);
@@ -395,9 +397,7 @@ describe('users and memberships', () => {
 
 describe('signing a member out', () => {
   it("ends the member's sessions at once (owners and admins, or the member for their other sessions)", async () => {
-    const id = (
-      await admin.post('/api/users', doc('User', { email: 'signed.out@manage.example', role: 'operator', password: 'signed-out-1' }))
-    ).body.data.id;
+    const id = (await join(admin, 'signed.out@manage.example', 'operator', 'signed-out-1')).body.data.id;
     const first = client(t.app, (await login('signed.out@manage.example', 'signed-out-1')).body.meta.token);
     const second = client(t.app, (await login('signed.out@manage.example', 'signed-out-1')).body.meta.token);
     const signOut = (as: Client) => as.patch(`/api/users/${id}`, doc('User', { revoke_tokens: true }, id));

@@ -136,6 +136,19 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await page.getByRole('button', { name: 'Sign out' }).waitFor();
     expect(page.url()).toBe(`${apiUrl}/console`);
     expect(await page.evaluate("localStorage.getItem('parley.publishableKey')")).toBe(tenant.publishableKey);
+    // The organisation signed in to is always named.
+    await page.locator('.org').filter({ hasText: 'Console' }).waitFor();
+  });
+
+  it("never replaces the kept key from another organisation's link without asking", async () => {
+    const elsewhere = await seedTenant(t, 'Elsewhere');
+    await page.goto(`${apiUrl}/console#key=${elsewhere.publishableKey}`);
+    await page.reload();
+    await page.getByRole('alertdialog').filter({ hasText: 'Switch organisation?' }).waitFor();
+    expect(await page.evaluate("localStorage.getItem('parley.publishableKey')")).toBe(tenant.publishableKey);
+    await page.getByRole('button', { name: 'Keep the current one' }).click();
+    await page.getByRole('button', { name: 'Sign out' }).waitFor();
+    expect(await page.evaluate("localStorage.getItem('parley.publishableKey')")).toBe(tenant.publishableKey);
   });
 
   it('changes availability as an OperatorStatus with source widget', async () => {

@@ -241,7 +241,7 @@ function targets(): fc.Arbitrary<Target> {
     ['GET', '/api/calls'],
     ['POST', '/api/api_keys'],
     ['GET', '/api/users'],
-    ['POST', '/api/users'],
+    ['POST', '/api/invitations'],
     ['GET', '/api/users/me'],
     ['PATCH', '/api/users/me'],
     ['GET', '/api/organisations'],

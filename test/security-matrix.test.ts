@@ -456,10 +456,10 @@ const ENDPOINTS: Endpoint[] = [
   { name: 'get user', method: 'GET', url: () => `/api/users/${tenant.operator.id}`, operator: 200, admin: 200, other: 404 },
   { name: 'get own user', method: 'GET', url: () => '/api/users/me', operator: 200, admin: 200, other: 200 },
   {
-    name: 'add member',
+    name: 'invite member',
     method: 'POST',
-    url: () => '/api/users',
-    body: () => doc('User', { email: `n${unique()}@matrix.example`, role: 'operator' }),
+    url: () => '/api/invitations',
+    body: () => doc('Invitation', { email: `n${unique()}@matrix.example`, role: 'operator' }),
     operator: 403,
     admin: 201,
     other: 201,

@@ -10,7 +10,7 @@ import { tokenHash, verifyToken, type TokenClaims } from './tokens.js';
  * Resolves `Authorization: Bearer <jwt>` to a principal. The signature,
  * algorithm, issuer, audience and expiry are checked, then the backing record
  * (key or session: present, not revoked, not expired) and the membership,
- * whose role applies, in one query, unless `cache` holds them from a recent
+ * whose role applies (for a key, capped at its issuer's role), in one query, unless `cache` holds them from a recent
  * request (see CredentialCache for why that stays exact). Any failure is the same 401.
  */
 export async function authenticate(
@@ -26,21 +26,26 @@ export async function authenticate(
   if (!claims) throw unauthenticated('The bearer token is invalid or expired.');
   if (claims.typ === 'visitor') return authenticateVisitor(db, claims);
   const cached = cache?.get(token);
-  if (cached) return cached;
+  if (cached && (await cache!.current(token))) return cached;
   const mark = cache?.mark() ?? 0;
 
   const record =
     claims.typ === 'api_key'
-      ? sql`SELECT m.role, k.key_type AS kind, k.expires_at FROM api_keys k
+      ? // The membership's role, but never above the key's ceiling (its issuer's role, migration 0014).
+        sql`SELECT CASE WHEN m.role = 'operator' OR k.role_ceiling = 'operator' THEN 'operator'
+                        WHEN m.role = 'admin' OR k.role_ceiling = 'admin' THEN 'admin' ELSE m.role END AS role,
+              k.key_type AS kind, k.expires_at, (SELECT n::text FROM credential_epoch) AS epoch FROM api_keys k
             JOIN memberships m ON m.organisation_id = k.organisation_id AND m.user_id = k.user_id
             WHERE k.id = ${claims.jti} AND k.organisation_id = ${claims.org} AND k.user_id = ${claims.sub}
               AND k.token_hash = ${tokenHash(token)} AND k.revoked_at IS NULL
               AND (k.expires_at IS NULL OR k.expires_at > now())`
-      : sql`SELECT m.role, 'user' AS kind, s.expires_at FROM user_sessions s
+      : sql`SELECT m.role, 'user' AS kind, s.expires_at, (SELECT n::text FROM credential_epoch) AS epoch FROM user_sessions s
             JOIN memberships m ON m.organisation_id = s.organisation_id AND m.user_id = s.user_id
             WHERE s.id = ${claims.jti} AND s.organisation_id = ${claims.org} AND s.user_id = ${claims.sub}
               AND s.revoked_at IS NULL AND s.expires_at > now()`;
-  const { rows } = await (record as ReturnType<typeof sql<{ role: Role; kind: string; expires_at: Date | string | null }>>).execute(db);
+  const { rows } = await (
+    record as ReturnType<typeof sql<{ role: Role; kind: string; expires_at: Date | string | null; epoch: string }>>
+  ).execute(db);
   const row = rows[0];
   if (!row || (claims.typ === 'api_key' && row.kind !== claims.kty)) throw unauthenticated('The bearer token is invalid or expired.');
   const principal: Principal = {
@@ -50,7 +55,8 @@ export async function authenticate(
     credential: claims.typ === 'user' ? 'user_token' : row.kind === 'publishable' ? 'publishable_key' : 'secret_key',
     credentialId: claims.jti,
   };
-  cache?.set(token, principal, row.expires_at === null ? Infinity : new Date(row.expires_at).getTime(), mark);
+  // The epoch of the snapshot the records were read in (the same statement).
+  cache?.set(token, principal, row.expires_at === null ? Infinity : new Date(row.expires_at).getTime(), mark, row.epoch);
   return principal;
 }
 

@@ -19,12 +19,20 @@ const CAPACITY = 10_000;
  *   the old state that finishes after the change's notification is not kept;
  * - while the listening connection is down nothing is cached (`suspend`), and when it is back the cache starts
  *   empty (`resume`), since notifications sent in between are lost;
- * - an entry never outlives its key's or session's own expiry.
+ * - an entry never outlives its key's or session's own expiry;
+ * - on PostgreSQL an entry is served only when a read of the credential epoch (migration 0014_c) that began
+ *   after the request arrived finds the epoch the entry was read at: a change committed by another process
+ *   before the request, whose notification is still on its way, is not served around (`current`).
  *
  * Visitor credentials are not cached (they depend on their conversation too).
  */
 export class CredentialCache {
-  private readonly entries = new Map<string, { principal: Principal; until: number }>();
+  private readonly entries = new Map<string, { principal: Principal; until: number; epoch?: string }>();
+  /**
+   * Reads the credential epoch (migration 0014_c) in a statement that starts after the call; set on
+   * PostgreSQL, where other processes' changes are announced a moment after their commit.
+   */
+  private epochProbe?: EpochProbe;
   private generation = 0;
   private live = false;
 
@@ -49,19 +57,42 @@ export class CredentialCache {
     return { ...entry.principal };
   }
 
+  /** Serve entries only once a fresh read of the credential epoch finds them current (see `current`). */
+  checkEpoch(read: () => Promise<string>): void {
+    this.epochProbe = new EpochProbe(read);
+  }
+
+  /**
+   * Whether the entry for `token` may be served to a request that has just arrived: with an epoch check, only
+   * when the credential epoch read by a statement that began after this call is the one the entry was read
+   * at. Any commit that changed a credential record before that statement began has moved the epoch, even if
+   * its notification has not reached this process yet; then the whole cache is dropped (as the notification
+   * would have).
+   */
+  async current(token: string): Promise<boolean> {
+    const probe = this.epochProbe;
+    if (!probe) return true;
+    const epoch = this.entries.get(token)?.epoch;
+    if (epoch === undefined) return false;
+    const now = await probe.read();
+    if (now === epoch) return true;
+    this.invalidate();
+    return false;
+  }
+
   /** Taken before reading a credential's records; `set` keeps the result only if nothing changed since. */
   mark(): number {
     return this.generation;
   }
 
   /** Keeps a principal read since `mark`, until the cache's lifetime or `notAfterMs` (the record's expiry). */
-  set(token: string, principal: Principal, notAfterMs: number, mark: number): void {
+  set(token: string, principal: Principal, notAfterMs: number, mark: number, epoch?: string): void {
     const now = this.now();
     if (!this.live || this.ttlMs <= 0 || mark !== this.generation) return;
     const until = Math.min(now + this.ttlMs, notAfterMs);
     if (until <= now) return;
     if (this.entries.size >= this.capacity) this.entries.delete(this.entries.keys().next().value!);
-    this.entries.set(token, { principal: { ...principal }, until });
+    this.entries.set(token, { principal: { ...principal }, until, epoch });
   }
 
   /** A credential record changed (a notification): forget everything, and void reads in flight. */
@@ -80,5 +111,42 @@ export class CredentialCache {
   suspend(): void {
     this.invalidate();
     this.live = false;
+  }
+}
+
+/**
+ * Reads of one value shared by the requests that wait for them: a caller gets the result of a read that
+ * started after its call. While a read is in flight, later callers share the next one, which starts when it
+ * ends, so that concurrent requests cost one statement per round trip, not one each.
+ */
+export class EpochProbe {
+  private inFlight?: Promise<string>;
+  private next?: Promise<string>;
+
+  constructor(private readonly readOnce: () => Promise<string>) {}
+
+  read(): Promise<string> {
+    if (!this.inFlight) {
+      const started = this.readOnce().finally(() => {
+        if (this.inFlight === started) this.inFlight = undefined;
+      });
+      this.inFlight = started;
+      return started;
+    }
+    if (!this.next) {
+      const previous = this.inFlight;
+      const next: Promise<string> = previous
+        .catch(() => undefined)
+        .then(() => {
+          this.inFlight = next;
+          this.next = undefined;
+          return this.readOnce();
+        })
+        .finally(() => {
+          if (this.inFlight === next) this.inFlight = undefined;
+        });
+      this.next = next;
+    }
+    return this.next;
   }
 }

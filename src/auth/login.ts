@@ -9,7 +9,7 @@ import { issueUserToken } from './user-tokens.js';
 
 /** One throttle and one hash gate per server (keyed by its services), so that separate servers in one process stay apart. */
 const guards = new WeakMap<AppServices, { throttle: LoginThrottle; gate: HashGate }>();
-function guardsFor(services: AppServices) {
+export function guardsFor(services: AppServices) {
   let guard = guards.get(services);
   if (!guard) {
     const { config } = services;
@@ -22,10 +22,10 @@ function guardsFor(services: AppServices) {
   return guard;
 }
 
-const invalidCredentials = () =>
+export const invalidCredentials = () =>
   ApiError.of(401, 'invalid_credentials', 'The e-mail or password is wrong.', undefined, { 'WWW-Authenticate': 'Bearer' });
 
-const busy = () =>
+export const busy = () =>
   ApiError.of(503, 'unavailable', 'Too many sign-ins are being checked right now; try again shortly.', undefined, { 'Retry-After': '1' });
 
 /**

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import { forbidden } from '../jsonapi/errors.js';
 import type { AppServices } from '../jsonapi/services.js';
@@ -96,6 +97,15 @@ async function credentialCache(app: FastifyInstance, options: AuthOptions): Prom
   } catch (error) {
     app.log.warn({ err: error }, 'credentials are read on every request: no notification channel');
     return undefined;
+  }
+  // Another process's change reaches this one's listener a moment after its commit: on PostgreSQL, entries
+  // are served only after a fresh read of the credential epoch (one statement shared by concurrent requests).
+  if (options.database.kind === 'postgres') {
+    const db = options.database.db;
+    cache.checkEpoch(async () => {
+      const { rows } = await sql<{ n: string }>`SELECT n::text AS n FROM credential_epoch`.execute(db);
+      return rows[0]?.n ?? '';
+    });
   }
   cache.resume();
   app.addHook('onClose', async () => {

@@ -19,6 +19,11 @@ export interface Config {
    * milliseconds; 0 reads them on every request. Any change to those records drops the cache at once.
    */
   credentialCacheMs: number;
+  /**
+   * Bearer token that `GET /metrics` requires from any client; unset, metrics are served only to clients on
+   * this host's loopback (the counters describe every tenant's traffic).
+   */
+  metricsToken?: string;
   /** Upper bound for one database statement and for acquiring a connection. */
   databaseTimeoutMs: number;
   databasePoolSize: number;
@@ -157,6 +162,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: text(env, 'LOG_LEVEL') ?? 'info',
     userTokenTtlSeconds: int(env, 'USER_TOKEN_TTL_SECONDS', 12 * 3600),
     credentialCacheMs: int(env, 'CREDENTIAL_CACHE_MS', 5000),
+    metricsToken: text(env, 'METRICS_TOKEN'),
     databaseTimeoutMs: int(env, 'DATABASE_TIMEOUT_MS', 5000),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 10),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 1024 * 1024),

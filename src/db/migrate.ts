@@ -9,6 +9,10 @@ import * as agentRuntime from './migrations/0008_agent_runtime.js';
 import * as credentialCache from './migrations/0009_credential_cache.js';
 import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
+import * as keyCeiling from './migrations/0014_a_key_ceiling.js';
+import * as invitations from './migrations/0014_b_invitations.js';
+import * as credentialEpoch from './migrations/0014_c_credential_epoch.js';
+import * as eventIdPrivacy from './migrations/0014_d_event_id_privacy.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -21,6 +25,10 @@ const migrations: Record<string, { up: string }> = {
   '0009_credential_cache': credentialCache,
   '0010_event_order': eventOrder,
   '0011_event_barrier': eventBarrier,
+  '0014_a_key_ceiling': keyCeiling,
+  '0014_b_invitations': invitations,
+  '0014_c_credential_epoch': credentialEpoch,
+  '0014_d_event_id_privacy': eventIdPrivacy,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

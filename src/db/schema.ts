@@ -50,6 +50,8 @@ const stamps = () => ({ created_at: timestamptz().default(), updated_at: timesta
 
 export const tables = {
   settings: { key: text(), value: text() },
+  credential_epoch: { id: boolean().default(), n: bigint() },
+  event_id_key: { id: boolean().default(), k: bigint() },
   organisations: { id: uuid(), name: text(), ...stamps() },
   users: { id: uuid(), email: text(), full_name: text().default(), password_hash: text(), ...stamps() },
   memberships: { organisation_id: uuid(), user_id: uuid(), role: text(), ...stamps() },
@@ -62,6 +64,19 @@ export const tables = {
     token_hash: text(),
     expires_at: timestamptz().null(),
     revoked_at: timestamptz().null(),
+    role_ceiling: text().null(),
+    ...stamps(),
+  },
+  invitations: {
+    id: uuid(),
+    organisation_id: uuid(),
+    email: text(),
+    role: text(),
+    invited_by_user_id: uuid().null(),
+    token_hash: text(),
+    expires_at: timestamptz(),
+    accepted_at: timestamptz().null(),
+    user_id: uuid().null(),
     ...stamps(),
   },
   user_sessions: {

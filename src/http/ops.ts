@@ -1,11 +1,32 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { isIP } from 'node:net';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import { errorDocument, errorObject } from '../jsonapi/errors.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
 import type { ServerOptions } from './server.js';
 
-/** Liveness, readiness (the database answers) and Prometheus metrics; none needs a credential. */
+const digest = (value: string) => createHash('sha256').update(value).digest();
+
+/** A loopback peer of the socket itself (not a forwarded address): 127.0.0.0/8, ::1, ::ffff:127.x. */
+function loopbackPeer(request: FastifyRequest): boolean {
+  const address = (request.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
+  return address === '::1' || (isIP(address) === 4 && address.startsWith('127.'));
+}
+
+/**
+ * Whether `request` may read the metrics, which count every tenant's requests per route: with
+ * `METRICS_TOKEN` set, `Authorization: Bearer <token>` (compared in constant time); unset, only a client on
+ * this host's loopback (a Prometheus beside the server), judged by the socket's peer, never a header.
+ */
+function mayReadMetrics(request: FastifyRequest, token: string | undefined): boolean {
+  if (!token) return loopbackPeer(request);
+  const given = /^Bearer +(\S+)$/.exec(request.headers.authorization ?? '')?.[1];
+  return given !== undefined && timingSafeEqual(digest(given), digest(token));
+}
+
+/** Liveness and readiness (the database answers) need no credential; Prometheus metrics are protected. */
 export async function registerOps(app: FastifyInstance, options: ServerOptions): Promise<void> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -34,7 +55,13 @@ export async function registerOps(app: FastifyInstance, options: ServerOptions):
       return errorDocument([errorObject(503, 'unavailable', 'The database is unavailable.')]);
     }
   });
-  app.get('/metrics', open, async (_request, reply) => {
+  app.get('/metrics', open, async (request, reply) => {
+    if (!mayReadMetrics(request, options.config.metricsToken)) {
+      reply.code(403).header('Content-Type', 'application/vnd.api+json');
+      return errorDocument([
+        errorObject(403, 'forbidden', 'Metrics are served to this host (loopback) only, or with the METRICS_TOKEN bearer token.'),
+      ]);
+    }
     reply.header('Content-Type', registry.contentType);
     return registry.metrics();
   });

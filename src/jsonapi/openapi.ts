@@ -650,7 +650,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     const member = `${collection}/{id}`;
     const type = r.type;
     const visible = r.access.visible ? ' Operators see only their own records.' : '';
-    const writable = r.access.writable ? ' Operators change only their own record (403 for others).' : '';
+    const writable = r.access.writable ? ` ${r.access.writableNote ?? 'Operators change only their own record'} (403 for others).` : '';
     if (r.operations.list) {
       at(collection).get = {
         operationId: `list${type}s`,

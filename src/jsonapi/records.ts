@@ -183,7 +183,7 @@ function bind(options: RecordsOptions, db: Database): Records {
             .execute();
         }
         const record = await render(trx, { id, status: 200 });
-        if (Object.keys(columns).length > 0)
+        if (Object.keys(columns).length > 0 || ctx.storedElsewhere)
           await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
         return { id, status: 200 as const, record };
       });
@@ -219,6 +219,8 @@ function bind(options: RecordsOptions, db: Database): Records {
         if (resource.remove) {
           // The resource removes what the record is (and takes along what it means to); its counts are exact.
           for (const [type, count] of Object.entries(await resource.remove(ctx))) removed[type] = (removed[type] ?? 0) + count;
+          // Its removal is an event like any delete's (a member's removal is what a webhook audit must see).
+          await emit(trx, actor, resource, 'deleted', id, before);
           return { id, removed };
         }
         await refuseWhileReferenced(trx, registry, resource, id);
@@ -273,7 +275,10 @@ export async function assertWritable(
   if (!writable) return;
   const { rows } = await sql<{ ok: boolean }>`
     SELECT ${writable} AS ok FROM ${sql.table(resource.table)} t WHERE t.id = ${id}`.execute(db);
-  if (rows[0] && !rows[0].ok) throw forbidden(`Your role may change only your own ${resource.type} record.`);
+  if (rows[0] && !rows[0].ok)
+    throw forbidden(
+      resource.access.writableNote ? `${resource.access.writableNote}.` : `Your role may change only your own ${resource.type} record.`,
+    );
 }
 
 /**

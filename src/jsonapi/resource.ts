@@ -104,6 +104,8 @@ export interface AccessRules {
    * a visible row outside it is a 403. Undefined: every visible row.
    */
   writable?: Scope;
+  /** Who may change which rows under `writable`, in words: the 403's detail and the OpenAPI description. */
+  writableNote?: string;
 }
 
 /** What a custom action receives. */
@@ -130,6 +132,11 @@ export interface ActionContext {
    * the row after inserting it clears this first, so that the event is rendered from the final row.
    */
   eventOnInsert?: { type: string; occurredAt: Date };
+  /**
+   * Set by an update hook that stored a change outside the type's columns (a member's role, in `memberships`):
+   * the update is then an `updated` event although no column of the record's own table changed.
+   */
+  storedElsewhere?: boolean;
 }
 
 /** The outcome of a write: which record to render and with which status. */

@@ -1,6 +1,7 @@
 import { uuidv7 } from 'uuidv7';
 import { signToken, tokenHash } from '../auth/tokens.js';
-import { type ActionContext, type ActionResult, ApiError, attr, defineResource, forbidden, rel } from '../jsonapi/index.js';
+import { sql } from 'kysely';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, forbidden, ROLES, rel } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { API_KEY_TYPES } from './values.js';
@@ -30,6 +31,9 @@ async function issueKey(ctx: ActionContext): Promise<ActionResult> {
   if (ctx.actor.kind === 'principal' && member.role === 'owner' && principal.role !== 'owner') {
     throw forbidden('Only an owner may issue a key that acts as an owner.');
   }
+  // The key never acts above its issuer's role (migration 0014): the issuer keeps a copy of the token, and the
+  // member's role may rise later. Keys the system issues (command line, demo) have no ceiling.
+  const ceiling = ctx.actor.kind === 'principal' ? principal.role : ((values.role_ceiling as string | null | undefined) ?? null);
   const id = uuidv7();
   const expiresAt = values.expires_at as Date | null | undefined;
   const token = await signToken(
@@ -48,6 +52,7 @@ async function issueKey(ctx: ActionContext): Promise<ActionResult> {
       key_type: values.key_type,
       token_hash: tokenHash(token),
       expires_at: expiresAt ?? null,
+      role_ceiling: ceiling,
       created_at: now,
       updated_at: now,
     })
@@ -99,6 +104,11 @@ export default defineResource({
     revoked_at: attr.timestamp({ update: true, nullable: true, sortable: true, filterable: true }),
     organisation_id: attr.uuid({ sortable: true, filterable: true }),
     user_id: attr.uuid({ create: true, sortable: true, filterable: true, references: 'User', referenceCheckedByAction: true }),
+    role_ceiling: attr.enum(ROLES, {
+      nullable: true,
+      description:
+        "The role of whoever issued the key: the key acts with its user's role, never above this one. Null: issued by the command line (no ceiling).",
+    }),
     token: attr.string({
       revealedOnCreate: true,
       description: 'The key itself, shown once in the response that creates it; null afterwards.',
@@ -110,7 +120,21 @@ export default defineResource({
     user: rel.belongsTo('User', 'user_id'),
   },
   operations: { list: true, get: true, create: true, update: true, delete: true },
-  access: { read: EVERY_ROLE, create: ADMINS, update: EVERY_ROLE, delete: EVERY_ROLE, visible: ownRowsForOperators('user_id') },
+  access: {
+    read: EVERY_ROLE,
+    create: ADMINS,
+    update: EVERY_ROLE,
+    delete: EVERY_ROLE,
+    visible: ownRowsForOperators('user_id'),
+    // An admin sees an owner's keys but may not rename, revoke or delete them (the publishable key included):
+    // that would cut an owner, or every visitor and the console link, off.
+    writable: (p, alias) =>
+      p.role === 'admin'
+        ? sql`NOT EXISTS (SELECT 1 FROM memberships m WHERE m.organisation_id = ${sql.ref(`${alias}.organisation_id`)}
+            AND m.user_id = ${sql.ref(`${alias}.user_id`)} AND m.role = 'owner')`
+        : undefined,
+    writableNote: "Admins may not change or delete an owner's key",
+  },
   create: issueKey,
   beforeUpdate: revoke,
 });

@@ -7,6 +7,7 @@ import callTranscript from './call-transcript.js';
 import conversation from './conversation.js';
 import conversationItem from './conversation-item.js';
 import gateway from './gateway.js';
+import invitation from './invitation.js';
 import operatorStatus from './operator-status.js';
 import operatorStatusEvent from './operator-status-event.js';
 import organisation from './organisation.js';
@@ -32,4 +33,5 @@ export const resources: ResourceDef[] = [
   organisation,
   webhookEndpoint,
   webhookDelivery,
+  invitation,
 ];

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
+import { acceptInvitation } from '../auth/invitations.js';
 import { login } from '../auth/login.js';
 import { hashPassword, verifyPassword } from '../auth/passwords.js';
 import type { Database } from '../db/connection.js';
@@ -191,6 +192,8 @@ async function updateMember(ctx: ActionContext): Promise<void> {
         .where('organisation_id', '=', principal.organisationId)
         .execute();
       await db.updateTable('users').set({ updated_at: now }).where('id', '=', id).execute();
+      // The role lives in `memberships`, not in a column of `users`: the change is a `User.updated` event all the same.
+      ctx.storedElsewhere = true;
     }
   }
   delete values.password;
@@ -291,10 +294,11 @@ export default defineResource({
     sip_user: rel.hasOne('SipUser', 'user_id'),
   },
   uniqueConstraints: { users_email_key: 'email' },
-  operations: { list: true, get: true, create: true, update: true, delete: true },
+  // No POST /api/users: members join by invitation (Invitation, then `accept_invitation`), so that adding an
+  // address answers alike whether it has an account or not. The command line and the demo create users.
+  operations: { list: true, get: true, create: false, update: true, delete: true },
   access: {
     read: EVERY_ROLE,
-    create: ADMINS,
     update: EVERY_ROLE,
     delete: ADMINS,
     // Operators change only their own record (name, password); owners and admins every member's role.
@@ -316,6 +320,20 @@ export default defineResource({
         password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true }),
       },
       run: login,
+    },
+    accept_invitation: {
+      path: 'users/accept_invitation',
+      summary:
+        "Accept an invitation (with the inviting organisation's publishable key): join with your account's password, or, for an address without an account, a new one with the password given; returns the user and an access token in meta.token",
+      allowPublishable: true,
+      status: 201,
+      input: {
+        invitation_token: attr.string({ create: 'required', minLength: 1, maxLength: 200, writeOnly: true }),
+        email: attr.string({ create: 'required', minLength: 3, maxLength: 254 }),
+        password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true }),
+        full_name: attr.string({ create: true, maxLength: 200, description: 'Your name, for a new account.' }),
+      },
+      run: acceptInvitation,
     },
   },
 });

@@ -47,7 +47,7 @@ export interface paths {
         head?: never;
         /**
          * Update a ApiKey
-         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin, operator. Operators see only their own records.
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin, operator. Operators see only their own records. Admins may not change or delete an owner's key (403 for others).
          */
         patch: operations["updateApiKey"];
         trace?: never;
@@ -72,6 +72,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/users/accept_invitation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Accept an invitation (with the inviting organisation's publishable key): join with your account's password, or, for an address without an account, a new one with the password given; returns the user and an access token in meta.token
+         * @description Accept an invitation (with the inviting organisation's publishable key): join with your account's password, or, for an address without an account, a new one with the password given; returns the user and an access token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.
+         */
+        post: operations["accept_invitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/users": {
         parameters: {
             query?: never;
@@ -85,11 +105,7 @@ export interface paths {
          */
         get: operations["listUsers"];
         put?: never;
-        /**
-         * Create a User
-         * @description Creates a User in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
-         */
-        post: operations["createUser"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -748,6 +764,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/invitations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Invitation records
+         * @description The Invitation records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin.
+         */
+        get: operations["listInvitations"];
+        put?: never;
+        /**
+         * Create a Invitation
+         * @description Creates a Invitation in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createInvitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/invitations/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one Invitation
+         * @description One Invitation of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin.
+         */
+        get: operations["getInvitation"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a Invitation
+         * @description Removes the Invitation and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deleteInvitation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/events": {
         parameters: {
             query?: never;
@@ -757,7 +821,7 @@ export interface paths {
         };
         /**
          * Stream the organisation's events (server-sent events)
-         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted.
+         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted, Invitation.created, Invitation.updated, Invitation.deleted.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -831,6 +895,11 @@ export interface components {
             organisation_id?: string;
             /** Format: uuid */
             user_id?: string;
+            /**
+             * @description The role of whoever issued the key: the key acts with its user's role, never above this one. Null: issued by the command line (no ceiling).
+             * @enum {string|null}
+             */
+            role_ceiling?: "owner" | "admin" | "operator" | null;
             /** @description The key itself, shown once in the response that creates it; null afterwards. */
             token?: string | null;
             /**
@@ -1820,6 +1889,83 @@ export interface components {
             links: components["schemas"]["PageLinks"];
             jsonapi: components["schemas"]["JsonApi"];
         };
+        InvitationAttributes: {
+            email?: string;
+            /**
+             * @description The role the person will have once they accept.
+             * @enum {string}
+             */
+            role?: "owner" | "admin" | "operator";
+            /**
+             * Format: date-time
+             * @description Until when it may be accepted (default 7 days, at most 30).
+             */
+            expires_at?: string;
+            /**
+             * Format: date-time
+             * @description When it was accepted; null before.
+             */
+            accepted_at?: string | null;
+            /**
+             * Format: uuid
+             * @description The user who accepted it (null before).
+             */
+            user_id?: string | null;
+            /**
+             * Format: uuid
+             * @description The member who sent it.
+             */
+            invited_by_user_id?: string | null;
+            /** Format: uuid */
+            organisation_id?: string;
+            /** @description The invitation itself, shown once in the response that creates it; null afterwards. Hand it to the person invited. */
+            token?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
+        };
+        InvitationResource: {
+            /** Format: uuid */
+            id: string;
+            /** @constant */
+            type: "Invitation";
+            attributes: components["schemas"]["InvitationAttributes"];
+            relationships: {
+                organisation?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Organisation";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+            };
+            links?: {
+                /** Format: uri */
+                self?: string;
+            };
+            meta?: Record<string, unknown>;
+        };
+        InvitationDocument: {
+            data: components["schemas"]["InvitationResource"];
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        InvitationListDocument: {
+            data: components["schemas"]["InvitationResource"][];
+            included: components["schemas"]["Included"];
+            meta: components["schemas"]["PageMeta"];
+            links: components["schemas"]["PageLinks"];
+            jsonapi: components["schemas"]["JsonApi"];
+        };
     };
     responses: {
         /** @description Malformed request or query parameter */
@@ -2010,7 +2156,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2027,6 +2173,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at. */
                 filter?: {
@@ -2228,7 +2375,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2245,6 +2392,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -2345,7 +2493,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2362,6 +2510,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -2437,7 +2586,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, token, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2454,6 +2603,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -2546,6 +2696,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -2610,6 +2761,97 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    accept_invitation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "User",
+                 *         "attributes": {
+                 *           "invitation_token": "Example",
+                 *           "email": "owner@example.com",
+                 *           "password": "correct-horse-battery"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "User";
+                        attributes?: {
+                            invitation_token: string;
+                            email: string;
+                            password: string;
+                            /** @description Your name, for a new account. */
+                            full_name?: string;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listUsers: {
         parameters: {
             query?: {
@@ -2632,6 +2874,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at. */
                 filter?: {
@@ -2772,112 +3015,6 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
-    createUser: {
-        parameters: {
-            query?: {
-                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
-                include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
-                fields?: {
-                    ApiKey?: string;
-                    User?: string;
-                    Conversation?: string;
-                    ConversationItem?: string;
-                    AiAgent?: string;
-                    Gateway?: string;
-                    SipUser?: string;
-                    OperatorStatus?: string;
-                    OperatorStatusEvent?: string;
-                    Call?: string;
-                    CallParticipant?: string;
-                    CallTranscript?: string;
-                    Organisation?: string;
-                    WebhookEndpoint?: string;
-                    WebhookDelivery?: string;
-                };
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                /**
-                 * @example {
-                 *       "data": {
-                 *         "type": "User",
-                 *         "attributes": {
-                 *           "email": "owner@example.com",
-                 *           "role": "owner"
-                 *         }
-                 *       }
-                 *     }
-                 */
-                "application/vnd.api+json": {
-                    data: {
-                        /** @constant */
-                        type: "User";
-                        attributes?: {
-                            email: string;
-                            full_name?: string;
-                            /**
-                             * @description The member's role in the caller's organisation.
-                             * @enum {string}
-                             */
-                            role: "owner" | "admin" | "operator";
-                            /** @description A new user's password (generated when omitted), or your own new password (with current_password). */
-                            password?: string;
-                        };
-                        relationships?: Record<string, unknown>;
-                        meta?: Record<string, unknown>;
-                        links?: Record<string, unknown>;
-                        lid?: string;
-                    };
-                    meta?: Record<string, unknown>;
-                    jsonapi?: Record<string, unknown>;
-                };
-            };
-        };
-        responses: {
-            /** @description The existing record (idempotent repeat or update) */
-            200: {
-                headers: {
-                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/vnd.api+json": components["schemas"]["UserDocument"];
-                };
-            };
-            /** @description Created */
-            201: {
-                headers: {
-                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
-                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
-                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
-                    Location: components["headers"]["Location"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/vnd.api+json": components["schemas"]["UserDocument"];
-                };
-            };
-            400: components["responses"]["Error400"];
-            401: components["responses"]["Error401"];
-            403: components["responses"]["Error403"];
-            405: components["responses"]["Error405"];
-            406: components["responses"]["Error406"];
-            409: components["responses"]["Error409"];
-            413: components["responses"]["Error413"];
-            415: components["responses"]["Error415"];
-            422: components["responses"]["Error422"];
-            429: components["responses"]["Error429"];
-            500: components["responses"]["Error500"];
-            503: components["responses"]["Error503"];
-        };
-    };
     getUser: {
         parameters: {
             query?: {
@@ -2900,6 +3037,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -2992,6 +3130,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3093,6 +3232,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3146,6 +3286,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3229,6 +3370,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at. */
                 filter?: {
@@ -3441,6 +3583,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3550,6 +3693,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3606,6 +3750,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3722,6 +3867,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3778,6 +3924,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -3920,6 +4067,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at. */
                 filter?: {
@@ -4067,6 +4215,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -4163,6 +4312,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -4255,6 +4405,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -4356,6 +4507,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at. */
                 filter?: {
@@ -4527,6 +4679,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -4626,6 +4779,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -4718,6 +4872,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -4821,6 +4976,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at. */
                 filter?: {
@@ -4971,6 +5127,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -5072,6 +5229,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -5164,6 +5322,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -5254,6 +5413,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at. */
                 filter?: {
@@ -5455,6 +5615,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -5574,6 +5735,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -5630,6 +5792,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at. */
                 filter?: {
@@ -5882,6 +6045,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -5938,6 +6102,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at. */
                 filter?: {
@@ -6208,6 +6373,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -6264,6 +6430,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at. */
                 filter?: {
@@ -6482,6 +6649,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -6538,6 +6706,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -6629,6 +6798,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at. */
                 filter?: {
@@ -6836,6 +7006,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -6892,6 +7063,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
                 filter?: {
@@ -7025,6 +7197,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -7081,6 +7254,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at. */
                 filter?: {
@@ -7234,6 +7408,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -7340,6 +7515,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -7432,6 +7608,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -7531,6 +7708,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
                 /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at. */
                 filter?: {
@@ -7754,6 +7932,7 @@ export interface operations {
                     Organisation?: string;
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
+                    Invitation?: string;
                 };
             };
             header?: never;
@@ -7783,6 +7962,444 @@ export interface operations {
             404: components["responses"]["Error404"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    listInvitations: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    email?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    role?: ("owner" | "admin" | "operator") | {
+                        /** @enum {string} */
+                        eq?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        not_eq?: "owner" | "admin" | "operator";
+                        in?: string | ("owner" | "admin" | "operator")[];
+                        /** @enum {string} */
+                        less_than?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        greater_than?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        less_than_or_equal?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "owner" | "admin" | "operator";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    expires_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    accepted_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    invited_by_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    organisation_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, email, expires_at, accepted_at, organisation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["InvitationListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createInvitation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "Invitation",
+                 *         "attributes": {
+                 *           "email": "owner@example.com",
+                 *           "role": "owner"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "Invitation";
+                        attributes?: {
+                            email: string;
+                            /**
+                             * @description The role the person will have once they accept.
+                             * @enum {string}
+                             */
+                            role: "owner" | "admin" | "operator";
+                            /**
+                             * Format: date-time
+                             * @description Until when it may be accepted (default 7 days, at most 30).
+                             */
+                            expires_at?: string;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description The existing record (idempotent repeat or update) */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["InvitationDocument"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["InvitationDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getInvitation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["InvitationDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteInvitation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
             429: components["responses"]["Error429"];
             500: components["responses"]["Error500"];
             503: components["responses"]["Error503"];

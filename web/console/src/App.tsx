@@ -9,7 +9,7 @@ import { ConversationView } from './ConversationView';
 import { Inbox } from './Inbox';
 import { actionOf, emptyState, reduce } from './live';
 import { SignIn } from './SignIn';
-import { loadSession, saveSession, takeKeyFromFragment, type Session } from './session';
+import { keepKey, loadSession, saveSession, takeKeyFromFragment, type Session } from './session';
 
 const STREAM_LABELS: Record<StreamState, string> = {
   connecting: 'Connecting…',
@@ -20,7 +20,9 @@ const STREAM_LABELS: Record<StreamState, string> = {
 };
 
 export function App() {
-  const publishableKey = useMemo(() => takeKeyFromFragment(), []);
+  const linked = useMemo(() => takeKeyFromFragment(), []);
+  const [publishableKey, setPublishableKey] = useState(linked.key);
+  const [offeredKey, setOfferedKey] = useState(linked.offered);
   const initial = useMemo(() => loadSession(), []);
   const [session, setSession] = useState<Session | undefined>(initial.session);
   const [notice, setNotice] = useState<string | undefined>(initial.expired ? 'Your session expired. Please sign in again.' : undefined);
@@ -43,6 +45,35 @@ export function App() {
     [signOut],
   );
 
+  // A link with another organisation's key: switching is the user's decision, never the link's.
+  if (offeredKey) {
+    return (
+      <main class="signin" id="main">
+        <div class="card" role="alertdialog" aria-labelledby="switch-title">
+          <h1 id="switch-title">Switch organisation?</h1>
+          <p>
+            This link opens the console of a different organisation than the one this browser signs in to
+            {session?.organisationName ? ` (${session.organisationName})` : ''}. Only switch if you trust whoever sent you the link.
+          </p>
+          <button
+            type="button"
+            class="button primary"
+            onClick={() => {
+              keepKey(offeredKey);
+              setPublishableKey(offeredKey);
+              setOfferedKey(undefined);
+              signOut('Sign in to the organisation of the link.');
+            }}
+          >
+            Switch organisation
+          </button>{' '}
+          <button type="button" class="button quiet" onClick={() => setOfferedKey(undefined)}>
+            Keep the current one
+          </button>
+        </div>
+      </main>
+    );
+  }
   if (!session) {
     return (
       <SignIn
@@ -179,6 +210,9 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           />
           <span class={`stream stream-${stream}`} role="status" aria-live="polite">
             {STREAM_LABELS[stream]}
+          </span>
+          <span class="org" title="Organisation">
+            {session.organisationName || 'Unnamed organisation'}
           </span>
           <span class="who" title={session.email}>
             {session.fullName || session.email}

@@ -9,6 +9,13 @@ interface Props {
   onSignedIn: (session: Session) => void;
 }
 
+/** The organisation's name from a login document with `include=organisation`. */
+function organisationNameOf(included: unknown): string | undefined {
+  if (!Array.isArray(included)) return undefined;
+  const organisation = included.find((r: { type?: string }) => r.type === 'Organisation') as { attributes?: { name?: string } } | undefined;
+  return organisation?.attributes?.name;
+}
+
 export function SignIn({ api, publishableKey, notice, onSignedIn }: Props) {
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
@@ -22,6 +29,7 @@ export function SignIn({ api, publishableKey, notice, onSignedIn }: Props) {
     setError(undefined);
     try {
       const { data, error: failure } = await api.POST('/api/users/login', {
+        params: { query: { include: 'organisation' } },
         body: { data: { type: 'User', attributes: { email, password } } },
         headers: { Authorization: `Bearer ${publishableKey}` },
       });
@@ -36,6 +44,7 @@ export function SignIn({ api, publishableKey, notice, onSignedIn }: Props) {
         userId: data.data.id,
         email: data.data.attributes.email ?? email,
         fullName: data.data.attributes.full_name ?? '',
+        organisationName: organisationNameOf(data.included) ?? '',
       });
     } catch (cause) {
       setError(describeError(cause, 'The server could not be reached.'));

@@ -13,16 +13,30 @@ export interface Session {
   userId: string;
   email: string;
   fullName: string;
+  /** The organisation signed in to, named on every screen. */
+  organisationName: string;
 }
 
-export function takeKeyFromFragment(): string | undefined {
+/**
+ * The publishable key to sign in with, and one a link brought that differs from the kept one. A link never
+ * replaces a kept key by itself: a link to another organisation's console (anyone can make one) would
+ * otherwise sign the next person into that organisation. The console asks first (`keepKey`).
+ */
+export function takeKeyFromFragment(): { key: string | undefined; offered: string | undefined } {
   const fragment = new URLSearchParams(window.location.hash.replace(/^#/, ''));
-  const key = fragment.get('key');
-  if (key) {
-    localStorage.setItem(KEY, key);
-    history.replaceState(null, '', window.location.pathname + window.location.search);
+  const linked = fragment.get('key') ?? undefined;
+  if (linked) history.replaceState(null, '', window.location.pathname + window.location.search);
+  const kept = localStorage.getItem(KEY) ?? undefined;
+  if (linked && !kept) {
+    localStorage.setItem(KEY, linked);
+    return { key: linked, offered: undefined };
   }
-  return localStorage.getItem(KEY) ?? undefined;
+  return { key: kept, offered: linked && linked !== kept ? linked : undefined };
+}
+
+/** Keeps `key` as the organisation's key (the user agreed to switch). */
+export function keepKey(key: string): void {
+  localStorage.setItem(KEY, key);
 }
 
 export function loadSession(): { session?: Session; expired: boolean } {
