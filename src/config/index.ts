@@ -68,6 +68,8 @@ export interface Config {
   agentLeaseMs: number;
   /** Turns one runtime runs at once (different conversations). */
   agentConcurrency: number;
+  /** Attempts (leases) at one user item whose turn fails to store; then it is handed to an operator. */
+  agentMaxAttempts: number;
   /** Live events: the outbox, GET /api/events and webhooks (docs/events.md). */
   events: EventsConfig;
 }
@@ -187,6 +189,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentPollMs: int(env, 'AGENT_POLL_MS', 200),
     agentLeaseMs: int(env, 'AGENT_LEASE_MS', 60_000),
     agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
+    agentMaxAttempts: Math.max(1, int(env, 'AGENT_MAX_ATTEMPTS', 3)),
     events: {
       retentionDays: Math.max(1, int(env, 'EVENTS_RETENTION_DAYS', 7)),
       heartbeatSeconds: Math.max(1, int(env, 'EVENTS_HEARTBEAT_SECONDS', 15)),

@@ -27,6 +27,14 @@ const MAX_CONTENT_INDEX = 2_147_483_646;
  */
 export const CONTENT_INDEX_LOOKAHEAD = 1000;
 
+/** Largest `content`, in bytes of UTF-8 (the agent runtime cuts its replies to this). */
+export const CONTENT_MAX_BYTES = 32 * 1024;
+/**
+ * Item ids the agent runtime derives from a user item's id (`reply_<id>`, `handoff_<id>`): nobody else may
+ * take them, or a reply could never be stored (a visitor posting `reply_<its own item's id>` first).
+ */
+const RESERVED_ITEM_ID = /^(reply|handoff)_/;
+
 /** An item id for an item posted without one. */
 const newItemId = () => `item_${randomUUID().replaceAll('-', '')}`;
 
@@ -44,6 +52,11 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   }
   if (ctx.principal.role === 'visitor' && values.role !== 'user') {
     throw ApiError.of(403, 'forbidden', 'A visitor may only post items with role user.', { pointer: '/data/attributes/role' });
+  }
+  if (ctx.principal.credential !== 'system' && typeof values.item_id === 'string' && RESERVED_ITEM_ID.test(values.item_id)) {
+    throw ApiError.of(422, 'invalid_attribute', "item_id may not start with reply_ or handoff_: those are the AI agent's.", {
+      pointer: '/data/attributes/item_id',
+    });
   }
   // The usual post (no item_id, no content_index): one statement takes the next index of an open conversation
   // in the caller's scope, locking its row as the SELECT ... FOR UPDATE below would. Anything else (a closed
@@ -119,7 +132,7 @@ export default defineResource({
   attributes: {
     role: attr.enum(ITEM_ROLES, { create: 'required' }),
     modality: attr.enum(ITEM_MODALITIES, { create: true, default: 'text' }),
-    content: attr.string({ create: 'required', maxBytes: 32 * 1024 }),
+    content: attr.string({ create: 'required', maxBytes: CONTENT_MAX_BYTES }),
     metadata: attr.object({ create: true, maxBytes: 16 * 1024, default: () => ({}) }),
     item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
     content_index: attr.integer({ create: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),
