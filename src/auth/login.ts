@@ -28,6 +28,16 @@ const invalidCredentials = () =>
 const busy = () =>
   ApiError.of(503, 'unavailable', 'Too many sign-ins are being checked right now; try again shortly.', undefined, { 'Retry-After': '1' });
 
+/** Login's largest body: an e-mail (254 characters) and a password (1,024, up to 4 KiB of UTF-8) fit many times over. */
+export const LOGIN_BODY_LIMIT_BYTES = 16 * 1024;
+
+/** A sign-in whose body was refused (400, 413, 415, 422) counts against its address as a failed one. */
+export async function countRefusedLogin(services: AppServices, clientAddress: string): Promise<void> {
+  await guardsFor(services)
+    .throttle.refused(clientAddress)
+    .catch(() => undefined);
+}
+
 /**
  * POST /api/users/login: a member of the credential's organisation signs in
  * with e-mail and password and receives a user access token in meta.token.

@@ -29,6 +29,14 @@ export class LoginThrottle {
     return [`login:email:${organisationId}:${email.toLowerCase()}`, `login:address:${address}`];
   }
 
+  /**
+   * Counts a sign-in whose body was refused (malformed, too large, too complex, invalid) against its address:
+   * such a request cost the server its parsing and validation and proved nothing, like a wrong password.
+   */
+  async refused(address: string): Promise<void> {
+    await this.counter.add(`login:address:${address}`, this.windowMs, 1);
+  }
+
   /** Counts the attempt against the e-mail (in this organisation) and the address; 429 past the limit on either. */
   async reserve(organisationId: string, email: string, address: string): Promise<Reservation> {
     const keys = this.keys(organisationId, email, address);
