@@ -95,6 +95,8 @@ export interface EventsConfig {
   webhookRetryHours: number;
   /** Attempts one process runs at once. */
   webhookConcurrency: number;
+  /** Attempts leased at once for one endpoint (a hanging receiver holds no more slots than this). */
+  webhookEndpointConcurrency: number;
   /** How often the worker looks for due deliveries (a new event wakes it at once). */
   webhookPollMs: number;
 }
@@ -201,6 +203,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       webhookRetryBaseSeconds: Math.max(1, int(env, 'WEBHOOK_RETRY_BASE_SECONDS', 5)),
       webhookRetryHours: Math.max(1, int(env, 'WEBHOOK_RETRY_HOURS', 24)),
       webhookConcurrency: Math.max(1, int(env, 'WEBHOOK_CONCURRENCY', 16)),
+      webhookEndpointConcurrency: Math.max(1, int(env, 'WEBHOOK_ENDPOINT_CONCURRENCY', 2)),
       webhookPollMs: Math.max(50, int(env, 'WEBHOOK_POLL_MS', 1000)),
     },
   };

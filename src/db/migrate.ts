@@ -10,6 +10,7 @@ import * as credentialCache from './migrations/0009_credential_cache.js';
 import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
 import * as agentTurnFailures from './migrations/0015_a_agent_turn_failures.js';
+import * as webhookFairClaim from './migrations/0015_b_webhook_fair_claim.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -23,6 +24,7 @@ const migrations: Record<string, { up: string }> = {
   '0010_event_order': eventOrder,
   '0011_event_barrier': eventBarrier,
   '0015_a_agent_turn_failures': agentTurnFailures,
+  '0015_b_webhook_fair_claim': webhookFairClaim,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */
