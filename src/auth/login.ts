@@ -7,9 +7,9 @@ import { HashGate, verifyAgainstDummy, verifyPassword } from './passwords.js';
 import { createLoginThrottle, type LoginThrottle } from './throttle.js';
 import { issueUserToken } from './user-tokens.js';
 
-/** One throttle and one hash gate per server (keyed by its services), so that separate servers in one process stay apart. */
+/** One throttle and one hash gate per server (exported for diagnostics and tests) (keyed by its services), so that separate servers in one process stay apart. */
 const guards = new WeakMap<AppServices, { throttle: LoginThrottle; gate: HashGate }>();
-function guardsFor(services: AppServices) {
+export function guardsFor(services: AppServices) {
   let guard = guards.get(services);
   if (!guard) {
     const { config } = services;
@@ -60,6 +60,13 @@ export async function login(
       JOIN memberships m ON m.user_id = u.id AND m.organisation_id = ${organisationId}
       WHERE lower(u.email) = ${email.toLowerCase()}`.execute(ctx.db);
     const user = rows[0];
+    if (!user && !(await throttle.unknownAccount(organisationId))) {
+      // The organisation's budget of checks for unknown e-mails is spent: the same answer, after about the time a
+      // check takes, without one (a timer, not a password-check slot).
+      await new Promise((resolve) => setTimeout(resolve, gate.typicalMs));
+      failed = true;
+      throw invalidCredentials();
+    }
     const checked = await gate.run(() => (user ? verifyPassword(user.password_hash, password) : verifyAgainstDummy(password)), ctx.signal);
     if (!checked) throw busy();
     if (!user || !checked.value) {

@@ -29,6 +29,8 @@ export interface Config {
   rateLimitPerMinute: number;
   loginFailuresPerWindow: number;
   loginWindowSeconds: number;
+  /** Password checks for e-mails with no account, per organisation and login window; beyond, 401 with no check. */
+  loginUnknownPerOrganisation: number;
   redisUrl: string | undefined;
   /** Seed the demo organisation on first start of an empty embedded database. */
   demoOnFirstStart: boolean;
@@ -169,6 +171,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 1200),
     loginFailuresPerWindow: int(env, 'LOGIN_FAILURES_PER_WINDOW', 10),
     loginWindowSeconds: int(env, 'LOGIN_WINDOW_SECONDS', 15 * 60),
+    loginUnknownPerOrganisation: int(env, 'LOGIN_UNKNOWN_PER_ORGANISATION', 100),
     redisUrl: text(env, 'REDIS_URL'),
     demoOnFirstStart: (text(env, 'DEMO_ON_FIRST_START') ?? 'true') !== 'false',
     // A password check is a core's work for about 100 ms and 32 MiB (scrypt, N = 2^15): more checks at once than
