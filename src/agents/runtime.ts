@@ -36,7 +36,7 @@ import type { Workflow } from '../resources/ai-agent-workflow.js';
 import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
-import { checkGuardrails, parseGuardrails, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
+import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
 import { createChatModel, HANDOFF_TOOL, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { assignQueued, handOff } from './routing.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
@@ -484,13 +484,19 @@ export class AgentRuntime {
       answer = await model.complete(messages, [HANDOFF_TOOL]);
     } catch (error) {
       if (!(error instanceof ModelFailure)) throw error;
+      // The provider's error text (it may name a masked key or an internal URL) goes to the log only: the
+      // system item is read by everyone in the conversation, the website visitor too.
+      this.logger?.warn(
+        { conversation: conversation.id, item: item.id, attempts: error.attempts, error: error.message },
+        'agent runtime: the model did not answer; handing the conversation to an operator',
+      );
       // The user item keeps no assistant reply: the system item says what happened and an operator takes over.
       return {
         ...out,
         state, // the workflow stays where it was
         handoff: {
           reason: 'The AI model did not answer; an operator will take over.',
-          metadata: { rule: 'model_failure', error: error.message, attempts: error.attempts },
+          metadata: { rule: 'model_failure', attempts: error.attempts },
         },
       };
     }
@@ -502,7 +508,11 @@ export class AgentRuntime {
       ...(answer.usage ? { usage: answer.usage } : {}),
     };
     const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
-    const outputTrip = answer.text === '' ? undefined : checkGuardrails(guardrails, answer.text, 'output');
+    const outputTrip =
+      answer.text === ''
+        ? undefined
+        : (checkGuardrails(guardrails, answer.text, 'output') ??
+          quotesInstructions(answer.text, [agent.system_prompt ?? '', ...guardrails.instructions, plan.decision.instructions ?? '']));
     if (outputTrip)
       return { ...out, ...timing, reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } } };
     const handoffCall = answer.toolCalls.find((c) => c.name === 'handoff_to_operator');
