@@ -119,10 +119,10 @@ describe('TRUST_PROXY takes the client address from the right of X-Forwarded-For
       statuses.push(response.statusCode);
     }
     expect(statuses).toEqual([401, 401, 401, 429, 429]);
-    // Another real client (the proxy's right-most entry) is not affected.
+    // A real client of another network (the proxy's right-most entry; addresses count by their /24) is not affected.
     const other = await login(t.app, tenant.publishableKey, tenant.admin.email, tenant.admin.password, {
       address: '127.0.0.1',
-      headers: { 'x-forwarded-for': '203.0.113.1, 198.51.100.8' },
+      headers: { 'x-forwarded-for': '203.0.113.1, 192.0.2.8' },
     });
     expect(other.statusCode).toBe(200);
   });

@@ -10,6 +10,11 @@
  * runs, so a blocked message never reaches the model or a workflow answer) and
  * on the model's output (before the reply is stored). Instructions only shape
  * the model's prompt; with no model they have no effect.
+ *
+ * Always, whatever the lines: a model reply that quotes the agent's own
+ * instructions (its system prompt, these instruction lines, a step's
+ * instructions) is refused, as the rule `(instructions quoted)`. The prompt is
+ * the agent's configuration, not the visitor's to read (docs/agents.md).
  */
 
 export interface Guardrails {
@@ -65,6 +70,36 @@ export function parseGuardrails(source: string | null | undefined): Guardrails {
 export function checkGuardrails(guardrails: Guardrails, text: string, stage: GuardrailTrip['stage']): GuardrailTrip | undefined {
   const hit = guardrails.rules.find((r) => r.test(text));
   return hit ? { rule: hit.rule, stage } : undefined;
+}
+
+/** The rule recorded when a reply quotes the agent's instructions. */
+export const QUOTED_INSTRUCTIONS_RULE = '(instructions quoted)';
+/** A quote is this many characters of an instruction, copied (after case and white space are normalised). */
+const QUOTE_CHARS = 48;
+/** Windows of an instruction are tried at this step: any copied run of QUOTE_CHARS + QUOTE_STEP characters contains one. */
+const QUOTE_STEP = 16;
+/** Shorter instructions (a single guardrail line) count as quoted when they appear whole; shorter still, never. */
+const SHORTEST_QUOTED = 20;
+
+/**
+ * Whether `reply` quotes any of `instructions`: a whole instruction of up to QUOTE_CHARS characters, or a
+ * window of QUOTE_CHARS characters of a longer one. Bounded work: an instruction of n characters tries n / 16
+ * windows.
+ */
+export function quotesInstructions(reply: string, instructions: string[]): GuardrailTrip | undefined {
+  const text = normalise(reply);
+  for (const raw of instructions) {
+    const instruction = normalise(raw).trim();
+    if (instruction.length < SHORTEST_QUOTED) continue;
+    if (instruction.length <= QUOTE_CHARS) {
+      if (text.includes(instruction)) return { rule: QUOTED_INSTRUCTIONS_RULE, stage: 'output' };
+      continue;
+    }
+    for (let at = 0; at + QUOTE_CHARS <= instruction.length; at += QUOTE_STEP) {
+      if (text.includes(instruction.slice(at, at + QUOTE_CHARS))) return { rule: QUOTED_INSTRUCTIONS_RULE, stage: 'output' };
+    }
+  }
+  return undefined;
 }
 
 export const REFUSAL_TEXT = 'Sorry, I cannot help with that. Is there something else I can do for you?';

@@ -11,6 +11,15 @@
  * lease (checked under lock), so a turn takes effect exactly once. The reply's
  * `item_id` is derived from the user item's id (`reply_<id>`), so even a repeat
  * of the same write would find the existing item instead of adding one.
+ *
+ * A turn that cannot be stored (the write is refused, whatever the reason) is
+ * retried at the next lease, at most `AGENT_MAX_ATTEMPTS` times for the same
+ * user item; then the item is handed to an operator with a system item saying
+ * why, and the cursor passes it. What a visitor controls is made to fit before
+ * anything is stored (docs/agents.md, "What a turn may store"): the reply is
+ * cut to the item's 32 KiB, a question's answer to what the conversation's
+ * metadata has room for, and `reply_`/`handoff_` item ids are the runtime's
+ * alone, so no retried turn calls the model again for the same refusal.
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
@@ -24,8 +33,10 @@ import type { Registry } from '../jsonapi/query/parse.js';
 import { buildRegistry } from '../jsonapi/routes.js';
 import type { AppServices } from '../jsonapi/services.js';
 import type { Workflow } from '../resources/ai-agent-workflow.js';
+import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
+import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
-import { checkGuardrails, parseGuardrails, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
+import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
 import { createChatModel, HANDOFF_TOOL, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { assignQueued, handOff } from './routing.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
@@ -94,6 +105,23 @@ export interface TurnResult {
 }
 
 class LeaseLost extends Error {}
+
+/** A user item's turn failed after the lease was taken: decided or stored, it did not commit. */
+class TurnFailed extends Error {
+  constructor(
+    readonly item: Item,
+    readonly reason: unknown,
+  ) {
+    super(String((reason as Error)?.message ?? reason));
+  }
+}
+
+/**
+ * Room kept free in a conversation's metadata for what a handoff and an
+ * assignment add after the answers (`handoff_reason`, at most 500 characters,
+ * `assigned_operator`, `assigned_at`).
+ */
+const METADATA_RESERVE_BYTES = 2048;
 
 const PAUSED = (metadata: Record<string, unknown>) => metadata.agent_paused === true;
 /** Characters per token, for bounding the history without a tokenizer. */
@@ -268,16 +296,65 @@ export class AgentRuntime {
         .execute();
     } catch (error) {
       if (error instanceof LeaseLost) return;
+      const message = String((error as Error)?.message ?? error);
+      if (!(error instanceof TurnFailed)) {
+        await this.db
+          .updateTable('agent_turns')
+          .set({ last_error: message })
+          .where('conversation_id', '=', conversationId)
+          .execute()
+          .catch(() => {});
+        throw error;
+      }
+      // Failures are counted per user item, so a turn that can never be stored ends after a bounded number of
+      // leases instead of calling the model again every lease for ever.
+      const counted = await sql<{ failures: number }>`
+        UPDATE agent_turns SET last_error = ${message},
+               failures = CASE WHEN failed_index = ${error.item.content_index} THEN failures + 1 ELSE 1 END,
+               failed_index = ${error.item.content_index}
+        WHERE conversation_id = ${conversationId} AND lease_token = ${token}
+        RETURNING failures`
+        .execute(this.db)
+        .catch(() => undefined);
+      const failures = counted?.rows[0]?.failures;
+      if (failures === undefined || failures < this.options.config.agentMaxAttempts || this.dead) throw error;
+      this.logger?.warn(
+        { err: error.reason, conversation: conversationId, item: error.item.id, attempts: failures },
+        'agent runtime: a turn failed on every attempt; handing the conversation to an operator',
+      );
+      await this.giveUp(conversationId, token, error.item, failures);
       await this.db
         .updateTable('agent_turns')
-        .set({ last_error: String((error as Error)?.message ?? error) })
+        .set({ lease_until: null, lease_token: null, attempts: 0, updated_at: sql`now()` })
         .where('conversation_id', '=', conversationId)
-        .execute()
-        .catch(() => {});
-      throw error;
+        .where('lease_token', '=', token)
+        .execute();
     } finally {
       clearInterval(renew);
     }
+  }
+
+  /**
+   * The last attempt at a user item failed too: the conversation goes to an operator with a system item
+   * saying so (no assistant reply), and the cursor passes the item. Should even that be refused, the cursor
+   * passes the item alone: nothing is retried again.
+   */
+  private async giveUp(conversationId: string, token: string, item: Item, attempts: number): Promise<void> {
+    const { conversation, state } = await this.load(conversationId);
+    if (!conversation) return;
+    const reason = 'The agent could not store its answer; an operator will take over.';
+    const key = item.id.replaceAll('-', '');
+    try {
+      await this.commit(conversationId, token, item.content_index, state, async (trx, records) => {
+        await handOff(trx, records, conversation, reason, `handoff_${key}`, { rule: 'turn_failed', attempts });
+      });
+    } catch (error) {
+      if (error instanceof LeaseLost) throw error;
+      this.logger?.error({ err: error, conversation: conversationId }, 'agent runtime: the handoff after failed attempts failed too');
+      await this.commit(conversationId, token, item.content_index, state, async () => {});
+      return;
+    }
+    await assignQueued(this.db, (trx) => this.records(trx));
   }
 
   private async load(conversationId: string) {
@@ -339,9 +416,15 @@ export class AgentRuntime {
       return true;
     }
     const startedAt = performance.now();
-    const result = await this.turn(conversation, agent, state, item);
-    if (this.dead) throw new LeaseLost();
-    await this.store(conversation, token, result);
+    let result: TurnResult;
+    try {
+      result = await this.turn(conversation, agent, state, item);
+      if (this.dead) throw new LeaseLost();
+      await this.store(conversation, token, result);
+    } catch (error) {
+      if (error instanceof LeaseLost) throw error;
+      throw new TurnFailed(item, error);
+    }
     this.options.onTurn?.({
       conversationId,
       userItemId: item.id,
@@ -367,6 +450,9 @@ export class AgentRuntime {
       metadata: conversation.metadata,
       modelConfigured: this.model !== undefined,
     });
+    // A question's answer goes into the conversation's metadata: cut to the room left there, before the model
+    // sees it, so that the turn can be stored (a visitor may answer with 32 KiB; the metadata holds 16).
+    plan.answers = fitAnswers(conversation.metadata, plan.answers);
     const scripted = plan.decision.texts;
     const out = { userItem: item, answers: plan.answers, state: plan.state, close: false };
     const source = { source: 'workflow', step: (plan.state.step ?? 0) - 1 };
@@ -398,13 +484,19 @@ export class AgentRuntime {
       answer = await model.complete(messages, [HANDOFF_TOOL]);
     } catch (error) {
       if (!(error instanceof ModelFailure)) throw error;
+      // The provider's error text (it may name a masked key or an internal URL) goes to the log only: the
+      // system item is read by everyone in the conversation, the website visitor too.
+      this.logger?.warn(
+        { conversation: conversation.id, item: item.id, attempts: error.attempts, error: error.message },
+        'agent runtime: the model did not answer; handing the conversation to an operator',
+      );
       // The user item keeps no assistant reply: the system item says what happened and an operator takes over.
       return {
         ...out,
         state, // the workflow stays where it was
         handoff: {
           reason: 'The AI model did not answer; an operator will take over.',
-          metadata: { rule: 'model_failure', error: error.message, attempts: error.attempts },
+          metadata: { rule: 'model_failure', attempts: error.attempts },
         },
       };
     }
@@ -416,7 +508,11 @@ export class AgentRuntime {
       ...(answer.usage ? { usage: answer.usage } : {}),
     };
     const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
-    const outputTrip = answer.text === '' ? undefined : checkGuardrails(guardrails, answer.text, 'output');
+    const outputTrip =
+      answer.text === ''
+        ? undefined
+        : (checkGuardrails(guardrails, answer.text, 'output') ??
+          quotesInstructions(answer.text, [agent.system_prompt ?? '', ...guardrails.instructions, plan.decision.instructions ?? '']));
     if (outputTrip)
       return { ...out, ...timing, reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } } };
     const handoffCall = answer.toolCalls.find((c) => c.name === 'handoff_to_operator');
@@ -479,13 +575,18 @@ export class AgentRuntime {
     await this.commit(conversation.id, token, result.userItem.content_index, result.state, async (trx, records) => {
       let handled: number | undefined;
       if (result.reply) {
+        const content = storableText(result.reply.content);
         const written = await records.create(actor, 'ConversationItem', {
           conversation_id: conversation.id,
           role: 'assistant',
           modality: result.userItem.modality,
-          content: result.reply.content,
+          content,
           item_id: `reply_${key}`,
-          metadata: { ...result.reply.metadata, in_reply_to: result.userItem.item_id },
+          metadata: {
+            ...result.reply.metadata,
+            in_reply_to: result.userItem.item_id,
+            ...(content !== result.reply.content ? { truncated: true } : {}),
+          },
         });
         // The cursor may pass the reply itself when no user or operator item came in between (saves a round).
         const replyIndex = (written.record.attributes as { content_index: number }).content_index;
@@ -499,8 +600,9 @@ export class AgentRuntime {
       const current = await sql<{
         metadata: Record<string, unknown>;
       }>`SELECT metadata FROM conversations WHERE id = ${conversation.id}`.execute(trx);
-      const metadata = { ...current.rows[0].metadata, ...result.answers };
-      if (Object.keys(result.answers).length > 0) await records.update(actor, 'Conversation', conversation.id, { metadata });
+      const answers = fitAnswers(current.rows[0].metadata, result.answers);
+      const metadata = { ...current.rows[0].metadata, ...answers };
+      if (Object.keys(answers).length > 0) await records.update(actor, 'Conversation', conversation.id, { metadata });
       if (result.handoff) {
         await handOff(trx, records, { ...conversation, metadata }, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
       } else if (result.close) {
@@ -553,6 +655,45 @@ export class AgentRuntime {
     if (!item) return { nothing: 'No user item is waiting for a reply.' };
     return this.turn(conversation, agent, state, item);
   }
+}
+
+/** Cuts text to at most `maxBytes` bytes of UTF-8, at a character boundary. */
+export function cutToBytes(text: string, maxBytes: number): string {
+  if (Buffer.byteLength(text) <= maxBytes) return text;
+  let cut = Buffer.from(text).subarray(0, maxBytes).toString('utf8');
+  // A character split by the cut decodes as U+FFFD: drop it.
+  if (cut.endsWith('\uFFFD') && !text.startsWith(cut)) cut = cut.slice(0, -1);
+  return cut;
+}
+
+/**
+ * A reply as the item can hold it: no NUL characters or lone surrogates (the item refuses both), and at most
+ * the item's content limit (a longer answer is cut, and the item says so in `metadata.truncated`).
+ */
+function storableText(text: string): string {
+  return cutToBytes(text.replaceAll('\u0000', '').toWellFormed(), CONTENT_MAX_BYTES);
+}
+
+/**
+ * Answers cut so that the conversation's metadata with them still fits its limit, with room kept for a
+ * handoff: each answer gets what is left after the metadata and the answers before it.
+ */
+export function fitAnswers(metadata: Record<string, unknown>, answers: Record<string, string>): Record<string, string> {
+  const fitted: Record<string, string> = {};
+  const limit = CONVERSATION_METADATA_MAX_BYTES - METADATA_RESERVE_BYTES;
+  for (const [key, value] of Object.entries(answers)) {
+    const clean = value.replaceAll('\u0000', '').toWellFormed();
+    const without = Buffer.byteLength(JSON.stringify({ ...metadata, ...fitted, [key]: '' }));
+    // JSON escapes at most multiply a character's bytes by 6 (\u0001): cut by the escaped size, then check.
+    let room = Math.max(0, limit - without);
+    let cut = cutToBytes(clean, room);
+    while (cut !== '' && Buffer.byteLength(JSON.stringify(cut)) - 2 > room) {
+      room = Math.floor(room * 0.9);
+      cut = cutToBytes(clean, room);
+    }
+    fitted[key] = cut;
+  }
+  return fitted;
 }
 
 function refusal(trip: GuardrailTrip) {

@@ -7,7 +7,7 @@ import { HashGate, verifyAgainstDummy, verifyPassword } from './passwords.js';
 import { createLoginThrottle, type LoginThrottle } from './throttle.js';
 import { issueUserToken } from './user-tokens.js';
 
-/** One throttle and one hash gate per server (keyed by its services), so that separate servers in one process stay apart. */
+/** One throttle and one hash gate per server (exported for diagnostics and tests) (keyed by its services), so that separate servers in one process stay apart. */
 const guards = new WeakMap<AppServices, { throttle: LoginThrottle; gate: HashGate }>();
 export function guardsFor(services: AppServices) {
   let guard = guards.get(services);
@@ -27,6 +27,16 @@ export const invalidCredentials = () =>
 
 export const busy = () =>
   ApiError.of(503, 'unavailable', 'Too many sign-ins are being checked right now; try again shortly.', undefined, { 'Retry-After': '1' });
+
+/** Login's largest body: an e-mail (254 characters) and a password (1,024, up to 4 KiB of UTF-8) fit many times over. */
+export const LOGIN_BODY_LIMIT_BYTES = 16 * 1024;
+
+/** A sign-in whose body was refused (400, 413, 415, 422) counts against its address as a failed one. */
+export async function countRefusedLogin(services: AppServices, clientAddress: string): Promise<void> {
+  await guardsFor(services)
+    .throttle.refused(clientAddress)
+    .catch(() => undefined);
+}
 
 /**
  * POST /api/users/login: a member of the credential's organisation signs in
@@ -50,6 +60,13 @@ export async function login(
       JOIN memberships m ON m.user_id = u.id AND m.organisation_id = ${organisationId}
       WHERE lower(u.email) = ${email.toLowerCase()}`.execute(ctx.db);
     const user = rows[0];
+    if (!user && !(await throttle.unknownAccount(organisationId))) {
+      // The organisation's budget of checks for unknown e-mails is spent: the same answer, after about the time a
+      // check takes, without one (a timer, not a password-check slot).
+      await new Promise((resolve) => setTimeout(resolve, gate.typicalMs));
+      failed = true;
+      throw invalidCredentials();
+    }
     const checked = await gate.run(() => (user ? verifyPassword(user.password_hash, password) : verifyAgainstDummy(password)), ctx.signal);
     if (!checked) throw busy();
     if (!user || !checked.value) {

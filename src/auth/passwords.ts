@@ -51,6 +51,10 @@ export async function verifyAgainstDummy(password: string): Promise<false> {
 export class HashGate {
   private running = 0;
   private readonly waiting: (() => void)[] = [];
+  /** Checks run so far (diagnostics and tests). */
+  checks = 0;
+  /** A recent check's duration in ms (a moving average): what a sign-in that is not checked waits instead. */
+  typicalMs = 100;
   constructor(
     private readonly concurrency: number,
     private readonly queue: number,
@@ -75,9 +79,12 @@ export class HashGate {
       });
       if (!admitted) return undefined;
     } else this.running += 1;
+    const started = performance.now();
+    this.checks += 1;
     try {
       return { value: await work() };
     } finally {
+      this.typicalMs = 0.8 * this.typicalMs + 0.2 * (performance.now() - started);
       const next = this.waiting.shift();
       // The slot passes straight to the next waiter, so `running` stays counted.
       if (next) next();

@@ -6,6 +6,7 @@
  * window, login answers 429 (the correct password too) until the window ends.
  * A successful login gives its reservation back; a failed one keeps it.
  */
+import ipaddr from 'ipaddr.js';
 import type { Config } from '../config/index.js';
 import { ApiError } from '../jsonapi/errors.js';
 import type { WindowCounter } from './counters.js';
@@ -15,18 +16,52 @@ export interface Reservation {
   release(): Promise<void>;
 }
 
+/**
+ * The network a client address counts for: its /24 (IPv4) or /64 (IPv6, one subscriber's usual allocation),
+ * so that the addresses of one network, easily had by the dozen, share one budget (RFC 6177, RFC 7934).
+ */
+export function addressGroup(address: string): string {
+  if (!ipaddr.isValid(address)) return address;
+  const ip = ipaddr.process(address);
+  if (ip.kind() === 'ipv4') return `${ip.toByteArray().slice(0, 3).join('.')}.0/24`;
+  return `${(ip as ipaddr.IPv6).parts
+    .slice(0, 4)
+    .map((p) => p.toString(16))
+    .join(':')}::/64`;
+}
+
 export class LoginThrottle {
   private readonly windowMs: number;
   constructor(
     private readonly counter: WindowCounter,
     private readonly limit: number,
     windowSeconds: number,
+    private readonly unknownPerOrganisation = Number.POSITIVE_INFINITY,
   ) {
     this.windowMs = windowSeconds * 1000;
   }
 
   private keys(organisationId: string, email: string, address: string) {
-    return [`login:email:${organisationId}:${email.toLowerCase()}`, `login:address:${address}`];
+    return [`login:email:${organisationId}:${email.toLowerCase()}`, `login:address:${addressGroup(address)}`];
+  }
+
+  /**
+   * Counts a sign-in for an e-mail that has no account in the organisation; false once the organisation's
+   * budget of such checks in the window is spent (the caller answers alike, without checking a password).
+   * Many addresses guessing e-mails would otherwise keep every password check busy, and every sign-in of the
+   * installation would answer 503.
+   */
+  async unknownAccount(organisationId: string): Promise<boolean> {
+    const { count } = await this.counter.add(`login:unknown:${organisationId}`, this.windowMs, 1);
+    return count <= this.unknownPerOrganisation;
+  }
+
+  /**
+   * Counts a sign-in whose body was refused (malformed, too large, too complex, invalid) against its address:
+   * such a request cost the server its parsing and validation and proved nothing, like a wrong password.
+   */
+  async refused(address: string): Promise<void> {
+    await this.counter.add(`login:address:${addressGroup(address)}`, this.windowMs, 1);
   }
 
   /** Counts the attempt against the e-mail (in this organisation) and the address; 429 past the limit on either. */
@@ -48,5 +83,5 @@ export class LoginThrottle {
 }
 
 export function createLoginThrottle(config: Config, counter: WindowCounter): LoginThrottle {
-  return new LoginThrottle(counter, config.loginFailuresPerWindow, config.loginWindowSeconds);
+  return new LoginThrottle(counter, config.loginFailuresPerWindow, config.loginWindowSeconds, config.loginUnknownPerOrganisation);
 }

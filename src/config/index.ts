@@ -34,6 +34,8 @@ export interface Config {
   rateLimitPerMinute: number;
   loginFailuresPerWindow: number;
   loginWindowSeconds: number;
+  /** Password checks for e-mails with no account, per organisation and login window; beyond, 401 with no check. */
+  loginUnknownPerOrganisation: number;
   redisUrl: string | undefined;
   /** Seed the demo organisation on first start of an empty embedded database. */
   demoOnFirstStart: boolean;
@@ -73,6 +75,8 @@ export interface Config {
   agentLeaseMs: number;
   /** Turns one runtime runs at once (different conversations). */
   agentConcurrency: number;
+  /** Attempts (leases) at one user item whose turn fails to store; then it is handed to an operator. */
+  agentMaxAttempts: number;
   /** Live events: the outbox, GET /api/events and webhooks (docs/events.md). */
   events: EventsConfig;
 }
@@ -98,6 +102,8 @@ export interface EventsConfig {
   webhookRetryHours: number;
   /** Attempts one process runs at once. */
   webhookConcurrency: number;
+  /** Attempts leased at once for one endpoint (a hanging receiver holds no more slots than this). */
+  webhookEndpointConcurrency: number;
   /** How often the worker looks for due deliveries (a new event wakes it at once). */
   webhookPollMs: number;
 }
@@ -171,6 +177,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 1200),
     loginFailuresPerWindow: int(env, 'LOGIN_FAILURES_PER_WINDOW', 10),
     loginWindowSeconds: int(env, 'LOGIN_WINDOW_SECONDS', 15 * 60),
+    loginUnknownPerOrganisation: int(env, 'LOGIN_UNKNOWN_PER_ORGANISATION', 100),
     redisUrl: text(env, 'REDIS_URL'),
     demoOnFirstStart: (text(env, 'DEMO_ON_FIRST_START') ?? 'true') !== 'false',
     // A password check is a core's work for about 100 ms and 32 MiB (scrypt, N = 2^15): more checks at once than
@@ -193,6 +200,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentPollMs: int(env, 'AGENT_POLL_MS', 200),
     agentLeaseMs: int(env, 'AGENT_LEASE_MS', 60_000),
     agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
+    agentMaxAttempts: Math.max(1, int(env, 'AGENT_MAX_ATTEMPTS', 3)),
     events: {
       retentionDays: Math.max(1, int(env, 'EVENTS_RETENTION_DAYS', 7)),
       heartbeatSeconds: Math.max(1, int(env, 'EVENTS_HEARTBEAT_SECONDS', 15)),
@@ -204,6 +212,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       webhookRetryBaseSeconds: Math.max(1, int(env, 'WEBHOOK_RETRY_BASE_SECONDS', 5)),
       webhookRetryHours: Math.max(1, int(env, 'WEBHOOK_RETRY_HOURS', 24)),
       webhookConcurrency: Math.max(1, int(env, 'WEBHOOK_CONCURRENCY', 16)),
+      webhookEndpointConcurrency: Math.max(1, int(env, 'WEBHOOK_ENDPOINT_CONCURRENCY', 2)),
       webhookPollMs: Math.max(50, int(env, 'WEBHOOK_POLL_MS', 1000)),
     },
   };

@@ -13,6 +13,8 @@ import * as keyCeiling from './migrations/0014_a_key_ceiling.js';
 import * as invitations from './migrations/0014_b_invitations.js';
 import * as credentialEpoch from './migrations/0014_c_credential_epoch.js';
 import * as eventIdPrivacy from './migrations/0014_d_event_id_privacy.js';
+import * as agentTurnFailures from './migrations/0015_a_agent_turn_failures.js';
+import * as webhookFairClaim from './migrations/0015_b_webhook_fair_claim.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -29,6 +31,8 @@ const migrations: Record<string, { up: string }> = {
   '0014_b_invitations': invitations,
   '0014_c_credential_epoch': credentialEpoch,
   '0014_d_event_id_privacy': eventIdPrivacy,
+  '0015_a_agent_turn_failures': agentTurnFailures,
+  '0015_b_webhook_fair_claim': webhookFairClaim,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

@@ -273,6 +273,9 @@ export const tables = {
     lease_token: text().null(),
     attempts: integer().default(),
     last_error: text().null(),
+    // Migration 0015: failed attempts at one user item (its content_index).
+    failures: integer().default(),
+    failed_index: integer().null(),
     ...stamps(),
   },
   agent_handoffs: {

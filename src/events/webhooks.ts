@@ -13,6 +13,7 @@
  */
 import http from 'node:http';
 import https from 'node:https';
+import { isIP } from 'node:net';
 import { sql } from 'kysely';
 import { Webhook } from 'standardwebhooks';
 import type { Config } from '../config/index.js';
@@ -21,7 +22,7 @@ import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Records } from '../jsonapi/records.js';
-import { publicOnlyLookup } from '../resources/webhook-url.js';
+import { isPublicAddress, publicOnlyLookup } from '../resources/webhook-url.js';
 
 /** Bytes of a receiver's answer read (the rest is ignored; only the status matters). */
 const RESPONSE_BYTES = 64 * 1024;
@@ -78,6 +79,8 @@ export function postEvent(
 ): Promise<AttemptOutcome> {
   return new Promise((resolve) => {
     let settled = false;
+    // Declared before `done`, which may run before the request is made (a refused URL) and clears it.
+    let timer: NodeJS.Timeout | undefined;
     const done = (outcome: AttemptOutcome) => {
       if (settled) return;
       settled = true;
@@ -89,6 +92,13 @@ export function postEvent(
       target = new URL(url);
     } catch {
       done({ ok: false, error: 'The URL is not valid.' });
+      return;
+    }
+    // Node connects to an IP literal without calling `lookup`, so the check there never sees it: check it here,
+    // on every attempt (the URL may have been saved under other rules).
+    const literal = target.hostname.replace(/^\[|\]$/g, '');
+    if (!options.allowPrivate && isIP(literal) && !isPublicAddress(literal)) {
+      done({ ok: false, error: `${literal} is not a public address.` });
       return;
     }
     const timestamp = new Date();
@@ -111,7 +121,7 @@ export function postEvent(
       // The address connected to is checked (no loopback, private or link-local target), each time.
       lookup: publicOnlyLookup(options.allowPrivate),
     });
-    const timer = setTimeout(() => {
+    timer = setTimeout(() => {
       request.destroy(new Error(`No answer within ${options.timeoutMs} ms.`));
     }, options.timeoutMs);
     request.on('error', (error) => done({ ok: false, error: error.message.slice(0, 500) }));
@@ -240,16 +250,50 @@ export class WebhookWorker {
 
   /**
    * Due, unleased deliveries, leased for longer than an attempt can take, with their endpoint and event.
+   * Fair between endpoints: each endpoint has at most `webhookEndpointConcurrency` attempts leased at once (a
+   * receiver that hangs holds that many slots, not all of them), and the slots free now go round the
+   * endpoints with due work, each one's oldest first, then each one's second, and so on. The cost follows
+   * pending work, not the table's history: every probe is on a partial index of pending deliveries
+   * (migration 0015_b; `test/webhook-fairness.test.ts` checks the plan). Two processes claiming at the same
+   * moment may each see an endpoint below its cap: it is a bound per claim, not a lock.
    * SKIP LOCKED: rows another process is claiming right now are left to it.
    */
   async claim(limit: number): Promise<Claimed[]> {
+    const { rows } = await this.claimQuery(limit).execute(this.db);
+    return rows;
+  }
+
+  /** The claim's query plan (EXPLAIN, nothing claimed): diagnostics, and the test that it uses the indexes. */
+  async explainClaim(limit = this.config.webhookConcurrency): Promise<string> {
+    const query = this.claimQuery(limit);
+    const { rows } = await sql<{ 'QUERY PLAN': string }>`EXPLAIN ${query}`.execute(this.db);
+    return rows.map((r) => r['QUERY PLAN']).join('\n');
+  }
+
+  private claimQuery(limit: number) {
     const leaseSeconds = Math.ceil(this.config.webhookTimeoutMs / 1000) + 5;
-    const { rows } = await sql<Claimed>`
-      WITH due AS (
-        SELECT id FROM webhook_deliveries
-        WHERE status = 'pending' AND next_attempt_at <= now() AND (lease_until IS NULL OR lease_until < now())
-        ORDER BY next_attempt_at, id
-        LIMIT ${limit}
+    return sql<Claimed>`
+      WITH endpoints AS (
+        SELECT w.id, ${this.config.webhookEndpointConcurrency} - (
+                 SELECT count(*) FROM webhook_deliveries l
+                 WHERE l.webhook_endpoint_id = w.id AND l.status = 'pending' AND l.lease_until >= now()) AS room
+        FROM webhook_endpoints w
+        WHERE EXISTS (SELECT 1 FROM webhook_deliveries p
+                      WHERE p.webhook_endpoint_id = w.id AND p.status = 'pending' AND p.next_attempt_at <= now())
+      ), candidates AS (
+        SELECT c.id, c.next_attempt_at, row_number() OVER (PARTITION BY e.id ORDER BY c.next_attempt_at, c.id) AS turn
+        FROM endpoints e
+        CROSS JOIN LATERAL (
+          SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+          WHERE d.webhook_endpoint_id = e.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+            AND (d.lease_until IS NULL OR d.lease_until < now())
+          ORDER BY d.next_attempt_at, d.id
+          LIMIT GREATEST(e.room, 0)
+        ) c
+      ), due AS (
+        SELECT d.id FROM webhook_deliveries d
+        WHERE d.id IN (SELECT id FROM candidates ORDER BY turn, next_attempt_at, id LIMIT ${limit})
+          AND d.status = 'pending' AND (d.lease_until IS NULL OR d.lease_until < now())
         FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE webhook_deliveries d
@@ -261,8 +305,7 @@ export class WebhookWorker {
         json_build_object('id', e.id, 'type', e.type,
           'occurred_at', to_char(e.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
           'organisation_id', e.organisation_id, 'data', e.data)::text AS body
-      FROM claimed c JOIN webhook_endpoints w ON w.id = c.webhook_endpoint_id JOIN events e ON e.id = c.event_id`.execute(this.db);
-    return rows;
+      FROM claimed c JOIN webhook_endpoints w ON w.id = c.webhook_endpoint_id JOIN events e ON e.id = c.event_id`;
   }
 
   private async attempt(delivery: Claimed): Promise<void> {

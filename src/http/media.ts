@@ -3,6 +3,7 @@ import { isIPv6 } from 'node:net';
 import qs from 'qs';
 import { isApiPath, requestPath } from '../auth/plugin.js';
 import { ApiError } from '../jsonapi/errors.js';
+import { jsonShapeProblem } from './json-limits.js';
 
 const JSONAPI_MEDIA_TYPE = 'application/vnd.api+json';
 
@@ -146,12 +147,16 @@ export function parseQueryString(text: string): Record<string, unknown> {
  */
 export function registerMedia(app: FastifyInstance, options: { publicUrl?: string } = {}): void {
   const defaultParser = app.getDefaultJsonParser('error', 'error');
-  const parseJson: typeof defaultParser = (request, body, done) =>
-    defaultParser(request, body, (error, value) => {
+  const parseJson: typeof defaultParser = (request, body, done) => {
+    // Bounded work first: too many members or levels are refused before any object is built (json-limits.ts).
+    const tooComplex = typeof body === 'string' ? jsonShapeProblem(body) : undefined;
+    if (tooComplex) return done(tooComplex, undefined);
+    return defaultParser(request, body, (error, value) => {
       if (!error && depthExceeds(value, MAX_JSON_DEPTH)) {
         done(ApiError.of(400, 'invalid_body', `The body nests deeper than ${MAX_JSON_DEPTH} levels.`, { pointer: '' }), undefined);
       } else done(error, value);
     });
+  };
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSONAPI_MEDIA_TYPE, { parseAs: 'string' }, (request, body, done) => {
     const problem = unusable(request.headers['content-type'] ?? '');

@@ -225,6 +225,13 @@ export interface CustomAction {
   status?: 200 | 201;
   /** A tighter request budget for this route, per client address (e.g. issuing visitor credentials). */
   rateLimitPerAddress?: (services: AppServices) => { max: number; timeWindowMs: number };
+  /** Largest body this route reads, in bytes (default: `BODY_LIMIT_BYTES`); beyond, 413. */
+  bodyLimit?: number;
+  /**
+   * Called when a request's body is refused (malformed, too large or too complex, invalid: 400, 413, 415, 422),
+   * before the answer: login counts such a request as a failed attempt of its address.
+   */
+  onRefusedBody?: (services: AppServices, clientAddress: string) => Promise<void>;
   /** `signal` aborts when the client goes away before its answer (work it would wait for may be skipped). */
   run: (ctx: ActionContext & { clientAddress: string; signal: AbortSignal }) => Promise<ActionResult & { meta?: Record<string, unknown> }>;
 }

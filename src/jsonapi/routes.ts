@@ -233,7 +233,20 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       allowVisitor: action.roles?.includes('visitor') ?? false,
       ...(addressBudget ? { addressBudget } : {}),
     };
-    app.post(url, { config }, async (request, reply) => {
+    const refused = action.onRefusedBody;
+    const routeOptions = {
+      config,
+      ...(action.bodyLimit !== undefined ? { bodyLimit: action.bodyLimit } : {}),
+      ...(refused
+        ? {
+            onError: async (request: FastifyRequest, _reply: unknown, error: Error & { status?: number; statusCode?: number }) => {
+              const status = error instanceof ApiError ? error.status : (error.statusCode ?? 500);
+              if (REFUSED_BODY_STATUSES.has(status)) await refused(options, request.ip);
+            },
+          }
+        : {}),
+    };
+    app.post(url, routeOptions, async (request, reply) => {
       const { principal } = context(request);
       if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
       const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
@@ -264,6 +277,9 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
   return registry;
 }
+
+/** Answers that refuse a request's body (as opposed to its credentials or the server's state). */
+const REFUSED_BODY_STATUSES = new Set([400, 413, 415, 422]);
 
 /**
  * 405 with `Allow` for the methods `url` does not offer (HEAD comes with GET).

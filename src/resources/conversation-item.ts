@@ -27,6 +27,22 @@ const MAX_CONTENT_INDEX = 2_147_483_646;
  */
 export const CONTENT_INDEX_LOOKAHEAD = 1000;
 
+/** Largest `content`, in bytes of UTF-8 (the agent runtime cuts its replies to this). */
+export const CONTENT_MAX_BYTES = 32 * 1024;
+/**
+ * Item ids the agent runtime derives from a user item's id (`reply_<id>`, `handoff_<id>`): nobody else may
+ * take them, or a reply could never be stored (a visitor posting `reply_<its own item's id>` first).
+ */
+const RESERVED_ITEM_ID = /^(reply|handoff)_/;
+
+/**
+ * How far a visitor's `occurred_at` may be from the server's clock: a widget's clock may be off, and a message
+ * written offline may arrive late, but a visitor may not date an item years away (sorting and history by
+ * time would place it anywhere).
+ */
+export const VISITOR_OCCURRED_AT_PAST_MS = 24 * 3600_000;
+export const VISITOR_OCCURRED_AT_FUTURE_MS = 5 * 60_000;
+
 /** An item id for an item posted without one. */
 const newItemId = () => `item_${randomUUID().replaceAll('-', '')}`;
 
@@ -44,6 +60,25 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   }
   if (ctx.principal.role === 'visitor' && values.role !== 'user') {
     throw ApiError.of(403, 'forbidden', 'A visitor may only post items with role user.', { pointer: '/data/attributes/role' });
+  }
+  if (ctx.principal.role === 'visitor' && values.occurred_at !== undefined && ctx.provided.has('occurred_at')) {
+    const at = new Date(values.occurred_at as string | Date).getTime();
+    const now = Date.now();
+    if (!(at >= now - VISITOR_OCCURRED_AT_PAST_MS && at <= now + VISITOR_OCCURRED_AT_FUTURE_MS)) {
+      throw ApiError.of(
+        422,
+        'invalid_attribute',
+        "A visitor's occurred_at must be within the last 24 hours (or 5 minutes ahead); omit it for now.",
+        {
+          pointer: '/data/attributes/occurred_at',
+        },
+      );
+    }
+  }
+  if (ctx.principal.credential !== 'system' && typeof values.item_id === 'string' && RESERVED_ITEM_ID.test(values.item_id)) {
+    throw ApiError.of(422, 'invalid_attribute', "item_id may not start with reply_ or handoff_: those are the AI agent's.", {
+      pointer: '/data/attributes/item_id',
+    });
   }
   // The usual post (no item_id, no content_index): one statement takes the next index of an open conversation
   // in the caller's scope, locking its row as the SELECT ... FOR UPDATE below would. Anything else (a closed
@@ -92,6 +127,21 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   }
 
   const contentIndex = (values.content_index as number | undefined) ?? row.next_content_index;
+  if (ctx.principal.role === 'visitor' && values.content_index !== undefined && contentIndex < row.next_content_index) {
+    // A gap below the AI agent's cursor would never be answered, and would place the visitor's words before
+    // replies already given: a visitor may fill gaps only past it.
+    const cursor = await sql<{ last_handled_index: number }>`
+      SELECT last_handled_index FROM agent_turns WHERE conversation_id = ${values.conversation_id}`.execute(db);
+    const handled = cursor.rows[0]?.last_handled_index ?? -1;
+    if (contentIndex <= handled) {
+      throw ApiError.of(
+        422,
+        'invalid_attribute',
+        `content_index must be past ${handled}, the last item the AI agent has dealt with; omit it to take the next.`,
+        { pointer: '/data/attributes/content_index' },
+      );
+    }
+  }
   if (contentIndex > row.next_content_index + CONTENT_INDEX_LOOKAHEAD) {
     throw ApiError.of(
       422,
@@ -119,7 +169,7 @@ export default defineResource({
   attributes: {
     role: attr.enum(ITEM_ROLES, { create: 'required' }),
     modality: attr.enum(ITEM_MODALITIES, { create: true, default: 'text' }),
-    content: attr.string({ create: 'required', maxBytes: 32 * 1024 }),
+    content: attr.string({ create: 'required', maxBytes: CONTENT_MAX_BYTES }),
     metadata: attr.object({ create: true, maxBytes: 16 * 1024, default: () => ({}) }),
     item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
     content_index: attr.integer({ create: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),

@@ -6,6 +6,9 @@ import { EVERY_ROLE, EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from 
 import { CONVERSATION_CHANNELS, CONVERSATION_MODES, CONVERSATION_STATUSES } from './values.js';
 
 /** 128 random bits, URL-safe: unguessable public handle for a widget. */
+/** Largest `metadata`, in bytes of JSON (the agent runtime fits a question's answers into it). */
+export const CONVERSATION_METADATA_MAX_BYTES = 16 * 1024;
+
 const newPublicId = () => randomBytes(16).toString('base64url');
 
 export default defineResource({
@@ -17,7 +20,14 @@ export default defineResource({
     channel: attr.enum(CONVERSATION_CHANNELS, { create: true, sortable: true, filterable: true, default: 'chat' }),
     mode: attr.enum(CONVERSATION_MODES, { create: true, update: true, sortable: true, filterable: true, default: 'text' }),
     public_id: attr.string({ sortable: true, filterable: true, default: newPublicId }),
-    metadata: attr.object({ create: true, update: true, sortable: true, filterable: true, maxBytes: 16 * 1024, default: () => ({}) }),
+    metadata: attr.object({
+      create: true,
+      update: true,
+      sortable: true,
+      filterable: true,
+      maxBytes: CONVERSATION_METADATA_MAX_BYTES,
+      default: () => ({}),
+    }),
     ai_agent_id: attr.uuid({ create: true, update: true, nullable: true, sortable: true, filterable: true, references: 'AiAgent' }),
     ...timestamps,
   },

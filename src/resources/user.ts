@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import { acceptInvitation } from '../auth/invitations.js';
-import { login } from '../auth/login.js';
+import { countRefusedLogin, login, LOGIN_BODY_LIMIT_BYTES } from '../auth/login.js';
 import { hashPassword, verifyPassword } from '../auth/passwords.js';
 import type { Database } from '../db/connection.js';
 import {
@@ -319,6 +319,9 @@ export default defineResource({
         email: attr.string({ create: 'required', minLength: 3, maxLength: 254 }),
         password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true }),
       },
+      // A small body, and a refused one counts as a failed sign-in of its address (docs/hardening.md).
+      bodyLimit: LOGIN_BODY_LIMIT_BYTES,
+      onRefusedBody: countRefusedLogin,
       run: login,
     },
     accept_invitation: {

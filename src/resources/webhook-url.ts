@@ -13,7 +13,11 @@ import ipaddr from 'ipaddr.js';
 export function isPublicAddress(address: string): boolean {
   if (!ipaddr.isValid(address)) return false;
   // process(): an IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged as the IPv4 address it is.
-  return ipaddr.process(address).range() === 'unicast';
+  const parsed = ipaddr.process(address);
+  // ::/8 is reserved by IANA; ipaddr.js calls most of it unicast, among it the deprecated IPv4-compatible
+  // addresses (::/96, RFC 4291 section 2.5.5.1: ::7f00:1 is 127.0.0.1), which some stacks still route.
+  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).parts[0] <= 0x00ff) return false;
+  return parsed.range() === 'unicast';
 }
 
 export class UnsafeAddress extends Error {}
