@@ -145,13 +145,20 @@ export function parseQueryString(text: string): Record<string, unknown> {
  * plain application/json as a convenience; anything else is a 415.
  */
 export function registerMedia(app: FastifyInstance, options: { publicUrl?: string } = {}): void {
-  const defaultParser = app.getDefaultJsonParser('error', 'error');
-  const parseJson: typeof defaultParser = (request, body, done) =>
+  // `__proto__` and `constructor` are ordinary member names: JSON.parse defines them as own properties, which
+  // never reach a prototype; the validators look names up with Object.hasOwn and copy values into fresh
+  // objects only under declared names (test/conformance-review.test.ts).
+  const defaultParser = app.getDefaultJsonParser('ignore', 'ignore');
+  const parseJson: typeof defaultParser = (request, body, done) => {
+    // A request without a body is fine whatever its Content-Type (a DELETE from a client library that always
+    // sends it): no document, and the route that needs one says so.
+    if (body === '') return done(null, undefined);
     defaultParser(request, body, (error, value) => {
       if (!error && depthExceeds(value, MAX_JSON_DEPTH)) {
         done(ApiError.of(400, 'invalid_body', `The body nests deeper than ${MAX_JSON_DEPTH} levels.`, { pointer: '' }), undefined);
       } else done(error, value);
     });
+  };
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSONAPI_MEDIA_TYPE, { parseAs: 'string' }, (request, body, done) => {
     const problem = unusable(request.headers['content-type'] ?? '');

@@ -11,7 +11,7 @@ import { ROLES, type Principal } from './principal.js';
 import type { ActionResult, AttributeDef, CustomAction, ResourceDef } from './resource.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
-import { UUID_PATTERN, validateBody, type WriteKind } from './validate.js';
+import { UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
 import { assertWritable, createRecords, type Records, writtenRow } from './records.js';
 import type { AppServices } from './services.js';
@@ -110,6 +110,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const member = `${collection}/:id`;
     const createInput = inputOf(resource.attributes, 'create');
     const updateInput = inputOf(resource.attributes, 'update');
+    const relationships = Object.keys(resource.relationships);
     const allowed = { [collection]: [] as string[], [member]: [] as string[] };
     /** Route options: a visitor credential reaches only what the resource's access rules grant visitors. */
     const visitorMay = (operation: 'read' | 'create' | 'update') => ({
@@ -181,10 +182,10 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         const { principal, actor } = context(request);
         requirePermission(resource, principal, 'create');
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const values = validateBody(request.body, { type: resource.type, kind: 'create', ...createInput });
-        const { status, record } = await records.create(actor, resource.type, values, {
-          render: (trx, result) => single(request, resource, result.id, query, {}, trx, result),
-        });
+        const { values, relocate } = validateDocument(request.body, { type: resource.type, kind: 'create', relationships, ...createInput });
+        const { status, record } = await records
+          .create(actor, resource.type, values, { render: (trx, result) => single(request, resource, result.id, query, {}, trx, result) })
+          .catch((error) => Promise.reject(relocate(error)));
         return created(reply, record, status);
       });
     }
@@ -200,10 +201,16 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         if (!(await fetchById({ db, principal, registry }, resource, id))) throw notFound();
         requirePermission(resource, principal, 'update');
         await assertWritable(db, resource, principal, id);
-        const values = validateBody(request.body, { type: resource.type, kind: 'update', id, ...updateInput });
-        const { record } = await records.update(actor, resource.type, id, values, {
-          render: (trx) => single(request, resource, id, query, {}, trx),
+        const { values, relocate } = validateDocument(request.body, {
+          type: resource.type,
+          kind: 'update',
+          id,
+          relationships,
+          ...updateInput,
         });
+        const { record } = await records
+          .update(actor, resource.type, id, values, { render: (trx) => single(request, resource, id, query, {}, trx) })
+          .catch((error) => Promise.reject(relocate(error)));
         return record;
       });
     }
@@ -276,8 +283,14 @@ export function methodNotAllowed(app: FastifyInstance, url: string, methods: str
     method: app.supportedMethods.filter((m) => !methods.includes(m) && !(m === 'HEAD' && methods.includes('GET'))),
     url,
     config: { public: options.public ?? false },
-    handler: async (_request, reply) => {
+    // Answered before the body is read, after the refused credential (a global preParsing hook, which runs
+    // first): a 405 needs no body, and Fastify would otherwise refuse a body-less QUERY (RFC 10008 wants a
+    // Content-Type) with 400 before any handler.
+    preParsing: async (_request, reply) => {
       reply.header('Allow', allow);
+      throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+    },
+    handler: async () => {
       throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
     },
   });
