@@ -195,3 +195,64 @@ describe('timestamps before the year 1000', () => {
     expect(filter.body.errors[0].detail).toMatch(/years 1000 to 9999/);
   });
 });
+
+describe('related links', () => {
+  it("answer with the related records: a conversation's items (paged), an item's conversation, null when unset", async () => {
+    const id = (await admin.post('/api/conversations', { data: { type: 'Conversation' } })).body.data.id;
+    for (const content of ['a', 'b', 'c']) {
+      const item = await admin.post('/api/conversation_items', {
+        data: { type: 'ConversationItem', attributes: { conversation_id: id, role: 'user', content } },
+      });
+      expect(item.status).toBe(201);
+    }
+    const conversation = await admin.get(`/api/conversations/${id}`);
+    const related = new URL(conversation.body.data.relationships.conversation_items.links.related);
+    expect(related.pathname).toBe(`/api/conversations/${id}/conversation_items`);
+    const page = await admin.get(`${related.pathname}?page[limit]=2`);
+    expect(page.status).toBe(200);
+    expect(page.body.data.map((i: { attributes: { content: string } }) => i.attributes.content)).toEqual(['a', 'b']);
+    const next = new URL(page.body.links.next);
+    expect(next.pathname).toBe(related.pathname);
+    const rest = await admin.get(`${next.pathname}${next.search}`);
+    expect(rest.body.data.map((i: { attributes: { content: string } }) => i.attributes.content)).toEqual(['c']);
+
+    const itemId = page.body.data[0].id;
+    const parent = await admin.get(`/api/conversation_items/${itemId}/conversation?include=organisation`);
+    expect(parent.status).toBe(200);
+    expect(parent.body.data).toMatchObject({ id, type: 'Conversation' });
+    expect(parent.body.included.map((r: { type: string }) => r.type)).toEqual(['Organisation']);
+    const none = await admin.get(`/api/conversations/${id}/ai_agent`);
+    expect(none.status).toBe(200);
+    expect(none.body.data).toBeNull();
+    const organisations = await admin.get(`/api/users/${tenant.admin.id}/organisations`);
+    expect(organisations.body.data.map((o: { id: string }) => o.id)).toEqual([tenant.organisationId]);
+  });
+
+  it("are 404 for another organisation's record, 405 for other methods, and keep role scopes", async () => {
+    const other = await seedTenant(t, 'ReviewRelated');
+    const theirs = await client(t.app, other.admin.token).post('/api/conversations', { data: { type: 'Conversation' } });
+    expect((await admin.get(`/api/conversations/${theirs.body.data.id}/conversation_items`)).status).toBe(404);
+    expect((await admin.get(`/api/conversations/${theirs.body.data.id}/organisation`)).status).toBe(404);
+    const patch = await admin.patch(`/api/conversations/${conversationId}/conversation_items`, { data: [] });
+    expect(patch.status).toBe(405);
+    expect(patch.headers.allow).toBe('GET, HEAD');
+    // A visitor reads its own conversation's items through the related link, but not the organisation (403),
+    // and another conversation's items not at all (404).
+    const opened = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', { data: { type: 'Conversation' } });
+    expect(opened.status).toBe(201);
+    const visitor = client(t.app, opened.body.meta.token);
+    const own = opened.body.data.id;
+    expect(
+      (
+        await visitor.post('/api/conversation_items', {
+          data: { type: 'ConversationItem', attributes: { conversation_id: own, role: 'user', content: 'hi' } },
+        })
+      ).status,
+    ).toBe(201);
+    const items = await visitor.get(`/api/conversations/${own}/conversation_items`);
+    expect(items.status).toBe(200);
+    expect(items.body.data.map((i: { attributes: { content: string } }) => i.attributes.content)).toEqual(['hi']);
+    expect((await visitor.get(`/api/conversations/${own}/organisation`)).status).toBe(403);
+    expect((await visitor.get(`/api/conversations/${conversationId}/conversation_items`)).status).toBe(404);
+  });
+});
