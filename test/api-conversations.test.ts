@@ -36,7 +36,7 @@ describe('POST /api/conversations', () => {
     expect(data.attributes.public_id).toMatch(/^[A-Za-z0-9_-]{22,}$/);
     expect(data.relationships.ai_agent).toEqual({ data: null });
     expect(data.relationships.organisation.data).toEqual({ id: tenant.organisationId, type: 'Organisation', meta: {} });
-    expect(data.relationships.conversation_items.links.related).toContain('/api/conversations?');
+    expect(data.relationships.conversation_items.links.related).toMatch(new RegExp(`/api/conversations/${data.id}/conversation_items$`));
     expect(response.body.included).toEqual([]);
   });
 

@@ -102,6 +102,42 @@ describe('JSON:API client libraries over HTTP', () => {
     expect(seen).toEqual([6, 5, 4, 3, 2, 1, 0]);
   });
 
+  it("follows related links: a conversation's items, an item's conversation (Kitsu and Jsona)", async () => {
+    const id = (await write('POST', '/api/conversations', { type: 'Conversation', channel: 'chat' })).record!.id;
+    for (const content of ['one', 'two', 'three']) {
+      expect(
+        (await write('POST', '/api/conversation_items', { type: 'ConversationItem', content, role: 'user', conversation_id: id })).status,
+      ).toBe(201);
+    }
+    const read = await fetch(`${base}/api/conversations/${id}`, { headers: { Authorization: `Bearer ${tenant.admin.token}` } });
+    const related = ((await read.json()) as any).data.relationships.conversation_items.links.related;
+    expect(related).toBe(`${base}/api/conversations/${id}/conversation_items`);
+    // Kitsu reads a relationship by path, as it does for `users/1/followers`.
+    const items = await kitsu.get(`conversations/${id}/conversation_items`, { params: { page: { limit: 2 } } });
+    expect(items.data.map((i: { content: string }) => i.content)).toEqual(['one', 'two']);
+    expect(items.links.next).toContain(`/api/conversations/${id}/conversation_items?`);
+    // The related link itself, deserialised by Jsona: the items, not the conversation.
+    const followed = (await fetch(related, { headers: { Authorization: `Bearer ${tenant.admin.token}` } }).then((r) => r.json())) as any;
+    expectJsonApi(followed);
+    expect((jsona.deserialize(followed) as Record<string, any>[]).map((i) => i.type)).toEqual([
+      'ConversationItem',
+      'ConversationItem',
+      'ConversationItem',
+    ]);
+    const conversation = await kitsu.get(`conversation_items/${items.data[0].id}/conversation`);
+    expect(conversation.data).toMatchObject({ id, type: 'Conversation', channel: 'chat' });
+  });
+
+  it('deletes with devour-client, which sends the JSON:API Content-Type without a body', async () => {
+    const devour = new JsonApi({ apiUrl: `${base}/api`, pluralize: false, bearer: tenant.admin.token, logger: false });
+    devour.define('AiAgent', { name: '' }, { collectionPath: 'ai_agents' });
+    const agent = await write('POST', '/api/ai_agents', { type: 'AiAgent', name: 'Short-lived' });
+    expect(agent.status).toBe(201);
+    await devour.destroy('AiAgent', agent.record!.id);
+    const gone = await fetch(`${base}/api/ai_agents/${agent.record!.id}`, { headers: { Authorization: `Bearer ${tenant.admin.token}` } });
+    expect(gone.status).toBe(404);
+  });
+
   it('reports errors as JSON:API error objects the client can read', async () => {
     const refused = await write('POST', '/api/conversations', { type: 'Conversation', channel: 'pigeon' });
     expect(refused.status).toBe(422);

@@ -112,11 +112,11 @@ describe('relationship linkage in create and update bodies', () => {
     });
     expect(unlinked.status).toBe(200);
     expect(unlinked.body.data.attributes.ai_agent_id).toBeNull();
-    // A reference the update does not accept is refused as its attribute would be.
+    // A relationship the update cannot set is an unsupported relationship update: 403 (JSON:API 1.1 section 9.3).
     const fixed = await admin.patch(`/api/sip_users/${sip.body.data.id}`, {
       data: { type: 'SipUser', id: sip.body.data.id, relationships: { user: { data: null } } },
     });
-    expect(fixed.status).toBe(422);
+    expect(fixed.status).toBe(403);
     expect(pointers(fixed)).toEqual(['/data/relationships/user']);
   });
 
@@ -142,8 +142,8 @@ describe('relationship linkage in create and update bodies', () => {
         relationships: { conversation_items: { data: [] }, organisation: { data: { type: 'Organisation', id: tenant.organisationId } } },
       },
     });
-    expect(unknown.status).toBe(422);
-    expect(errorCodes(unknown)).toEqual(['unknown_attribute', 'unknown_attribute']);
+    expect(unknown.status).toBe(403);
+    expect(errorCodes(unknown)).toEqual(['forbidden', 'forbidden']);
     expect(pointers(unknown)).toEqual(['/data/relationships/conversation_items', '/data/relationships/organisation']);
 
     const malformed = await admin.post('/api/conversation_items', item({ relationships: { conversation: { id: conversationId } } }));

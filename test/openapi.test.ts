@@ -72,6 +72,11 @@ const BEYOND_SPEC = [
   'get /api/webhook_deliveries/{id}',
 ];
 
+/** Each record's related links (JSON:API section 6.3.1): one path per relationship of a type with a member URL. */
+const RELATED = resources
+  .filter((r) => r.path && r.operations.get)
+  .flatMap((r) => Object.keys(r.relationships).map((name) => `get /api/${r.path}/{id}/${name}`));
+
 const doc = buildOpenApi(resources) as any;
 
 describe('the OpenAPI document', () => {
@@ -84,12 +89,19 @@ describe('the OpenAPI document', () => {
 
   it('lists exactly the 22 operations of the spec and the later additions', () => {
     const listed = Object.entries(doc.paths).flatMap(([path, methods]) => Object.keys(methods as object).map((m) => `${m} ${path}`));
-    expect(listed.sort()).toEqual([...SPEC, ...BEYOND_SPEC].sort());
+    expect(listed.sort()).toEqual([...SPEC, ...BEYOND_SPEC, ...RELATED].sort());
     expect(
       openApiOperations(resources)
         .map((o) => `${o.method} ${o.path}`)
         .sort(),
-    ).toEqual([...SPEC, ...BEYOND_SPEC].sort());
+    ).toEqual([...SPEC, ...BEYOND_SPEC, ...RELATED].sort());
+    expect(RELATED).toEqual(
+      expect.arrayContaining([
+        'get /api/conversations/{id}/conversation_items',
+        'get /api/conversation_items/{id}/conversation',
+        'get /api/users/{id}/organisations',
+      ]),
+    );
   });
 
   it('describes success and error responses and bearer security for each', () => {

@@ -146,8 +146,14 @@ export function parseQueryString(text: string): Record<string, unknown> {
  * plain application/json as a convenience; anything else is a 415.
  */
 export function registerMedia(app: FastifyInstance, options: { publicUrl?: string } = {}): void {
-  const defaultParser = app.getDefaultJsonParser('error', 'error');
+  // `__proto__` and `constructor` are ordinary member names: JSON.parse defines them as own properties, which
+  // never reach a prototype; the validators look names up with Object.hasOwn and copy values into fresh
+  // objects only under declared names (test/conformance-review.test.ts).
+  const defaultParser = app.getDefaultJsonParser('ignore', 'ignore');
   const parseJson: typeof defaultParser = (request, body, done) => {
+    // A request without a body is fine whatever its Content-Type (a DELETE from a client library that always
+    // sends it): no document, and the route that needs one says so.
+    if (body === '') return done(null, undefined);
     // Bounded work first: too many members or levels are refused before any object is built (json-limits.ts).
     const tooComplex = typeof body === 'string' ? jsonShapeProblem(body) : undefined;
     if (tooComplex) return done(tooComplex, undefined);

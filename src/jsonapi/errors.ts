@@ -3,6 +3,12 @@ import { randomUUID } from 'node:crypto';
 
 export type ErrorSource = { pointer: string } | { parameter: string } | { header: string };
 
+/**
+ * One reference token of a JSON Pointer (RFC 6901 section 3): `~` is written `~0` and `/` is `~1`, so that a
+ * member named `c/d` is one step (`/data/attributes/c~1d`), not two.
+ */
+export const pointerToken = (name: string): string => name.replaceAll('~', '~0').replaceAll('/', '~1');
+
 export interface ErrorObject {
   id: string;
   status: string;

@@ -10,6 +10,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { columnOf, type AttributeDef, type ResourceDef } from './resource.js';
 import { frozen, timestampText, viewIndependent } from './select.js';
+import { relatedLink } from './serialize.js';
 
 const compiled = new WeakMap<ResourceDef, Map<string, RawBuilder<unknown>>>();
 
@@ -62,10 +63,10 @@ function compile(resource: ResourceDef): (baseUrl: string) => RawBuilder<unknown
           sql`jsonb_build_object('data', CASE WHEN ${key} IS NULL THEN NULL ELSE jsonb_build_object('id', ${key}::text, 'type', ${sql.lit(relationship.type)}::text, 'meta', '{}'::jsonb) END)`,
         ];
       }
-      // As serialize.ts's relatedLink: the parent's list filtered to the parent, with the relationship included.
-      if (!resource.path || !resource.operations.list || !relationship.inverseKey) return [name, sql`'{"meta":{}}'::jsonb`];
-      const prefix = `${baseUrl}/api/${resource.path}?filter%5Bid%5D=`;
-      const suffix = `&include=${encodeURIComponent(name)}`;
+      // As serialize.ts's relatedLink: /api/{path}/{id}/{relationship}.
+      if (!relatedLink(resource, '', name, baseUrl)) return [name, sql`'{"meta":{}}'::jsonb`];
+      const prefix = `${baseUrl}/api/${resource.path}/`;
+      const suffix = `/${name}`;
       return [
         name,
         sql`jsonb_build_object('links', jsonb_build_object('related', ${sql.lit(prefix)}::text || t.id::text || ${sql.lit(suffix)}::text), 'meta', '{}'::jsonb)`,

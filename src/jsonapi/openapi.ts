@@ -107,6 +107,17 @@ function resourceSchemas(resource: ResourceDef): Record<string, Schema> {
       required: ['data', 'included', 'meta', 'jsonapi'],
       properties: { data: ref(`${t}Resource`), included: ref('Included'), meta: { type: 'object' }, jsonapi: ref('JsonApi') },
     },
+    [`${t}RelatedDocument`]: {
+      type: 'object',
+      required: ['data', 'included', 'meta', 'links', 'jsonapi'],
+      properties: {
+        data: { oneOf: [ref(`${t}Resource`), { type: 'null' }] },
+        included: ref('Included'),
+        meta: { type: 'object' },
+        links: { type: 'object', required: ['self'], properties: { self: { type: 'string', format: 'uri' } } },
+        jsonapi: ref('JsonApi'),
+      },
+    },
     [`${t}ListDocument`]: {
       type: 'object',
       required: ['data', 'included', 'meta', 'links', 'jsonapi'],
@@ -487,6 +498,12 @@ const idParameter = {
   description: 'The record id (a malformed or unknown id is a 404).',
 };
 
+/** The relationships of `resource` whose related link answers (routes.ts, `registerRelated`): those of a known type. */
+const relatedNames = (resource: ResourceDef, resources: readonly ResourceDef[]) =>
+  Object.entries(resource.relationships)
+    .filter(([, relationship]) => resources.some((r) => r.type === relationship.type))
+    .map(([name]) => name);
+
 /** method + path of every operation the definitions yield (the spec's 22). */
 export function openApiOperations(resources: ResourceDef[]): Operation[] {
   const operations: Operation[] = [];
@@ -498,6 +515,8 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
     if (r.operations.list) operations.push({ method: 'get', path: `/api/${r.path}` });
     if (r.operations.get) operations.push({ method: 'get', path: `/api/${r.path}/{id}` });
     for (const alias of Object.keys(r.aliases ?? {})) operations.push({ method: 'get', path: `/api/${r.path}/${alias}` });
+    if (r.operations.get)
+      for (const name of relatedNames(r, resources)) operations.push({ method: 'get', path: `/api/${r.path}/{id}/${name}` });
     if (r.operations.create) operations.push({ method: 'post', path: `/api/${r.path}` });
     if (r.operations.update) operations.push({ method: 'patch', path: `/api/${r.path}/{id}` });
     if (r.operations.delete) operations.push({ method: 'delete', path: `/api/${r.path}/{id}` });
@@ -672,6 +691,30 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         parameters: [idParameter, ...queryParameters(r, false, registry)],
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
+    }
+    if (r.operations.get) {
+      for (const name of relatedNames(r, resources)) {
+        const relationship = r.relationships[name];
+        const related = registry.get(relationship.type)!;
+        const many = relationship.cardinality === 'many';
+        at(`${member}/${name}`).get = {
+          operationId: `get${type}${name
+            .split('_')
+            .map((w) => w[0].toUpperCase() + w.slice(1))
+            .join('')}`,
+          summary: `Read the ${name} of one ${type}`,
+          description: many
+            ? `The ${related.type} records of the ${type}'s \`${name}\` relationship (its related link), filtered, sorted and paged as a list. 404 when the ${type} is not visible. ${rolesText(related.access.read)}`
+            : `The ${type}'s \`${name}\` (its related link): the ${related.type}, or \`data: null\` when there is none or the caller may not see it. 404 when the ${type} is not visible. ${rolesText(related.access.read)}`,
+          tags: [type],
+          security: MEMBER_SECURITY,
+          parameters: [idParameter, ...queryParameters(related, many, registry)],
+          responses: {
+            '200': ok('OK', ref(many ? `${related.type}ListDocument` : `${related.type}RelatedDocument`)),
+            ...errors([403, 404]),
+          },
+        };
+      }
     }
     for (const [alias, { summary }] of Object.entries(r.aliases ?? {})) {
       at(`${collection}/${alias}`).get = {

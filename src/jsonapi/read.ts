@@ -47,8 +47,28 @@ interface ListResult {
   total?: number;
 }
 
-/** One page of a list: tenancy, role scope, filter, sort and offset or keyset paging. */
-export async function listRows(reader: Reader, resource: ResourceDef, query: ParsedQuery): Promise<ListResult> {
+/**
+ * The rows of `related` that a to-many relationship of the record `parentId` holds, as a condition on the
+ * related table (aliased `t`): its inverse key, or membership of the join table.
+ */
+export function relatedRowsOf(relationship: RelationshipDef, parentId: string): RawBuilder<unknown> {
+  if (relationship.through) {
+    const { table, from, to } = relationship.through;
+    return sql`t.id IN (SELECT ${sql.ref(`j.${to}`)} FROM ${sql.table(table)} j WHERE ${sql.ref(`j.${from}`)} = ${parentId})`;
+  }
+  return sql`${sql.ref(`t.${relationship.inverseKey!}`)} = ${parentId}`;
+}
+
+/**
+ * One page of a list: tenancy, role scope, filter, sort and offset or keyset paging; `within` narrows it to
+ * one record's to-many relationship (`relatedRowsOf`), for the relationship's related link.
+ */
+export async function listRows(
+  reader: Reader,
+  resource: ResourceDef,
+  query: ParsedQuery,
+  within?: RawBuilder<unknown>,
+): Promise<ListResult> {
   const { page, sort } = query;
   const backwards = page.before !== undefined;
   const cursor = page.after ?? page.before;
@@ -71,12 +91,12 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
   const statement = sql<Row>`
     SELECT ${columns} FROM (
       SELECT t.* FROM ${sql.table(resource.table)} t
-      WHERE ${where([scope, filter, keyset])}
+      WHERE ${where([scope, within, filter, keyset])}
       ORDER BY ${order}
       LIMIT ${page.limit + 1} OFFSET ${page.offset ?? 0}
     ) t
     ORDER BY ${order}`;
-  const planStable = !filter && !resource.access.visible?.(reader.principal, 't');
+  const planStable = !filter && !within && !resource.access.visible?.(reader.principal, 't');
   const { rows } = await (planStable ? genericPlan(statement) : statement).execute(reader.db);
 
   const hasMore = rows.length > page.limit;
@@ -86,7 +106,7 @@ export async function listRows(reader: Reader, resource: ResourceDef, query: Par
   let total: number | undefined;
   if (page.count) {
     const counted = await sql<{ total: number }>`
-      SELECT count(*)::int AS total FROM ${sql.table(resource.table)} t WHERE ${where([scope, filter])}`.execute(reader.db);
+      SELECT count(*)::int AS total FROM ${sql.table(resource.table)} t WHERE ${where([scope, within, filter])}`.execute(reader.db);
     total = counted.rows[0].total;
   }
   return { rows, hasMore, total };

@@ -1,17 +1,19 @@
 /** Derives every HTTP route from the resource definitions. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { RawBuilder } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import { ApiError, forbidden, notFound, unauthenticated } from './errors.js';
 import { parseQuery, type QueryLimits, type Registry } from './query/parse.js';
 import { cursorCodec, type CursorCodec } from './query/cursor.js';
 import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
-import { fetchById, listRows, renderWithIncludes, type Reader } from './read.js';
+import { fetchById, listRows, relatedRowsOf, renderWithIncludes, type Reader } from './read.js';
 import { ROLES, type Principal } from './principal.js';
-import type { ActionResult, AttributeDef, CustomAction, ResourceDef } from './resource.js';
+import type { ActionResult, AttributeDef, CustomAction, RelationshipDef, ResourceDef } from './resource.js';
+import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
-import { UUID_PATTERN, validateBody, type WriteKind } from './validate.js';
+import { UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
 import { assertWritable, createRecords, type Records, writtenRow } from './records.js';
 import type { AppServices } from './services.js';
@@ -97,6 +99,65 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     return document(data[0], included, meta);
   }
 
+  /**
+   * One page of `resource`'s records as a list document whose links are built on `url`: the collection, or
+   * a record's to-many related link, which `within` narrows the rows to.
+   */
+  async function listPage(request: FastifyRequest, reply: FastifyReply, resource: ResourceDef, url: string, within?: RawBuilder<unknown>) {
+    const { principal, reader } = context(request);
+    // Cursors are bound to the caller's organisation: another organisation's cursor does not verify.
+    const cursors = cursorCodec(options.signingKey, principal.organisationId);
+    const query = parseQuery(request.query as Query, resource, registry, 'list', { ...queryOptions, cursors });
+    const result = await listRows(reader, resource, query, within);
+    const ctx = renderContext(request, principal, query);
+    const page: Record<string, unknown> = { limit: query.page.limit };
+    if (query.page.offset !== undefined) page.offset = query.page.offset;
+    if (result.total !== undefined) page.total = result.total;
+    const links = listLinks(`${ctx.baseUrl}${url}`, request.query as Query, query, result, cursors);
+    if (noIncludes(query) && plainRendering(resource, ctx)) {
+      return reply.send(
+        documentJson(
+          result.rows.map((row) => resourceJson(resource, row, ctx)),
+          { page },
+          links,
+        ),
+      );
+    }
+    const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
+    return document(data, included, { page }, links);
+  }
+
+  /**
+   * `GET /api/{path}/{id}/{relationship}`: the related resource(s) of one record, as JSON:API's related
+   * resource link (section 6.3.1) answers: a to-many relationship as a list of the related type (filtered,
+   * sorted and paged as a list), a to-one as a single document whose data is the record or null. The
+   * parent must be visible (404), and the related type readable by the caller's role (403).
+   */
+  function registerRelated(resource: ResourceDef, member: string, name: string, relationship: RelationshipDef, allowVisitor: boolean) {
+    const url = `${member}/${name}`;
+    const related = registry.get(relationship.type);
+    if (!related) return;
+    app.get(url, { config: { allowVisitor: allowVisitor && related.access.read.includes('visitor') } }, async (request, reply) => {
+      const { principal, reader } = context(request);
+      requirePermission(resource, principal, 'read');
+      const id = idParam(request);
+      const parent = await fetchById(reader, resource, id);
+      if (!parent) throw notFound();
+      requirePermission(related, principal, 'read');
+      const self = `${baseUrl(request, options)}/api/${resource.path}/${id}/${name}`;
+      if (relationship.cardinality === 'many') {
+        return listPage(request, reply, related, `/api/${resource.path}/${id}/${name}`, relatedRowsOf(relationship, id));
+      }
+      const query = parseQuery(request.query as Query, related, registry, 'single', queryOptions);
+      const relatedId = relationship.resolve ? relationship.resolve(principal) : parent[linkageColumn(name)];
+      const row = relatedId ? await fetchById(reader, related, String(relatedId)) : undefined;
+      if (!row) return document(null, [], {}, { self });
+      const { data, included } = await renderWithIncludes(reader, related, [row], query.include, renderContext(request, principal, query));
+      return document(data[0], included, {}, { self });
+    });
+    methodNotAllowed(app, url, ['GET']);
+  }
+
   function created(reply: FastifyReply, doc: Record<string, unknown>, status: 200 | 201) {
     const self = ((doc.data as Record<string, unknown>).links as { self?: string } | undefined)?.self;
     if (status === 201 && self) reply.header('Location', self);
@@ -110,6 +171,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const member = `${collection}/:id`;
     const createInput = inputOf(resource.attributes, 'create');
     const updateInput = inputOf(resource.attributes, 'update');
+    const relationships = Object.keys(resource.relationships);
     const allowed = { [collection]: [] as string[], [member]: [] as string[] };
     /** Route options: a visitor credential reaches only what the resource's access rules grant visitors. */
     const visitorMay = (operation: 'read' | 'create' | 'update') => ({
@@ -119,28 +181,8 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (resource.operations.list) {
       allowed[collection].push('GET');
       app.get(collection, visitorMay('read'), async (request, reply) => {
-        const { principal, reader } = context(request);
-        requirePermission(resource, principal, 'read');
-        // Cursors are bound to the caller's organisation: another organisation's cursor does not verify.
-        const cursors = cursorCodec(options.signingKey, principal.organisationId);
-        const query = parseQuery(request.query as Query, resource, registry, 'list', { ...queryOptions, cursors });
-        const result = await listRows(reader, resource, query);
-        const ctx = renderContext(request, principal, query);
-        const page: Record<string, unknown> = { limit: query.page.limit };
-        if (query.page.offset !== undefined) page.offset = query.page.offset;
-        if (result.total !== undefined) page.total = result.total;
-        const links = listLinks(`${ctx.baseUrl}${collection}`, request.query as Query, query, result, cursors);
-        if (noIncludes(query) && plainRendering(resource, ctx)) {
-          return reply.send(
-            documentJson(
-              result.rows.map((row) => resourceJson(resource, row, ctx)),
-              { page },
-              links,
-            ),
-          );
-        }
-        const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
-        return document(data, included, { page }, links);
+        requirePermission(resource, principalOf(request), 'read');
+        return listPage(request, reply, resource, collection);
       });
     }
 
@@ -175,16 +217,22 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       });
     }
 
+    if (resource.operations.get) {
+      for (const [name, relationship] of Object.entries(resource.relationships)) {
+        registerRelated(resource, member, name, relationship, visitorMay('read').config.allowVisitor);
+      }
+    }
+
     if (resource.operations.create) {
       allowed[collection].push('POST');
       app.post(collection, visitorMay('create'), async (request, reply) => {
         const { principal, actor } = context(request);
         requirePermission(resource, principal, 'create');
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const values = validateBody(request.body, { type: resource.type, kind: 'create', ...createInput });
-        const { status, record } = await records.create(actor, resource.type, values, {
-          render: (trx, result) => single(request, resource, result.id, query, {}, trx, result),
-        });
+        const { values, relocate } = validateDocument(request.body, { type: resource.type, kind: 'create', relationships, ...createInput });
+        const { status, record } = await records
+          .create(actor, resource.type, values, { render: (trx, result) => single(request, resource, result.id, query, {}, trx, result) })
+          .catch((error) => Promise.reject(relocate(error)));
         return created(reply, record, status);
       });
     }
@@ -200,10 +248,16 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         if (!(await fetchById({ db, principal, registry }, resource, id))) throw notFound();
         requirePermission(resource, principal, 'update');
         await assertWritable(db, resource, principal, id);
-        const values = validateBody(request.body, { type: resource.type, kind: 'update', id, ...updateInput });
-        const { record } = await records.update(actor, resource.type, id, values, {
-          render: (trx) => single(request, resource, id, query, {}, trx),
+        const { values, relocate } = validateDocument(request.body, {
+          type: resource.type,
+          kind: 'update',
+          id,
+          relationships,
+          ...updateInput,
         });
+        const { record } = await records
+          .update(actor, resource.type, id, values, { render: (trx) => single(request, resource, id, query, {}, trx) })
+          .catch((error) => Promise.reject(relocate(error)));
         return record;
       });
     }
@@ -292,8 +346,14 @@ export function methodNotAllowed(app: FastifyInstance, url: string, methods: str
     method: app.supportedMethods.filter((m) => !methods.includes(m) && !(m === 'HEAD' && methods.includes('GET'))),
     url,
     config: { public: options.public ?? false },
-    handler: async (_request, reply) => {
+    // Answered before the body is read, after the refused credential (a global preParsing hook, which runs
+    // first): a 405 needs no body, and Fastify would otherwise refuse a body-less QUERY (RFC 10008 wants a
+    // Content-Type) with 400 before any handler.
+    preParsing: async (_request, reply) => {
       reply.header('Allow', allow);
+      throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+    },
+    handler: async () => {
       throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
     },
   });

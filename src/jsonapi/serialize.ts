@@ -83,7 +83,7 @@ export function renderResource(
     } else if (toMany.has(name)) {
       relationships[name] = { data: toMany.get(name) };
     } else {
-      const related = relatedLink(resource, relationship.inverseKey, id, name, ctx);
+      const related = relatedLink(resource, id, name, ctx.baseUrl);
       relationships[name] = related ? { links: { related }, meta: {} } : { meta: {} };
     }
   }
@@ -96,13 +96,12 @@ export function renderResource(
 }
 
 /**
- * A working URL for a to-many relationship: the parent's list filtered to the
- * parent, with the relationship included (the spec has no related endpoints).
+ * A to-many relationship's related link (JSON:API section 7.2.2.2): `/api/{path}/{id}/{relationship}`, which
+ * answers with the related records (routes.ts, `registerRelated`), when the record has a URL of its own.
  */
-function relatedLink(resource: ResourceDef, inverseKey: string | undefined, id: string, name: string, ctx: RenderContext) {
-  if (!resource.path || !resource.operations.list || !inverseKey) return undefined;
-  // The same as queryString({ filter: { id }, include: name }), built directly: it is on every row of a list.
-  return `${ctx.baseUrl}/api/${resource.path}?filter%5Bid%5D=${encodeURIComponent(id)}&include=${encodeURIComponent(name)}`;
+export function relatedLink(resource: ResourceDef, id: string, name: string, baseUrl: string) {
+  if (!resource.path || !resource.operations.get) return undefined;
+  return `${baseUrl}/api/${resource.path}/${id}/${name}`;
 }
 
 export function document(data: unknown, included: unknown[], meta: Record<string, unknown>, links?: Record<string, string | null>) {
@@ -151,7 +150,7 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
       };
     }
     return (row: Row, ctx: RenderContext) => {
-      const related = relatedLink(resource, relationship.inverseKey, String(row.id), name, ctx);
+      const related = relatedLink(resource, String(row.id), name, ctx.baseUrl);
       return `${key}${related ? `{"links":{"related":${JSON.stringify(related)}},"meta":{}}` : '{"meta":{}}'}`;
     };
   });

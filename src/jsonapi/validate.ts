@@ -1,5 +1,5 @@
 /** Request document validation: every problem of a body is reported together. */
-import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, type ErrorObject } from './errors.js';
+import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorObject } from './errors.js';
 import type { AttributeDef } from './resource.js';
 
 export const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -17,47 +17,72 @@ export interface BodyExpectation {
   accepted: Record<string, AttributeDef>;
   /** Names that must be present (create 'required'). */
   required: string[];
+  /** The type's declared relationships: sending one the operation cannot set is a 403, not an unknown name. */
+  relationships?: readonly string[];
 }
 
-const pointer = (name: string) => ({ pointer: `/data/attributes/${name}` });
+const pointer = (name: string) => ({ pointer: `/data/attributes/${pointerToken(name)}` });
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+const bodyError = (detail: string, at: string) => ApiError.of(400, 'invalid_body', detail, { pointer: at });
+
+/** Top-level members a request document may have (JSON:API 1.1 section 7.1); `links` is accepted and ignored. */
+const TOP_LEVEL_MEMBERS = ['data', 'meta', 'jsonapi', 'links'];
+/** Members of a resource object in a request (section 7.2); `lid`, `links` and `meta` are accepted and ignored. */
+const RESOURCE_MEMBERS = ['type', 'id', 'lid', 'attributes', 'relationships', 'meta', 'links'];
+
+/** The JSON:API object (section 7.7): `version` a string, `ext` and `profile` arrays of URIs, `meta` an object. */
+function checkJsonApiObject(value: unknown): void {
+  if (!isPlainObject(value)) throw bodyError('`jsonapi` must be an object.', '/jsonapi');
+  if ('version' in value && typeof value.version !== 'string') throw bodyError('`jsonapi.version` must be a string.', '/jsonapi/version');
+  for (const name of ['ext', 'profile'] as const) {
+    const list = value[name];
+    if (name in value && (!Array.isArray(list) || list.some((uri) => typeof uri !== 'string'))) {
+      throw bodyError(`\`jsonapi.${name}\` must be an array of URI strings.`, `/jsonapi/${name}`);
+    }
+  }
+  if ('meta' in value && !isPlainObject(value.meta)) throw bodyError('`jsonapi.meta` must be an object.', '/jsonapi/meta');
+}
+
 /** Checks the document envelope and returns `data`; envelope problems stop validation. */
 function documentData(body: unknown, expected: BodyExpectation): Record<string, unknown> {
-  if (!isPlainObject(body)) throw ApiError.of(400, 'invalid_body', 'The body must be a JSON object.', { pointer: '' });
-  if (!('data' in body)) throw ApiError.of(400, 'invalid_body', 'The body must have a `data` member.', { pointer: '/data' });
+  if (body === undefined) throw bodyError('The request has no body: send a JSON:API document with `data`.', '');
+  if (!isPlainObject(body)) throw bodyError('The body must be a JSON object.', '');
+  if (!('data' in body)) throw bodyError('The body must have a `data` member.', '/data');
   const data = body.data;
-  if (!isPlainObject(data)) throw ApiError.of(400, 'invalid_body', '`data` must be a resource object.', { pointer: '/data' });
+  if (!isPlainObject(data)) throw bodyError('`data` must be a resource object.', '/data');
   for (const key of Object.keys(body)) {
-    if (!['data', 'meta', 'jsonapi'].includes(key)) {
-      throw ApiError.of(400, 'invalid_body', `Unexpected top-level member \`${key}\`.`, { pointer: `/${key}` });
-    }
+    if (!TOP_LEVEL_MEMBERS.includes(key)) throw bodyError(`Unexpected top-level member \`${key}\`.`, `/${pointerToken(key)}`);
+  }
+  if ('jsonapi' in body) checkJsonApiObject(body.jsonapi);
+  for (const name of ['meta', 'links']) {
+    if (name in body && !isPlainObject(body[name])) throw bodyError(`\`${name}\` must be an object.`, `/${name}`);
   }
   for (const key of Object.keys(data)) {
-    if (!['type', 'id', 'lid', 'attributes', 'relationships', 'meta', 'links'].includes(key)) {
-      throw ApiError.of(400, 'invalid_body', `Unexpected member \`${key}\` in data.`, { pointer: `/data/${key}` });
-    }
+    if (!RESOURCE_MEMBERS.includes(key)) throw bodyError(`Unexpected member \`${key}\` in data.`, `/data/${pointerToken(key)}`);
   }
-  if (typeof data.type !== 'string') throw ApiError.of(400, 'invalid_body', '`data.type` is required.', { pointer: '/data/type' });
+  if (typeof data.type !== 'string') throw bodyError('`data.type` is required.', '/data/type');
+  if ('lid' in data && typeof data.lid !== 'string') throw bodyError('`data.lid` must be a string.', '/data/lid');
+  for (const name of ['meta', 'links']) {
+    if (name in data && !isPlainObject(data[name])) throw bodyError(`\`data.${name}\` must be an object.`, `/data/${name}`);
+  }
   if (data.type !== expected.type) {
     throw ApiError.of(409, 'conflict', `This endpoint takes \`${expected.type}\`, not \`${data.type}\`.`, { pointer: '/data/type' });
   }
   if (expected.kind === 'update') {
-    if (typeof data.id !== 'string') throw ApiError.of(400, 'invalid_body', '`data.id` is required.', { pointer: '/data/id' });
+    if (typeof data.id !== 'string') throw bodyError('`data.id` is required.', '/data/id');
     if (data.id.toLowerCase() !== expected.id?.toLowerCase()) {
       throw ApiError.of(409, 'conflict', '`data.id` does not match the id in the path.', { pointer: '/data/id' });
     }
   } else if ('id' in data) {
     throw ApiError.of(403, 'forbidden', 'Ids are assigned by the server.', { pointer: '/data/id' });
   }
-  if ('attributes' in data && !isPlainObject(data.attributes)) {
-    throw ApiError.of(400, 'invalid_body', '`data.attributes` must be an object.', { pointer: '/data/attributes' });
-  }
+  if ('attributes' in data && !isPlainObject(data.attributes)) throw bodyError('`data.attributes` must be an object.', '/data/attributes');
   if ('relationships' in data && !isPlainObject(data.relationships)) {
-    throw ApiError.of(400, 'invalid_body', '`data.relationships` must be an object.', { pointer: '/data/relationships' });
+    throw bodyError('`data.relationships` must be an object.', '/data/relationships');
   }
   return data;
 }
@@ -84,8 +109,13 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
   const writable = writableLinkage(expected.accepted);
   const values: Record<string, unknown> = {};
   for (const [name, member] of Object.entries((data.relationships as Record<string, unknown> | undefined) ?? {})) {
-    const at = `/data/relationships/${name}`;
+    const at = `/data/relationships/${pointerToken(name)}`;
     const target = writable.get(name);
+    if (!target && expected.relationships?.includes(name)) {
+      // JSON:API 1.1 section 9.2/9.3: an unsupported request to set a relationship is 403 Forbidden.
+      errors.push(errorObject(403, 'forbidden', `The \`${name}\` relationship cannot be set by this operation.`, { pointer: at }));
+      continue;
+    }
     if (!target) {
       const settable = [...writable.keys()].map((n) => `\`${n}\``).join(', ') || 'none';
       errors.push(
@@ -133,6 +163,18 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
  * (as JSON:API clients send them), or both when they agree.
  */
 export function validateBody(body: unknown, expected: BodyExpectation): Record<string, unknown> {
+  return validateDocument(body, expected).values;
+}
+
+/**
+ * `validateBody`, with where each reference sent as linkage came from: the records service reports a
+ * reference it refuses (another organisation's record) on its attribute's pointer, and `relocate` moves such
+ * errors to the relationship the client actually sent (`/data/relationships/organisation`).
+ */
+export function validateDocument(
+  body: unknown,
+  expected: BodyExpectation,
+): { values: Record<string, unknown>; relocate: (error: unknown) => unknown } {
   const data = documentData(body, expected);
   const errors: ErrorObject[] = [];
   const linked = linkageValues(data, expected, errors);
@@ -178,7 +220,25 @@ export function validateBody(body: unknown, expected: BodyExpectation): Record<s
     if (!(name in attributes) && !viaRelationship) errors.push(errorObject(422, 'required', `\`${name}\` is required.`, pointer(name)));
   }
   if (errors.length > 0) throw new ApiError(errors, {}, errors.length + uncounted);
-  return values;
+  const moved = new Map<string, string>();
+  for (const name of Object.keys(linked)) {
+    if (!Object.hasOwn(attributes, name)) moved.set(pointer(name).pointer, `/data/relationships/${name.slice(0, -3)}`);
+  }
+  return { values, relocate: (error) => relocatePointers(error, moved) };
+}
+
+/** The same error with each pointer in `moved` (or below it) replaced by its new place. */
+function relocatePointers(error: unknown, moved: Map<string, string>): unknown {
+  if (!(error instanceof ApiError) || moved.size === 0) return error;
+  let changed = false;
+  const errors = error.errors.map((e) => {
+    const at = e.source && 'pointer' in e.source ? e.source.pointer : undefined;
+    const to = at === undefined ? undefined : moved.get(at);
+    if (to === undefined) return e;
+    changed = true;
+    return { ...e, source: { pointer: to } };
+  });
+  return changed ? new ApiError(errors, error.headers, error.total) : error;
 }
 
 /**
@@ -247,14 +307,12 @@ function convertByKind(def: AttributeDef, value: unknown): Conversion {
     }
     case 'boolean':
       return typeof value === 'boolean' ? converted(value) : invalid('must be true or false');
-    case 'timestamp': {
+    case 'timestamp':
       // Writers inside the process (agent runtime, SIP edge) may pass Dates; they get the same bounds as text.
-      const date =
-        value instanceof Date
-          ? parseTimestamp(Number.isNaN(value.getTime()) ? '' : value.toISOString(), def.precision === 'seconds')
-          : parseTimestamp(value, def.precision === 'seconds');
-      return date ? converted(date) : invalid('must be an RFC 3339 date-time with offset, such as 2026-01-31T12:00:00Z');
-    }
+      return convertTimestamp(
+        value instanceof Date ? (Number.isNaN(value.getTime()) ? '' : value.toISOString()) : value,
+        def.precision === 'seconds',
+      );
     case 'object':
       return checkObject(def, value);
     case 'string_array':
@@ -307,18 +365,30 @@ function checkStringArray(def: AttributeDef, value: unknown): Conversion {
 /** Timestamps outside these years (in UTC) are refused: they cannot round-trip through every driver. */
 export const TIMESTAMP_YEARS = { min: 1000, max: 9999 } as const;
 
+/** Why a timestamp's year is refused: said apart from a malformed value, since the format is right. */
+export const TIMESTAMP_RANGE_PROBLEM = `must be in the years ${TIMESTAMP_YEARS.min} to ${TIMESTAMP_YEARS.max} (UTC)`;
+
+/** Parses an RFC 3339 date-time (any offset) to a Date, or says why it cannot; optionally truncated to whole seconds. */
+export function convertTimestamp(value: unknown, wholeSeconds = false): Conversion<Date> {
+  const malformed = invalid('must be an RFC 3339 date-time with offset, such as 2026-01-31T12:00:00Z');
+  if (typeof value !== 'string') return malformed;
+  const match = RFC3339.exec(value);
+  if (!match) return malformed;
+  const [, year, month, day, hour, minute, second] = match.map(Number);
+  if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 59) return malformed;
+  // Year 0000 exists in RFC 3339 (ISO 8601's proleptic calendar); it is out of range, not malformed.
+  if (year < 1) return invalid(TIMESTAMP_RANGE_PROBLEM);
+  const date = new Date(value.toUpperCase());
+  if (Number.isNaN(date.getTime())) return malformed;
+  if (new Date(Date.UTC(year, month - 1, day)).getUTCDate() !== day) return malformed;
+  const utcYear = date.getUTCFullYear();
+  if (utcYear < TIMESTAMP_YEARS.min || utcYear > TIMESTAMP_YEARS.max) return invalid(TIMESTAMP_RANGE_PROBLEM);
+  if (wholeSeconds) date.setUTCMilliseconds(0);
+  return converted(date);
+}
+
 /** Parses an RFC 3339 date-time (any offset) to a Date; optionally truncated to whole seconds. */
 export function parseTimestamp(value: unknown, wholeSeconds = false): Date | undefined {
-  if (typeof value !== 'string') return undefined;
-  const match = RFC3339.exec(value);
-  if (!match) return undefined;
-  const [, year, month, day, hour, minute, second] = match.map(Number);
-  if (year < 1 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 59) return undefined;
-  const date = new Date(value.toUpperCase());
-  if (Number.isNaN(date.getTime())) return undefined;
-  if (new Date(Date.UTC(year, month - 1, day)).getUTCDate() !== day) return undefined;
-  const utcYear = date.getUTCFullYear();
-  if (utcYear < TIMESTAMP_YEARS.min || utcYear > TIMESTAMP_YEARS.max) return undefined;
-  if (wholeSeconds) date.setUTCMilliseconds(0);
-  return date;
+  const result = convertTimestamp(value, wholeSeconds);
+  return result.ok ? result.value : undefined;
 }

@@ -5,7 +5,7 @@
  */
 import { ApiError, errorObject, type ErrorObject } from '../errors.js';
 import { fieldNames, type AttributeDef, type ResourceDef } from '../resource.js';
-import { converted, invalid, parseTimestamp, UUID_PATTERN, type Conversion } from '../validate.js';
+import { converted, convertTimestamp, invalid, TIMESTAMP_RANGE_PROBLEM, UUID_PATTERN, type Conversion } from '../validate.js';
 import type { CursorCodec } from './cursor.js';
 import type { FilterNode, FilterOperator, IncludeTree, PageParams, ParsedQuery, SortKey } from './types.js';
 
@@ -260,8 +260,13 @@ function convertScalar(def: AttributeDef, operand: unknown, contains: boolean): 
     case 'boolean':
       return operand === 'true' || operand === 'false' ? converted(operand === 'true') : invalid('The value must be true or false.');
     case 'timestamp': {
-      const date = parseTimestamp(operand);
-      return date ? converted(date) : invalid('The value must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z.');
+      const date = convertTimestamp(operand);
+      if (date.ok) return date;
+      return invalid(
+        date.problem === TIMESTAMP_RANGE_PROBLEM
+          ? `The value ${TIMESTAMP_RANGE_PROBLEM}.`
+          : 'The value must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z.',
+      );
     }
     case 'enum':
       return def.values!.includes(operand) ? converted(operand) : invalid(`The value must be one of: ${def.values!.join(', ')}.`);
