@@ -12,7 +12,7 @@ import { createUserInOrganisation } from '../src/auth/accounts.js';
 import { createApiKey } from '../src/auth/api-keys.js';
 import { signToken } from '../src/auth/tokens.js';
 import { issueUserToken } from '../src/auth/user-tokens.js';
-import { addressGroup } from '../src/events/stream.js';
+import { addressGroup, EventHub } from '../src/events/stream.js';
 import type { Role } from '../src/jsonapi/principal.js';
 import { client, errorCodes, resourceDocument, type Client } from './helpers/http.js';
 import { bodyOf, openSse, type SseStream } from './helpers/sse.js';
@@ -224,6 +224,52 @@ describe('what streams cost', () => {
     // 40 more streams, 10 events: 400 more statements if each stream judged each event with a query.
     expect(many).toBeLessThanOrEqual(few + events);
     for (const s of held) s.close();
+  });
+
+  it('opens a burst of streams with a few reads, and each gets every later event once, in order', async () => {
+    const conversation = (await owner.post('/api/conversations', resourceDocument('Conversation', {}))).body.data.id;
+    // Twenty members (the caps are per user); their credentials verified once (kept by the credential cache),
+    // and the organisation's hub state made by a first stream.
+    const members = await Promise.all(Array.from({ length: 20 }, () => member('operator')));
+    for (const m of members) expect((await client(t.app, m.token).get('/api/users/me')).status).toBe(200);
+    const first = await stream(tenant.admin.token, '/api/events?filter[type]=ConversationItem.created');
+    let burst: SseStream[] = [];
+    const statements = await statementsDuring(async () => {
+      burst = await Promise.all(members.map((m) => stream(m.token, '/api/events?filter[type]=ConversationItem.created')));
+    });
+    expect(burst.every((s) => s.status === 200)).toBe(true);
+    // At most one read of the last event id per stream, and no replay read without Last-Event-ID (before: 40).
+    expect(statements).toBeLessThanOrEqual(20);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await owner.post(
+        '/api/conversation_items',
+        resourceDocument('ConversationItem', { conversation_id: conversation, role: 'user', content: `b${i}` }),
+      );
+      ids.push(r.body.data.id);
+    }
+    for (const s of [first, ...burst]) {
+      await s.waitFor(3);
+      expect(s.messages.map((m) => JSON.parse(m.data).data.id)).toEqual(ids);
+      s.close();
+    }
+  });
+
+  it('shares one read of the last event id among streams subscribing at once', async () => {
+    const hub = new EventHub(t.database);
+    try {
+      const offered: string[][] = Array.from({ length: 21 }, () => []);
+      const listener = (i: number) => ({ offer: (row: { id: string }) => offered[i].push(row.id) });
+      await hub.subscribe(tenant.organisationId, listener(0));
+      let subscriptions: { cursor: string | undefined }[] = [];
+      const statements = await statementsDuring(async () => {
+        subscriptions = await Promise.all(Array.from({ length: 20 }, (_, i) => hub.subscribe(tenant.organisationId, listener(i + 1))));
+      });
+      expect(statements).toBeLessThanOrEqual(2);
+      expect(new Set(subscriptions.map((s) => s.cursor)).size).toBe(1);
+    } finally {
+      await hub.close();
+    }
   });
 
   it("still shows a visitor its own conversation's events, and an operator only its own keys", async () => {

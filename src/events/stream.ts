@@ -16,7 +16,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
-import { ApiError, errorObject, type ErrorObject } from '../jsonapi/errors.js';
+import { ApiError, errorObject, unauthenticated, type ErrorObject } from '../jsonapi/errors.js';
 import { CREDENTIALS_CHANNEL } from '../auth/credential-cache.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
@@ -82,6 +82,10 @@ interface OrganisationState {
   size: number;
   running: boolean;
   again: boolean;
+  /** A read of the last event id not started yet, shared by the streams subscribing until it starts. */
+  queued?: Promise<string | undefined>;
+  /** The read of the last event id in flight. */
+  inFlight?: Promise<unknown>;
 }
 
 /** Reads each organisation's new outbox rows once per process and hands them to its streams. */
@@ -165,7 +169,7 @@ export class EventHub {
     // committed before it opened, even if the hub has not read it yet (the stream skips what it has passed).
     let cursor = current.cursor;
     if (!fresh) {
-      const last = await lastEventId(this.database.db, organisationId).catch((error) => {
+      const last = await this.snapshot(organisationId, current).catch((error) => {
         remove();
         throw error;
       });
@@ -178,6 +182,38 @@ export class EventHub {
         if (current.size === 0 && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
       },
     };
+  }
+
+  /**
+   * The organisation's last event id, read after the caller's listener was added (so every later event is
+   * offered to it). Streams that subscribe while a read is in flight share the next one, which starts when it
+   * ends: a burst of new streams costs a few reads, not one each, and each read holds the organisation's
+   * event lock (and so its writers) for one statement.
+   */
+  private snapshot(organisationId: string, state: OrganisationState): Promise<string | undefined> {
+    if (state.queued) return state.queued;
+    const before = state.inFlight ?? Promise.resolve();
+    const queued = before
+      .then(
+        () => {},
+        () => {},
+      )
+      .then(() => {
+        state.queued = undefined;
+        const read = lastEventId(this.database.db, organisationId);
+        state.inFlight = read;
+        read.then(
+          () => {
+            if (state.inFlight === read) state.inFlight = undefined;
+          },
+          () => {
+            if (state.inFlight === read) state.inFlight = undefined;
+          },
+        );
+        return read;
+      });
+    state.queued = queued;
+    return queued;
   }
 
   /** A notification names an organisation with new events (outbox.ts). */
@@ -552,7 +588,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     for (const [counts, key] of keys) counts.take(key);
     const visibility = new Visibility(options.database.db, options.registry, principal);
     const raw = reply.raw;
-    let ended = false;
+    let ended: EndReason | undefined;
+    let hijacked = false;
     let live = false;
     let dirty = false;
     let lastSent = after;
@@ -563,11 +600,13 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
 
     const end = (reason: EndReason) => {
       if (ended) return;
-      ended = true;
+      ended = reason;
       clearTimeout(expiry);
       unsubscribe();
       open.delete(stream);
       for (const [counts, key] of keys) counts.release(key);
+      // Before the stream began, the handler answers (below): a credential that ended meanwhile is a 401.
+      if (!hijacked) return;
       if (reason === 'slow' || reason === 'client') {
         raw.destroy();
         return;
@@ -661,9 +700,11 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       end('failed');
       throw error;
     }
+    if (ended === 'credential' || ended === 'expired') throw unauthenticated('The bearer token is invalid or expired.');
     if (ended) return reply;
 
     reply.hijack();
+    hijacked = true;
     raw.writeHead(200, {
       ...(reply.getHeaders() as Record<string, string>),
       'Content-Type': 'text/event-stream; charset=utf-8',
@@ -680,6 +721,12 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       for (const s of open) s.heartbeat();
     }, limits.heartbeatSeconds * 1000).unref();
 
+    // Without a Last-Event-ID, and with no row offered since the subscription's snapshot, every later event
+    // comes live: no replay read (a burst of new streams would otherwise cost a statement each).
+    if (after === undefined && !dirty) {
+      live = true;
+      return reply;
+    }
     // Replay retained events after the client's last id, then go live; rows announced during a page make it
     // read again. A client that takes nothing for a heartbeat interval while the replay waits for it to drain
     // is cut, as is one whose unread bytes pass EVENTS_STREAM_BUFFER_BYTES (`write`): otherwise a client that
