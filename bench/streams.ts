@@ -182,7 +182,9 @@ async function write(url: string, token: string, conversations: string[], rate: 
   let n = 0;
   const result = await autocannon({
     url,
-    connections: 16,
+    // Enough connections to keep the rate when each write takes a while on a loaded machine (autocannon
+    // waits for an answer before a connection's next request).
+    connections: 64,
     overallRate: rate,
     duration: seconds,
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/vnd.api+json' },
