@@ -5,7 +5,8 @@
  * several concurrencies, and prints requests/s, latencies, errors, server RSS and
  * Parley's ratios to both. Then the embedded database on a smaller data set, and
  * the agent runtime's turn overhead (bench/agents.ts, runnable alone) and live events
- * (bench/events.ts, runnable alone: `npx tsx bench/events.ts`, or `npm run bench -- --only events`).
+ * (bench/events.ts, runnable alone: `npx tsx bench/events.ts`, or `npm run bench -- --only events`), and
+ * 10,000 live streams on one process (bench/streams.ts: `npx tsx bench/streams.ts`, or `--only streams`).
  *
  *   npm run bench                       full run
  *   npm run bench -- --reuse            keep an already generated database (and embedded data directory)
@@ -24,6 +25,7 @@ import { eventsBenchmark, eventsChecks } from './events.js';
 import { generate, type BenchData } from './generate.js';
 import { recreateDatabase } from './database.js';
 import { serveNodeFlags } from './serve-flags.js';
+import { streamsBenchmark, streamsChecks } from './streams.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -544,7 +546,7 @@ function report() {
 }
 
 const started = Date.now();
-if (args.only !== 'events') {
+if (args.only !== 'events' && args.only !== 'streams') {
   const data = await prepareData();
   await postgresScenarios(data);
   if (!args['no-embedded']) await embeddedScenarios();
@@ -560,6 +562,11 @@ if (!args.only || args.only === 'events') {
   console.log('\nLive events:');
   const events = await eventsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_events'), { duration: Math.max(duration, 3) });
   console.log(eventsChecks(events).join('\n'));
+}
+if (!args.only || args.only === 'streams') {
+  // Live streams at scale: 10,000 GET /api/events streams on one process (bench/streams.ts).
+  console.log('\nLive streams at scale:');
+  console.log(streamsChecks(await streamsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_streams'))).join('\n'));
 }
 console.log(
   `\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`,

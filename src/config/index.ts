@@ -88,6 +88,12 @@ export interface EventsConfig {
   heartbeatSeconds: number;
   /** Event streams one credential may hold open at once; beyond, 429. */
   streamsPerCredential: number;
+  /** Event streams one user (or visitor) may hold open at once in a process, across all of their credentials. */
+  streamsPerUser: number;
+  /** Event streams one organisation may hold open at once in a process. */
+  streamsPerOrganisation: number;
+  /** Event streams one client address (an IPv6 /64) may hold open at once in a process. */
+  streamsPerAddress: number;
   /** Bytes a stream may have waiting for a slow client; beyond, the client is disconnected (it resumes later). */
   streamBufferBytes: number;
   /** Accept webhook URLs on loopback, private and link-local addresses, and plain http (development only). */
@@ -205,6 +211,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       retentionDays: Math.max(1, int(env, 'EVENTS_RETENTION_DAYS', 7)),
       heartbeatSeconds: Math.max(1, int(env, 'EVENTS_HEARTBEAT_SECONDS', 15)),
       streamsPerCredential: Math.max(1, int(env, 'EVENTS_STREAMS_PER_CREDENTIAL', 10)),
+      streamsPerUser: Math.max(1, int(env, 'EVENTS_STREAMS_PER_USER', 20)),
+      streamsPerOrganisation: Math.max(1, int(env, 'EVENTS_STREAMS_PER_ORGANISATION', 5000)),
+      streamsPerAddress: Math.max(1, int(env, 'EVENTS_STREAMS_PER_ADDRESS', 100)),
       streamBufferBytes: Math.max(64 * 1024, int(env, 'EVENTS_STREAM_BUFFER_BYTES', 1024 * 1024)),
       webhookAllowPrivateUrls: text(env, 'WEBHOOK_ALLOW_PRIVATE_URLS') === 'true',
       webhookWorker: (text(env, 'WEBHOOK_WORKER') ?? 'true') !== 'false',

@@ -16,7 +16,9 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
-import { ApiError, errorObject, type ErrorObject } from '../jsonapi/errors.js';
+import { ApiError, errorObject, unauthenticated, type ErrorObject } from '../jsonapi/errors.js';
+import { CREDENTIALS_CHANNEL } from '../auth/credential-cache.js';
+import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
 import type { Registry } from '../jsonapi/query/parse.js';
@@ -61,16 +63,29 @@ async function lastEventId(db: Db, organisationId: string): Promise<string | und
 }
 
 interface Listener {
-  /** Called with every new row of the organisation, in order. */
+  /** Called with every new row of the organisation (or of `conversationId`), in order. */
   offer(row: EventRow): void;
+  /**
+   * A visitor's stream: only rows of this conversation (`routeOf`) are offered, found through a map, so an
+   * event costs nothing for the visitors' streams of other conversations, however many there are.
+   */
+  conversationId?: string;
 }
 
 interface OrganisationState {
   cursor: string | undefined;
   ready: Promise<void>;
+  /** Listeners offered every row. */
   listeners: Set<Listener>;
+  /** Listeners offered only the rows of one conversation. */
+  byConversation: Map<string, Set<Listener>>;
+  size: number;
   running: boolean;
   again: boolean;
+  /** A read of the last event id not started yet, shared by the streams subscribing until it starts. */
+  queued?: Promise<string | undefined>;
+  /** The read of the last event id in flight. */
+  inFlight?: Promise<unknown>;
 }
 
 /** Reads each organisation's new outbox rows once per process and hands them to its streams. */
@@ -83,6 +98,8 @@ export class EventHub {
   constructor(
     private readonly database: DatabaseHandle,
     private readonly onError: (error: unknown) => void = () => {},
+    /** The conversation a row belongs to, for listeners that want only one conversation's rows. */
+    private readonly routeOf: (row: EventRow) => string | undefined = () => undefined,
   ) {}
 
   /** Adds a listener; resolves with the organisation's last event id when it was added (live starts after it). */
@@ -110,6 +127,8 @@ export class EventHub {
         cursor: undefined,
         ready: Promise.resolve(),
         listeners: new Set(),
+        byConversation: new Map(),
+        size: 0,
         running: false,
         again: false,
       };
@@ -130,13 +149,28 @@ export class EventHub {
       await state.ready;
     }
     const current = state;
-    current.listeners.add(listener);
+    const add = () => {
+      let set = current.listeners;
+      if (listener.conversationId !== undefined) {
+        set = current.byConversation.get(listener.conversationId) ?? new Set();
+        current.byConversation.set(listener.conversationId, set);
+      }
+      set.add(listener);
+      current.size++;
+    };
+    const remove = () => {
+      const set = listener.conversationId === undefined ? current.listeners : current.byConversation.get(listener.conversationId);
+      if (!set?.delete(listener)) return;
+      current.size--;
+      if (set.size === 0 && listener.conversationId !== undefined) current.byConversation.delete(listener.conversationId);
+    };
+    add();
     // The hub learns of commits shortly after they happen (outbox.ts): a stream starts after the last event
     // committed before it opened, even if the hub has not read it yet (the stream skips what it has passed).
     let cursor = current.cursor;
     if (!fresh) {
-      const last = await lastEventId(this.database.db, organisationId).catch((error) => {
-        current.listeners.delete(listener);
+      const last = await this.snapshot(organisationId, current).catch((error) => {
+        remove();
         throw error;
       });
       if (last && (!cursor || last > cursor)) cursor = last;
@@ -144,10 +178,42 @@ export class EventHub {
     return {
       cursor,
       unsubscribe: () => {
-        current.listeners.delete(listener);
-        if (current.listeners.size === 0 && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
+        remove();
+        if (current.size === 0 && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
       },
     };
+  }
+
+  /**
+   * The organisation's last event id, read after the caller's listener was added (so every later event is
+   * offered to it). Streams that subscribe while a read is in flight share the next one, which starts when it
+   * ends: a burst of new streams costs a few reads, not one each, and each read holds the organisation's
+   * event lock (and so its writers) for one statement.
+   */
+  private snapshot(organisationId: string, state: OrganisationState): Promise<string | undefined> {
+    if (state.queued) return state.queued;
+    const before = state.inFlight ?? Promise.resolve();
+    const queued = before
+      .then(
+        () => {},
+        () => {},
+      )
+      .then(() => {
+        state.queued = undefined;
+        const read = lastEventId(this.database.db, organisationId);
+        state.inFlight = read;
+        read.then(
+          () => {
+            if (state.inFlight === read) state.inFlight = undefined;
+          },
+          () => {
+            if (state.inFlight === read) state.inFlight = undefined;
+          },
+        );
+        return read;
+      });
+    state.queued = queued;
+    return queued;
   }
 
   /** A notification names an organisation with new events (outbox.ts). */
@@ -176,6 +242,10 @@ export class EventHub {
         for (const row of rows) {
           state.cursor = row.id;
           for (const listener of state.listeners) listener.offer(row);
+          if (state.byConversation.size === 0) continue;
+          const conversationId = this.routeOf(row);
+          const routed = conversationId === undefined ? undefined : state.byConversation.get(conversationId);
+          if (routed) for (const listener of routed) listener.offer(row);
         }
       } while ((state.again || rows.length === PAGE) && !this.closed);
     } catch (error) {
@@ -193,6 +263,38 @@ export class EventHub {
     this.organisations.clear();
     if (unlisten) await (await unlisten.catch(() => async () => {}))();
   }
+}
+
+/** The resource type of an event type (`ConversationItem.created` -> `ConversationItem`). */
+const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
+
+/**
+ * An event's record put back into the columns its attributes come from, made once per row for every stream
+ * of the process (rows are shared): the record as the event shows it, even when it has since changed or
+ * been deleted.
+ */
+const columnsByRow = new WeakMap<EventRow, Record<string, unknown>>();
+function columnsOf(row: EventRow, resource: ResourceDef): Record<string, unknown> {
+  let columns = columnsByRow.get(row);
+  if (columns) return columns;
+  const event = JSON.parse(row.json) as { data: { id: string; attributes?: Record<string, unknown> } };
+  columns = { id: event.data.id, organisation_id: row.organisation_id };
+  for (const [name, def] of Object.entries(resource.attributes)) {
+    if (def.expression || def.writeOnly || def.revealedOnCreate) continue;
+    const value = event.data.attributes?.[name];
+    if (value !== undefined) columns[columnOf(name, def)] = value;
+  }
+  columnsByRow.set(row, columns);
+  return columns;
+}
+
+/** The conversation a row belongs to for visitors (`Scope.visitorConversationColumn`), if its type has one. */
+export function conversationOfRow(registry: Registry, row: EventRow): string | undefined {
+  const resource = registry.get(resourceTypeOf(row.type));
+  const column = resource?.access.visible?.visitorConversationColumn;
+  if (!resource || !column) return undefined;
+  const value = columnsOf(row, resource)[column];
+  return typeof value === 'string' ? value : undefined;
 }
 
 /** Whether a role's principal may see an event, given the type and (where the role sees only some rows) the record. */
@@ -219,31 +321,33 @@ class Visibility {
 
   /** Undefined: decided without the record; else the record must be checked (`visibleRow`). */
   byType(type: string): boolean | undefined {
-    const rule = this.rule(type.slice(0, type.lastIndexOf('.')));
+    const rule = this.rule(resourceTypeOf(type));
     if (!rule) return false;
     return rule.rowCheck ? undefined : true;
   }
 
+  /** Whether the event may be sent: by its type, else by its record (`visibleRow`). */
+  visible(row: EventRow): boolean | Promise<boolean> {
+    const byType = this.byType(row.type);
+    return byType === undefined ? this.visibleRow(row) : byType;
+  }
+
   /**
-   * The role's row condition (the same SQL the reads use) evaluated on the event's record: its attributes
-   * put back into the columns they come from (jsonb_populate_record), so it judges the record as the event
-   * shows it, even when it has since changed or been deleted.
+   * The role's row condition evaluated on the event's record (`columnsOf`). Where the rule is a plain
+   * comparison (`Scope.onColumns`: a visitor's conversation, an operator's own rows) it is judged here,
+   * without a query, so a stream costs no statement per event (docs/hardening.md, "Third review: event
+   * streams"); otherwise the same SQL the reads use runs on the record (jsonb_populate_record).
    */
-  async visibleRow(row: EventRow): Promise<boolean> {
-    const { resource } = this.rule(row.type.slice(0, row.type.lastIndexOf('.')))!;
-    const event = JSON.parse(row.json) as { data: { id: string; attributes?: Record<string, unknown> } };
-    const columns: Record<string, unknown> = { id: event.data.id, organisation_id: row.organisation_id };
-    for (const [name, def] of Object.entries(resource.attributes)) {
-      if (def.expression || def.writeOnly || def.revealedOnCreate) continue;
-      const value = event.data.attributes?.[name];
-      if (value !== undefined) columns[columnOf(name, def)] = value;
-    }
-    const condition = resource.access.visible!(this.principal, 't')!;
-    const { rows } = await sql<{ visible: boolean }>`
-      SELECT (${condition}) AS visible FROM jsonb_populate_record(NULL::${sql.table(resource.table)}, ${JSON.stringify(columns)}::jsonb) AS t`.execute(
-      this.db,
-    );
-    return rows[0]?.visible === true;
+  visibleRow(row: EventRow): boolean | Promise<boolean> {
+    const { resource } = this.rule(resourceTypeOf(row.type))!;
+    const columns = columnsOf(row, resource);
+    const scope = resource.access.visible!;
+    if (scope.onColumns) return scope.onColumns(this.principal, columns) !== false;
+    const condition = scope(this.principal, 't')!;
+    return sql<{ visible: boolean }>`
+      SELECT (${condition}) AS visible FROM jsonb_populate_record(NULL::${sql.table(resource.table)}, ${JSON.stringify(columns)}::jsonb) AS t`
+      .execute(this.db)
+      .then(({ rows }) => rows[0]?.visible === true);
   }
 }
 
@@ -298,15 +402,163 @@ function parseStreamQuery(request: FastifyRequest): { types?: Set<string>; after
   return { types, after };
 }
 
-/** Registers GET /api/events; streams end when the server closes. */
+/**
+ * The group of client addresses one cap counts together: an IPv4 address (IPv4-mapped IPv6 included) alone,
+ * an IPv6 address by its /64, the smallest prefix a site is given (RFC 6177), so a host cannot pass the cap by
+ * changing the interface identifier it sends from.
+ */
+export function addressGroup(ip: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped) return mapped[1];
+  if (!ip.includes(':')) return ip;
+  const [head, tail = ''] = ip.toLowerCase().split('%')[0].split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === '' ? [] : tail.split(':');
+  const groups = ip.includes('::') ? [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left;
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`;
+}
+
+/** Open streams counted per key (credential, user, organisation, address), each with its own ceiling. */
+class Counts {
+  private readonly held = new Map<string, number>();
+  count(key: string): number {
+    return this.held.get(key) ?? 0;
+  }
+  take(key: string): void {
+    this.held.set(key, this.count(key) + 1);
+  }
+  release(key: string): void {
+    const left = this.count(key) - 1;
+    if (left <= 0) this.held.delete(key);
+    else this.held.set(key, left);
+  }
+}
+
+/** What ends a stream besides the client: the credential's revocation or expiry, or the server closing. */
+type EndReason = 'credential' | 'expired' | 'slow' | 'server' | 'failed' | 'client';
+
+interface OpenStream {
+  principal: Principal;
+  /** The bearer token the stream was opened with. */
+  token: string;
+  /** For a visitor: `organisation:publishable key id` of the key that issued its credential. */
+  issuer?: string;
+  end(reason: EndReason): void;
+  heartbeat(): void;
+}
+
+const CLOSING: Record<EndReason, string> = {
+  credential: 'credential no longer valid',
+  expired: 'credential expired',
+  server: 'server closing',
+  failed: 'stream failed; resume with Last-Event-ID',
+  slow: '',
+  client: '',
+};
+
+/** The longest delay a Node.js timer takes (about 24.8 days); a later expiry is reached in steps. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Registers GET /api/events. A stream ends when the server closes, when its client is too slow, and when
+ * its credential ends: at the token's `exp`, and, on every credential change the database announces
+ * (`parley_credentials`, migration 0009: a revoked key or session, a removed member, a changed role), once
+ * the credential no longer stands as it was when the stream opened.
+ */
 export function registerEventStream(app: FastifyInstance, options: StreamOptions): EventHub {
   const { config } = options;
-  const hub = new EventHub(options.database, (error) => app.log.warn({ err: error }, 'event stream: reading the outbox failed'));
-  const open = new Set<() => void>();
-  const perCredential = new Map<string, number>();
+  const limits = config.events;
+  const hub = new EventHub(
+    options.database,
+    (error) => app.log.warn({ err: error }, 'event stream: reading the outbox failed'),
+    (row) => conversationOfRow(options.registry, row),
+  );
+  const open = new Set<OpenStream>();
+  const perCredential = new Counts();
+  const perUser = new Counts();
+  const perOrganisation = new Counts();
+  const perAddress = new Counts();
+  let heartbeats: NodeJS.Timeout | undefined;
+  let watching: Promise<() => Promise<void>> | undefined;
+  let checking = false;
+  let checkAgain = false;
 
+  /**
+   * Checks every open stream's credential again (after a credential change, or when the listening connection
+   * is back and changes may have been missed): each distinct member credential once, with the full check a
+   * request gets, and the publishable keys behind all visitor streams in one statement. A stream whose
+   * credential no longer stands, or stands with another role (its visibility was decided by the old one), ends.
+   * Changes announced meanwhile make it check again, so the last change is always judged after its commit.
+   */
+  const recheck = async () => {
+    if (checking) {
+      checkAgain = true;
+      return;
+    }
+    checking = true;
+    try {
+      do {
+        checkAgain = false;
+        const members = new Map<string, OpenStream[]>();
+        const visitors = new Map<string, OpenStream[]>();
+        for (const stream of open) {
+          const group = stream.issuer === undefined ? members : visitors;
+          const key = stream.issuer ?? stream.token;
+          const list = group.get(key);
+          if (list) list.push(stream);
+          else group.set(key, [stream]);
+        }
+        if (visitors.size > 0) {
+          const standing = await standingPublishableKeys(options.database.db, visitors.keys());
+          for (const [issuer, streams] of visitors) if (!standing.has(issuer)) for (const s of streams) s.end('credential');
+        }
+        const pending = [...members.values()];
+        const worker = async () => {
+          for (let streams = pending.pop(); streams; streams = pending.pop()) {
+            const { token, principal } = streams[0];
+            if (!(await memberCredentialStands(options.database.db, options, token, principal)))
+              for (const s of streams) s.end('credential');
+          }
+        };
+        await Promise.all(Array.from({ length: Math.min(4, pending.length) }, worker));
+      } while (checkAgain);
+    } catch (error) {
+      // The credentials could not be judged: end the streams rather than serve them unchecked; their clients
+      // reconnect with Last-Event-ID and are authenticated afresh.
+      app.log.warn({ err: error }, 'event stream: checking credentials failed; streams closed');
+      for (const stream of [...open]) stream.end('failed');
+    } finally {
+      checking = false;
+    }
+  };
+  /** When the last credential change was announced (or changes may have been missed). */
+  let lastCredentialChange = 0;
+  const changed = () => {
+    lastCredentialChange = Date.now();
+    void recheck();
+  };
+  const watchCredentials = () => {
+    watching ??= options.database.listen(CREDENTIALS_CHANNEL, changed, changed);
+    return watching.catch((error) => {
+      watching = undefined;
+      throw error;
+    });
+  };
+
+  // Listening from the start, so that a change committed while a stream's request is being authenticated is
+  // heard (see `lastCredentialChange` in the handler).
+  app.addHook('onReady', async () => {
+    await watchCredentials().catch((error) => app.log.warn({ err: error }, 'event stream: not listening for credential changes yet'));
+  });
   app.addHook('preClose', async () => {
-    for (const end of [...open]) end();
+    for (const stream of [...open]) stream.end('server');
+    clearInterval(heartbeats);
+    const unwatch = watching;
+    watching = undefined;
+    if (unwatch) await (await unwatch.catch(() => async () => {}))();
     await hub.close();
   });
 
@@ -314,54 +566,79 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     const principal = request.principal;
     if (!principal) throw ApiError.of(401, 'unauthenticated', 'A valid bearer token is required.');
     const { types, after } = parseStreamQuery(request);
-    const credential = `${principal.credential}:${principal.credentialId}`;
-    const held = perCredential.get(credential) ?? 0;
-    if (held >= config.events.streamsPerCredential) {
-      throw ApiError.of(
-        429,
-        'too_many_streams',
-        `This credential holds ${held} event streams, the most allowed; close one first.`,
-        undefined,
-        { 'Retry-After': '5' },
-      );
+    const token = /^Bearer +(\S+)$/.exec(request.headers.authorization ?? '')![1];
+    const expiresAt = tokenExpiryMs(token);
+    // The caps: per credential, per user across all of their credentials, per organisation and per client
+    // address (docs/events.md, "Caps"); counted in this process, where the sockets and memory are.
+    const keys: [Counts, string, number, string][] = [
+      [perCredential, `${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
+      [perUser, `${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
+      [perOrganisation, principal.organisationId, limits.streamsPerOrganisation, 'This organisation'],
+      [perAddress, addressGroup(request.ip), limits.streamsPerAddress, 'This client address'],
+    ];
+    for (const [counts, key, max, who] of keys) {
+      const held = counts.count(key);
+      if (held >= max) {
+        throw ApiError.of(429, 'too_many_streams', `${who} holds ${held} event streams, the most allowed; close one first.`, undefined, {
+          'Retry-After': '5',
+        });
+      }
     }
-    perCredential.set(credential, held + 1);
+    await watchCredentials();
+    for (const [counts, key] of keys) counts.take(key);
     const visibility = new Visibility(options.database.db, options.registry, principal);
     const raw = reply.raw;
-    let ended = false;
+    let ended: EndReason | undefined;
+    let hijacked = false;
     let live = false;
     let dirty = false;
     let lastSent = after;
     const queue: EventRow[] = [];
     let draining = false;
-    let heartbeat: NodeJS.Timeout | undefined;
+    let expiry: NodeJS.Timeout | undefined;
     let unsubscribe = () => {};
 
-    const end = () => {
+    const end = (reason: EndReason) => {
       if (ended) return;
-      ended = true;
-      clearInterval(heartbeat);
+      ended = reason;
+      clearTimeout(expiry);
       unsubscribe();
-      open.delete(end);
-      const count = (perCredential.get(credential) ?? 1) - 1;
-      if (count <= 0) perCredential.delete(credential);
-      else perCredential.set(credential, count);
+      open.delete(stream);
+      for (const [counts, key] of keys) counts.release(key);
+      // Before the stream began, the handler answers (below): a credential that ended meanwhile is a 401.
+      if (!hijacked) return;
+      if (reason === 'slow' || reason === 'client') {
+        raw.destroy();
+        return;
+      }
+      // A comment says why before the end, for whoever reads the stream by hand; clients reconnect, and a
+      // revoked or expired credential is then refused with 401.
+      if (reason === 'credential' || reason === 'expired') request.log.info({ reason }, 'event stream: credential ended');
+      if (raw.headersSent && !raw.destroyed) raw.write(`: closed: ${CLOSING[reason]}\n\n`);
       raw.end();
     };
     /** Writes one chunk; a client whose unread bytes pass the bound is disconnected (it resumes with Last-Event-ID). */
     const write = (chunk: string) => {
       if (ended) return;
       raw.write(chunk);
-      if (raw.writableLength > config.events.streamBufferBytes) {
+      if (raw.writableLength > limits.streamBufferBytes) {
         request.log.info({ buffered: raw.writableLength }, 'event stream: client too slow, disconnected');
-        end();
-        raw.destroy();
+        end('slow');
       }
     };
     const send = (row: EventRow) => {
       write(`id: ${row.id}\nevent: ${row.type}\ndata: ${row.json}\n\n`);
     };
     const wanted = (row: EventRow) => !types || types.has(row.type);
+    const stream: OpenStream = {
+      principal,
+      token,
+      issuer: principal.credential === 'visitor' ? visitorIssuer(token, principal.organisationId) : undefined,
+      end,
+      heartbeat: () => {
+        if (raw.headersSent) write(': keep-alive\n\n');
+      },
+    };
 
     /** Live rows, in order; those needing a row check wait their turn, so order is kept. */
     const drain = async () => {
@@ -370,17 +647,18 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       try {
         while (queue.length > 0 && !ended) {
           const row = queue.shift()!;
-          const byType = visibility.byType(row.type);
-          if (byType === true || (byType === undefined && (await visibility.visibleRow(row)))) send(row);
+          const visible = visibility.visible(row);
+          if (visible === true || (visible !== false && (await visible))) send(row);
         }
       } catch (error) {
         request.log.warn({ err: error }, 'event stream: visibility check failed; the client will resume');
-        end();
+        end('failed');
       } finally {
         draining = false;
       }
     };
     const listener: Listener = {
+      conversationId: principal.credential === 'visitor' ? principal.conversationId : undefined,
       offer(row) {
         if (ended) return;
         if (!live) {
@@ -394,27 +672,39 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         queue.push(row);
         if (queue.length > MAX_QUEUED) {
           request.log.info('event stream: client too slow, disconnected');
-          end();
-          raw.destroy();
+          end('slow');
           return;
         }
         void drain();
       },
     };
 
-    open.add(end);
-    raw.on('close', end);
+    open.add(stream);
+    // A credential change announced since this request began may have come after its credential was read
+    // and before the stream was in `open`, where the check looks: check again.
+    if (lastCredentialChange >= Date.now() - reply.elapsedTime - 1) void recheck();
+    raw.on('close', () => end('client'));
+    // The stream lives no longer than its token (a visitor's, a session's, a key's expiry).
+    const armExpiry = () => {
+      const left = expiresAt - Date.now();
+      if (left <= 0) end('expired');
+      else if (Number.isFinite(left))
+        expiry = setTimeout(left > MAX_TIMER_MS ? armExpiry : () => end('expired'), Math.min(left, MAX_TIMER_MS));
+    };
+    armExpiry();
     try {
       const subscription = await hub.subscribe(principal.organisationId, listener);
       unsubscribe = subscription.unsubscribe;
       lastSent ??= subscription.cursor;
     } catch (error) {
-      end();
+      end('failed');
       throw error;
     }
+    if (ended === 'credential' || ended === 'expired') throw unauthenticated('The bearer token is invalid or expired.');
     if (ended) return reply;
 
     reply.hijack();
+    hijacked = true;
     raw.writeHead(200, {
       ...(reply.getHeaders() as Record<string, string>),
       'Content-Type': 'text/event-stream; charset=utf-8',
@@ -426,10 +716,28 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     });
     // The comment opens the body at once, so the client sees the stream is live before the first event.
     raw.write(': connected\n\n');
-    heartbeat = setInterval(() => write(': keep-alive\n\n'), config.events.heartbeatSeconds * 1000);
-    heartbeat.unref();
+    // One timer for every stream of the process, rather than one each; it writes to 500 streams at a time and
+    // lets the event loop run in between, so 10,000 streams' heartbeats do not hold up events for a whole pass.
+    heartbeats ??= setInterval(() => {
+      const streams = [...open];
+      let next = 0;
+      const step = () => {
+        for (const stop = Math.min(next + 500, streams.length); next < stop; next++) streams[next].heartbeat();
+        if (next < streams.length) setImmediate(step);
+      };
+      step();
+    }, limits.heartbeatSeconds * 1000).unref();
 
-    // Replay retained events after the client's last id, then go live; rows announced during a page make it read again.
+    // Without a Last-Event-ID, and with no row offered since the subscription's snapshot, every later event
+    // comes live: no replay read (a burst of new streams would otherwise cost a statement each).
+    if (after === undefined && !dirty) {
+      live = true;
+      return reply;
+    }
+    // Replay retained events after the client's last id, then go live; rows announced during a page make it
+    // read again. A client that takes nothing for a heartbeat interval while the replay waits for it to drain
+    // is cut, as is one whose unread bytes pass EVENTS_STREAM_BUFFER_BYTES (`write`): otherwise a client that
+    // never reads would hold its page of rows and its socket for as long as it stays connected.
     try {
       for (;;) {
         dirty = false;
@@ -438,10 +746,12 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
           if (ended) return reply;
           lastSent = row.id;
           if (!wanted(row)) continue;
-          const byType = visibility.byType(row.type);
-          if (byType === true || (byType === undefined && (await visibility.visibleRow(row)))) send(row);
-          if (raw.writableLength > 0 && raw.writableNeedDrain)
-            await new Promise((resolve) => raw.once('drain', resolve).once('close', resolve));
+          const visible = visibility.visible(row);
+          if (visible === true || (visible !== false && (await visible))) send(row);
+          if (!ended && raw.writableNeedDrain && !(await drained(raw, limits.heartbeatSeconds * 1000))) {
+            request.log.info({ buffered: raw.writableLength }, 'event stream: client took nothing during replay, disconnected');
+            end('slow');
+          }
         }
         if (ended) return reply;
         if (rows.length < PAGE && !dirty) break;
@@ -449,10 +759,27 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       live = true;
     } catch (error) {
       request.log.warn({ err: error }, 'event stream: replay failed; the client will resume');
-      end();
+      end('failed');
     }
     return reply;
   });
   methodNotAllowed(app, '/api/events', ['GET']);
   return hub;
+}
+
+/** Resolves true once the socket has drained (or closed), false when `ms` pass first. */
+function drained(
+  raw: NodeJS.WritableStream & { once: NodeJS.EventEmitter['once']; off: NodeJS.EventEmitter['off'] },
+  ms: number,
+): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (value: boolean) => {
+      clearTimeout(timer);
+      raw.off('drain', onDrain).off('close', onDrain);
+      resolve(value);
+    };
+    const onDrain = () => done(true);
+    const timer = setTimeout(() => done(false), ms);
+    raw.once('drain', onDrain).once('close', onDrain);
+  });
 }

@@ -89,7 +89,18 @@ export interface RelationshipDef {
 }
 
 /** Row-level scope: an SQL condition on the table (under `alias`), or undefined for no restriction. */
-export type Scope = (principal: Principal, alias: string) => RawBuilder<unknown> | undefined;
+export type Scope = ((principal: Principal, alias: string) => RawBuilder<unknown> | undefined) & {
+  /**
+   * The same condition judged on a record's column values, where it is a plain comparison: the event stream
+   * applies it to each event's record without a query (src/events/stream.ts). Undefined: no restriction.
+   */
+  onColumns?: (principal: Principal, columns: Record<string, unknown>) => boolean | undefined;
+  /**
+   * The column naming the one conversation a visitor's rows belong to (a visitor sees exactly the rows whose
+   * column is its conversation): the event stream hands a visitor only its conversation's events.
+   */
+  visitorConversationColumn?: string;
+};
 
 export interface AccessRules {
   /** Roles that may read the type at all (others get 403). */

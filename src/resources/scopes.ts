@@ -6,7 +6,10 @@ export const ADMINS: readonly Role[] = ['owner', 'admin'];
 
 /** Operators see only rows whose `column` names their own user; admins and owners see all. */
 export function ownRowsForOperators(column: string): Scope {
-  return (p: Principal, alias: string) => (p.role === 'operator' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.userId}` : undefined);
+  const scope: Scope = (p: Principal, alias: string) =>
+    p.role === 'operator' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.userId}` : undefined;
+  scope.onColumns = (p, columns) => (p.role === 'operator' ? columns[column] === p.userId : undefined);
+  return scope;
 }
 
 /** Members of every role, and website visitors (who see only their one conversation). */
@@ -14,6 +17,11 @@ export const EVERY_ROLE_AND_VISITORS: readonly PrincipalRole[] = [...EVERY_ROLE,
 
 /** A visitor sees only rows whose `column` names its one conversation; members are not limited here. */
 export function ownConversationForVisitors(column: string): Scope {
-  return (p: Principal, alias: string) =>
+  const scope: Scope = (p: Principal, alias: string) =>
     p.role === 'visitor' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.conversationId ?? null}` : undefined;
+  // SQL's `=` with a NULL side is not true: a visitor without a conversation sees nothing here either.
+  scope.onColumns = (p, columns) =>
+    p.role === 'visitor' ? p.conversationId !== undefined && columns[column] === p.conversationId : undefined;
+  scope.visitorConversationColumn = column;
+  return scope;
 }

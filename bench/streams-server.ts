@@ -1,0 +1,50 @@
+/**
+ * The server bench/streams.ts drives: `parley serve`'s HTTP server on DATABASE_URL (no agent runtime, no
+ * webhook worker), and beside it, on STATS_PORT, a bench-only HTTP endpoint that reports what the process has
+ * spent: statements sent to PostgreSQL (every `pg` client query, the LISTEN connection's included), CPU time,
+ * resident memory, heap and open file descriptors (sockets). Bench only; not part of the product.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import pg from 'pg';
+import { createServices } from '../src/app.js';
+import { loadConfig } from '../src/config/index.js';
+import { openDatabase } from '../src/db/connection.js';
+import { buildServer } from '../src/http/server.js';
+
+// Counted at the driver, below Kysely and the pool: each call is one statement (or one simple-query string).
+let statements = 0;
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  statements++;
+  return (query as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof query;
+
+const config = loadConfig();
+const database = await openDatabase(config);
+const services = await createServices(database, config);
+const app = await buildServer({ ...services, database });
+await app.listen({ port: config.port, host: config.host });
+
+const stats = http.createServer((_request, response) => {
+  const cpu = process.cpuUsage();
+  const memory = process.memoryUsage();
+  response.writeHead(200, { 'content-type': 'application/json' });
+  response.end(
+    JSON.stringify({
+      statements,
+      cpuMs: (cpu.user + cpu.system) / 1000,
+      rssMb: memory.rss / 2 ** 20,
+      heapMb: memory.heapUsed / 2 ** 20,
+      fds: fs.readdirSync('/proc/self/fd').length,
+    }),
+  );
+});
+await new Promise<void>((resolve) => stats.listen(Number(process.env.STATS_PORT), '127.0.0.1', resolve));
+process.on('SIGTERM', async () => {
+  stats.close();
+  stats.closeAllConnections();
+  await app.close();
+  await database.close();
+  process.exit(0);
+});
