@@ -317,6 +317,7 @@ async function postgresScenarios(data: BenchData) {
   };
   try {
     await waitForHealth(servers.parley.url);
+    if (shape === 'agents') await waitForAgents();
     await waitForHealth(servers.baseline.url);
     await waitForHealth(servers.bare.url);
     current.token = data.secretKey;
@@ -408,6 +409,27 @@ async function postgresScenarios(data: BenchData) {
     baseline.kill('SIGTERM');
     bare.kill('SIGTERM');
     await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+/**
+ * The agents shape starts with the runtime caught up: a previous run's creates (`--reuse`) may have left user
+ * items it had not answered when that run's server stopped, and it would answer them during the first scenarios.
+ */
+async function waitForAgents(timeoutMs = 300_000) {
+  const db = new pg.Client({ connectionString: databaseUrl });
+  await db.connect();
+  try {
+    const started = Date.now();
+    for (;;) {
+      const { rows } = await db.query(`SELECT count(*)::int AS n FROM agent_work WHERE NOT parked`);
+      if (rows[0].n === 0) break;
+      if (Date.now() - started > timeoutMs) throw new Error(`the agent runtime still has ${rows[0].n} conversations to answer`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    console.log(`Agent runtime caught up (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+  } finally {
+    await db.end();
   }
 }
 
@@ -523,8 +545,8 @@ function report() {
       `| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${row.cpuUs || ''} | ${base ? base.rps.toFixed(0) : ''} | ${ratioTo(row, base)} | ${bare ? bare.rps.toFixed(0) : ''} | ${ratioTo(row, bare)} | ${bare ? bare.cpuUs : ''} |`,
     );
     if (base && row.connections === 32) check(row, base, 'Fastify baseline', row.scenario.startsWith('create') ? 0.7 : 0.8);
-    // The issue's targets against the bare server: list and get >= 0.9 (beating it: > 1.0), create >= 0.85.
-    if (bare && row.connections === 32) check(row, bare, 'bare server', row.scenario.startsWith('create') ? 0.85 : 0.9);
+    // Against the bare server (issue 26, on large organisations): lists at least level, get and create ahead.
+    if (bare && row.connections === 32) check(row, bare, 'bare server', 1.0);
     if (row.connections === 32 && !row.scenario.startsWith('embedded')) {
       checks.push(
         `${row.rps > 0 && row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`,
