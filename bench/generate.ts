@@ -1,7 +1,13 @@
 /**
- * Fills a PostgreSQL database with a realistic data set, set-based in SQL:
- * 200 organisations (one big one), 1,000,000 conversations, 3,000,000 items,
- * 50,000 operator status events, 100,000 calls with participants and transcripts.
+ * Fills a PostgreSQL database with a realistic data set, set-based in SQL. Two shapes:
+ *
+ * - `default`: 200 organisations (one big one, a fifth of everything), 1,000,000 conversations (a quarter
+ *   bound to an AI agent), 3,000,000 items, 50,000 operator status events, 100,000 calls with participants
+ *   and transcripts;
+ * - `agents`: every conversation bound to its organisation's published AI agent, an organisation of 300,000
+ *   conversations (the one measured) and one of 100,000, two items each (a user's and the agent's answer)
+ *   and a caught-up agent runtime (nothing waits for a turn), with the calls and status events as above.
+ *
  * Ids are time-ordered UUIDv7 values, like the service's own.
  */
 import { sql } from 'kysely';
@@ -22,6 +28,9 @@ export interface BenchData {
 
 export const BENCH_PASSWORD = 'bench-password-1';
 
+export type BenchShape = 'default' | 'agents';
+export const BENCH_SHAPES: readonly BenchShape[] = ['default', 'agents'];
+
 async function timed(label: string, work: () => Promise<unknown>) {
   const start = Date.now();
   await work();
@@ -31,7 +40,7 @@ async function timed(label: string, work: () => Promise<unknown>) {
 const run = (db: Database, text: string) => sql.raw(text).execute(db);
 
 /** Generates into PostgreSQL (a URL) or into an embedded database (`{ dataDir }`, PGlite). */
-export async function generate(target: string | { dataDir: string }, scale = 1): Promise<BenchData> {
+export async function generate(target: string | { dataDir: string }, scale = 1, shape: BenchShape = 'default'): Promise<BenchData> {
   const config = loadConfig(
     (typeof target === 'string'
       ? { DATABASE_URL: target, DATABASE_TIMEOUT_MS: '3600000' }
@@ -40,8 +49,9 @@ export async function generate(target: string | { dataDir: string }, scale = 1):
   const database = await openDatabase(config);
   const db = database.db;
   const n = (count: number) => Math.max(1, Math.round(count * scale));
-  const orgs = 200;
-  const conversations = n(1_000_000);
+  const agents = shape === 'agents';
+  const orgs = agents ? 2 : 200;
+  const conversations = agents ? n(400_000) : n(1_000_000);
   const calls = n(100_000);
   const events = n(50_000);
   try {
@@ -77,33 +87,46 @@ export async function generate(target: string | { dataDir: string }, scale = 1):
       );
       await run(
         db,
-        `INSERT INTO ai_agents (id, organisation_id, name, languages, workflow)
-        SELECT bench_uuid7(${start} + n * interval '1 ms'), id, 'Agent ' || n, ARRAY['en'], '{"steps":[]}' FROM bench_orgs`,
+        `INSERT INTO ai_agents (id, organisation_id, name, languages, workflow, published)
+        SELECT bench_uuid7(${start} + n * interval '1 ms'), id, 'Agent ' || n, ARRAY['en'], '{"steps":[]}', ${agents} FROM bench_orgs`,
       );
     });
 
-    // Organisation 1 is the big one: a fifth of everything.
+    // Organisation 1 is the big one: a fifth of everything (the agents shape: three quarters of the conversations).
+    const bigOrg = agents ? `CASE WHEN g % 4 = 0 THEN 2 ELSE 1 END` : `CASE WHEN g % 5 = 0 THEN 1 ELSE 2 + (g % ${orgs - 1}) END`;
+    const itemsPer = agents ? 2 : 3;
     await timed(`${conversations} conversations`, () =>
       run(
         db,
         `INSERT INTO conversations (id, organisation_id, channel, mode, status, public_id, ai_agent_id, metadata, next_content_index)
         SELECT bench_uuid7(${start} + g * interval '1 ms'), o.id,
                (ARRAY['chat','voice','sms'])[1 + g % 3], (ARRAY['text','voice'])[1 + g % 2], (ARRAY['active','pending','closed'])[1 + g % 3],
-               md5(g::text || random()::text), CASE WHEN g % 4 = 0 THEN a.id END, jsonb_build_object('n', g, 'vip', g % 10 = 0), 3
+               md5(g::text || random()::text), CASE WHEN ${agents} OR g % 4 = 0 THEN a.id END, jsonb_build_object('n', g, 'vip', g % 10 = 0), ${itemsPer}
         FROM generate_series(1, ${conversations}) g
-        JOIN bench_orgs o ON o.n = CASE WHEN g % 5 = 0 THEN 1 ELSE 2 + (g % ${orgs - 1}) END
+        JOIN bench_orgs o ON o.n = ${bigOrg}
         JOIN ai_agents a ON a.organisation_id = o.id`,
       ),
     );
-    await timed(`${conversations * 3} conversation items`, () =>
+    await timed(`${conversations * itemsPer} conversation items`, () =>
       run(
         db,
         `INSERT INTO conversation_items (id, organisation_id, conversation_id, content, role, modality, content_index, item_id, occurred_at)
         SELECT bench_uuid7(${start} + interval '1 hour' + (c.rn * 3 + k) * interval '1 ms'), c.organisation_id, c.id,
                'Message ' || k || ' of a conversation about order ' || c.rn, (ARRAY['user','assistant','user'])[k + 1], 'text', k, 'i' || k, now()
-        FROM (SELECT id, organisation_id, row_number() OVER () AS rn FROM conversations) c, generate_series(0, 2) k`,
+        FROM (SELECT id, organisation_id, row_number() OVER () AS rn FROM conversations) c, generate_series(0, ${itemsPer - 1}) k`,
       ),
     );
+    if (agents) {
+      // Every user item has its answer: the runtime has taken each conversation up and is caught up.
+      await timed('agent turns (caught up)', async () => {
+        await run(
+          db,
+          `INSERT INTO agent_turns (conversation_id, organisation_id, last_handled_index)
+          SELECT id, organisation_id, next_content_index - 1 FROM conversations`,
+        );
+        await run(db, `DELETE FROM agent_work`);
+      });
+    }
     await timed('SIP users, operator statuses', async () => {
       await run(
         db,

@@ -8,10 +8,18 @@
  * (bench/events.ts, runnable alone: `npx tsx bench/events.ts`, or `npm run bench -- --only events`), and
  * 10,000 live streams on one process (bench/streams.ts: `npx tsx bench/streams.ts`, or `--only streams`).
  *
+ * The data's shape is a parameter (bench/generate.ts): `default` (200 organisations, a quarter of the
+ * conversations bound to an agent, the agent runtime off) or `agents` (every conversation bound to a published
+ * agent, an organisation of 300,000 conversations and one of 100,000, the agent runtime on and caught up). The
+ * idle scenario (bench/idle.ts, runnable alone) measures what the background loops cost the database on
+ * 10,000,000 conversations with nothing to do.
+ *
  *   npm run bench                       full run
  *   npm run bench -- --reuse            keep an already generated database (and embedded data directory)
+ *   npm run bench -- --shape agents --no-embedded --no-agents
  *   npm run bench -- --scale 0.01 --duration 3
  *   npm run bench -- --only "first page,get conversation item" --no-embedded --no-agents
+ *   npm run bench -- --only idle --idle-conversations 10000000 --reuse
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -22,7 +30,9 @@ import autocannon from 'autocannon';
 import pg from 'pg';
 import { agentBenchmark, agentChecks } from './agents.js';
 import { eventsBenchmark, eventsChecks } from './events.js';
-import { generate, type BenchData } from './generate.js';
+import { freePort } from '../test/helpers/ports.js';
+import { BENCH_SHAPES, generate, type BenchData, type BenchShape } from './generate.js';
+import { idleBenchmark, idleChecks } from './idle.js';
 import { recreateDatabase } from './database.js';
 import { serveNodeFlags } from './serve-flags.js';
 import { streamsBenchmark, streamsChecks } from './streams.js';
@@ -39,6 +49,12 @@ const { values: args } = parseArgs({
     only: { type: 'string' },
     'no-embedded': { type: 'boolean', default: false },
     'no-agents': { type: 'boolean', default: false },
+    /** The data set's shape: default or agents (bench/generate.ts). */
+    shape: { type: 'string', default: 'default' },
+    /** Conversations of the idle scenario's database. */
+    'idle-conversations': { type: 'string', default: '10000000' },
+    /** Seconds over which the idle scenario measures the database's CPU. */
+    'idle-window': { type: 'string', default: '60' },
     /** Conversations in the embedded database's data set (with items, calls and events in proportion). */
     'embedded-conversations': { type: 'string', default: '100000' },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench' },
@@ -53,7 +69,11 @@ const only = args.only
   .map((s) => s.trim())
   .filter(Boolean);
 const selected = (name: string) => !only || only.some((part) => name.includes(part));
-const databaseUrl = args['database-url']!;
+const shape = args.shape as BenchShape;
+if (!BENCH_SHAPES.includes(shape)) throw new Error(`--shape must be one of ${BENCH_SHAPES.join(', ')}`);
+const baseUrl = args['database-url']!;
+/** Each shape has its own database, so that --reuse never mixes them. */
+const databaseUrl = shape === 'default' ? baseUrl : `${baseUrl}_${shape}`;
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
 /** What --reuse needs of a generated database (its keys), one file per database name. */
 const cacheFile = path.join(root, 'bench', `.data.${new URL(databaseUrl).pathname.slice(1)}.json`);
@@ -236,9 +256,9 @@ async function prepareData(): Promise<BenchData> {
     return JSON.parse(fs.readFileSync(cacheFile, 'utf8'));
   }
   const name = await recreateDatabase(databaseUrl);
-  console.log(`Generating the data set (scale ${scale}) in ${name}`);
+  console.log(`Generating the data set (shape ${shape}, scale ${scale}) in ${name}`);
   const start = Date.now();
-  const data = await generate(databaseUrl, scale);
+  const data = await generate(databaseUrl, scale, shape);
   console.log(`  generated in ${((Date.now() - start) / 1000).toFixed(0)} s`);
   fs.writeFileSync(cacheFile, JSON.stringify(data));
   return data;
@@ -268,8 +288,10 @@ async function postgresScenarios(data: BenchData) {
   console.log(`Big organisation: ${total} conversations; keyset page at row ${depth} (page ${Math.round(depth / 25)})`);
 
   const env = { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000', DATABASE_POOL_SIZE: '10' };
-  // The HTTP servers are compared: the agent runtime (bench/agents.ts measures it) would otherwise spend the
-  // run answering the generated conversations whose last item is a user's, in Parley's process and database.
+  const [parleyPort, baselinePort, barePort] = [await freePort(), await freePort(), await freePort()];
+  // The default shape compares the HTTP servers alone: the agent runtime (bench/agents.ts measures it) would
+  // spend the run answering the generated conversations whose last item is a user's. The agents shape runs it,
+  // as users do: every conversation bound to an agent, the runtime caught up, answering the items created.
   const parley = startProcess(
     [
       process.execPath,
@@ -280,23 +302,24 @@ async function postgresScenarios(data: BenchData) {
     ],
     {
       ...env,
-      PORT: '18080',
+      PORT: String(parleyPort),
       HOST: '127.0.0.1',
-      AGENT_RUNTIME: 'false',
+      AGENT_RUNTIME: shape === 'agents' ? 'true' : 'false',
       // The login scenario measures password hashing: 32 parallel sign-ins of one user would otherwise meet the
       // per-user throttle (attempts are reserved before hashing) and be refused with 429.
       LOGIN_FAILURES_PER_WINDOW: '1000000',
     },
   );
-  const baseline = startProcess([process.execPath, '--import', 'tsx', 'bench/baseline/server.ts'], { ...env, PORT: '18081' });
-  const bare = startProcess([process.execPath, 'bench/bare-server.mjs'], { ...env, PORT: '18083' });
+  const baseline = startProcess([process.execPath, '--import', 'tsx', 'bench/baseline/server.ts'], { ...env, PORT: String(baselinePort) });
+  const bare = startProcess([process.execPath, 'bench/bare-server.mjs'], { ...env, PORT: String(barePort) });
   const servers = {
-    parley: { url: 'http://127.0.0.1:18080', pid: parley.pid! },
-    baseline: { url: 'http://127.0.0.1:18081', pid: baseline.pid! },
-    bare: { url: 'http://127.0.0.1:18083', pid: bare.pid! },
+    parley: { url: `http://127.0.0.1:${parleyPort}`, pid: parley.pid! },
+    baseline: { url: `http://127.0.0.1:${baselinePort}`, pid: baseline.pid! },
+    bare: { url: `http://127.0.0.1:${barePort}`, pid: bare.pid! },
   };
   try {
     await waitForHealth(servers.parley.url);
+    if (shape === 'agents') await waitForAgents();
     await waitForHealth(servers.baseline.url);
     await waitForHealth(servers.bare.url);
     current.token = data.secretKey;
@@ -391,6 +414,28 @@ async function postgresScenarios(data: BenchData) {
   }
 }
 
+/**
+ * The agents shape starts with the runtime caught up: a previous run's creates (`--reuse`) may have left user
+ * items it had not answered when that run's server stopped, and it would answer them during the first scenarios.
+ */
+async function waitForAgents(timeoutMs = 300_000) {
+  const db = new pg.Client({ connectionString: databaseUrl });
+  await db.connect();
+  try {
+    const started = Date.now();
+    for (;;) {
+      const { rows } = await db.query(`SELECT count(*)::int AS n FROM agent_work WHERE NOT parked`);
+      if (rows[0].n === 0) break;
+      if (Date.now() - started > timeoutMs) throw new Error(`the agent runtime still has ${rows[0].n} conversations to answer`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    console.log(`Agent runtime caught up (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+  } finally {
+    await db.end();
+  }
+}
+
+let embeddedPort = 0;
 function startEmbedded(dataDir: string): ChildProcess {
   return spawn(process.execPath, [...serveNodeFlags(), 'dist/cli/main.js', 'serve'], {
     cwd: root,
@@ -398,7 +443,7 @@ function startEmbedded(dataDir: string): ChildProcess {
       ...process.env,
       DATABASE_URL: '',
       DATA_DIR: dataDir,
-      PORT: '18082',
+      PORT: String(embeddedPort),
       HOST: '127.0.0.1',
       LOG_LEVEL: 'warn',
       RATE_LIMIT_PER_MINUTE: '100000000',
@@ -434,7 +479,8 @@ async function embeddedData(): Promise<{ dataDir: string; data: BenchData }> {
 }
 
 async function embeddedScenarios() {
-  const url = 'http://127.0.0.1:18082';
+  embeddedPort = await freePort();
+  const url = `http://127.0.0.1:${embeddedPort}`;
   // First start: an empty data directory (creating the cluster, migrating, seeding the demo).
   const emptyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-bench-'));
   const started = Date.now();
@@ -501,8 +547,8 @@ function report() {
       `| ${row.scenario} | ${row.connections} | ${row.rps.toFixed(0)} | ${row.p50} | ${row.p99} | ${row.errors} | ${row.rssMb} | ${row.cpuUs || ''} | ${base ? base.rps.toFixed(0) : ''} | ${ratioTo(row, base)} | ${bare ? bare.rps.toFixed(0) : ''} | ${ratioTo(row, bare)} | ${bare ? bare.cpuUs : ''} |`,
     );
     if (base && row.connections === 32) check(row, base, 'Fastify baseline', row.scenario.startsWith('create') ? 0.7 : 0.8);
-    // The issue's targets against the bare server: list and get >= 0.9 (beating it: > 1.0), create >= 0.85.
-    if (bare && row.connections === 32) check(row, bare, 'bare server', row.scenario.startsWith('create') ? 0.85 : 0.9);
+    // Against the bare server (issue 26, on large organisations): lists at least level, get and create ahead.
+    if (bare && row.connections === 32) check(row, bare, 'bare server', 1.0);
     if (row.connections === 32 && !row.scenario.startsWith('embedded')) {
       checks.push(
         `${row.rps > 0 && row.p99 <= 4 * row.p50 && row.errors === 0 ? 'PASS' : 'FAIL'} ${row.scenario}: p99 ${row.p99} ms <= 4 x p50 ${row.p50} ms, errors ${row.errors}`,
@@ -546,7 +592,16 @@ function report() {
 }
 
 const started = Date.now();
-if (args.only !== 'events' && args.only !== 'streams') {
+if (!args.only || args.only === 'idle') {
+  console.log('\nIdle:');
+  const idle = await idleBenchmark(`${baseUrl}_idle`, {
+    conversations: Number(args['idle-conversations']),
+    windowSeconds: Number(args['idle-window']),
+    reuse: args.reuse!,
+  });
+  console.log(idleChecks(idle).join('\n'));
+}
+if (args.only !== 'events' && args.only !== 'streams' && args.only !== 'idle') {
   const data = await prepareData();
   await postgresScenarios(data);
   if (!args['no-embedded']) await embeddedScenarios();

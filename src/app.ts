@@ -47,7 +47,7 @@ export async function startApp(config: Config): Promise<RunningApp> {
   const services = await createServices(database, config, connectRedis(config.redisUrl));
   const firstStart = database.kind === 'pglite' && config.demoOnFirstStart && (await isEmpty(database.db));
   const demo = firstStart ? await seedDemo(database.db, services.records!) : undefined;
-  const agents = config.agentRuntime ? new AgentRuntime({ db: database.db, services, config }) : undefined;
+  const agents = config.agentRuntime ? new AgentRuntime({ db: database.db, services, config, listen: database.listen }) : undefined;
   const app = await buildServer({ ...services, records: agents ? wakingRecords(services.records!, agents) : services.records, database });
   await app.listen({ port: config.port, host: config.host });
   if (agents) {

@@ -5,7 +5,7 @@
  */
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentRuntime } from '../src/agents/runtime.js';
+import { AgentRuntime, claimCandidates } from '../src/agents/runtime.js';
 import type { Config } from '../src/config/index.js';
 import { openDatabase, type DatabaseHandle } from '../src/db/connection.js';
 import { DEMO_WORKFLOW, seedDemo } from '../src/demo/demo.js';
@@ -523,6 +523,92 @@ describe('claims', () => {
     for (const c of conversations) expectOneReplyEach(await items(c));
     // Each committed turn is one reply: 30 user items, 30 turns between the two workers, none run twice.
     expect(turnsBy.a + turnsBy.b).toBe(30);
+  });
+});
+
+describe('finding work: the agent_work queue', () => {
+  const work = async (conversationId: string) =>
+    (await sql<{ parked: boolean }>`SELECT parked FROM agent_work WHERE conversation_id = ${conversationId}`.execute(t.db)).rows[0];
+  // A safety-net poll far beyond the test: whatever is answered was found through a notification.
+  const notifiedOnly = () => config({ agentPollMs: 600_000 });
+  async function withListeningRuntime<T>(work: () => Promise<T>): Promise<T> {
+    const runtime = new AgentRuntime({ db: t.db, services: t.services, config: notifiedOnly(), listen: t.database.listen });
+    runtime.start();
+    try {
+      return await work();
+    } finally {
+      await runtime.stop();
+    }
+  }
+
+  it('a new user item is answered once, woken by the outbox notification; the queue then holds nothing for it', async () => {
+    const agentId = await newAgent();
+    const conversationId = await newConversation(agentId);
+    await withListeningRuntime(async () => {
+      await settle(100); // the runtime's first look is over: only a notification can bring the item to it
+      await say(conversationId, 'hello');
+      await waitFor(async () => (await items(conversationId)).length === 2, 'the reply', 10_000);
+      await waitFor(async () => (await work(conversationId)) === undefined, 'the queue emptied', 5_000);
+    });
+    expectOneReplyEach(await items(conversationId));
+  });
+
+  it("an unpublished agent's conversations are parked; publishing the agent gets them answered", async () => {
+    const agentId = await newAgent({ published: false });
+    const conversations = [await newConversation(agentId), await newConversation(agentId)];
+    await withListeningRuntime(async () => {
+      for (const c of conversations) await say(c, `waiting in ${c}`);
+      await waitFor(async () => {
+        for (const c of conversations) if ((await work(c))?.parked !== true) return false;
+        return true;
+      }, 'both parked');
+      expect((await claimCandidates(10, []).execute(t.db)).rows.map((r) => r.id)).not.toEqual(expect.arrayContaining(conversations));
+      for (const c of conversations) expect(await items(c)).toHaveLength(1);
+      await records().update(actor(), 'AiAgent', agentId, { published: true });
+      await waitFor(
+        async () => {
+          for (const c of conversations) if ((await items(c)).length !== 2) return false;
+          return true;
+        },
+        'answers after the publish',
+        10_000,
+      );
+    });
+    for (const c of conversations) expectOneReplyEach(await items(c));
+  });
+
+  it('a conversation that gets an agent later is queued, and its unanswered user item is answered', async () => {
+    const agentId = await newAgent();
+    const created = await owner.post('/api/conversations', resourceDocument('Conversation', {}));
+    const conversationId = created.body.data.id;
+    await say(conversationId, 'is anybody there?');
+    expect(await work(conversationId)).toBeUndefined();
+    await withListeningRuntime(async () => {
+      await records().update(actor(), 'Conversation', conversationId, { ai_agent_id: agentId });
+      await waitFor(async () => (await items(conversationId)).length === 2, 'the reply', 10_000);
+    });
+    expectOneReplyEach(await items(conversationId));
+  });
+
+  it.skipIf(!process.env.DATABASE_URL)('the claim reads the queue, never the conversations (its plan on PostgreSQL)', async () => {
+    const agentId = await newAgent();
+    // Many conversations bound to the agent, all caught up: a claim that looked at conversations would scan them.
+    await sql`INSERT INTO conversations (id, organisation_id, channel, mode, status, public_id, ai_agent_id, next_content_index)
+      SELECT gen_random_uuid(), ${tenant.organisationId}, 'chat', 'text', 'active', 'plan-' || g, ${agentId}, 1
+      FROM generate_series(1, 20000) g`.execute(t.db);
+    await sql`ANALYZE conversations`.execute(t.db);
+    await sql`ANALYZE agent_work`.execute(t.db);
+    const explained = await sql<{
+      'QUERY PLAN': { Plan: Record<string, unknown> }[];
+    }>`EXPLAIN (FORMAT JSON) ${claimCandidates(8, [crypto.randomUUID()])}`.execute(t.db);
+    const plan = explained.rows[0]['QUERY PLAN'];
+    const relations = new Set<string>();
+    const visit = (node: Record<string, unknown>) => {
+      if (typeof node['Relation Name'] === 'string') relations.add(node['Relation Name']);
+      for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) visit(child);
+    };
+    visit(plan[0].Plan);
+    expect([...relations].sort()).toEqual(['agent_turns', 'agent_work']);
   });
 });
 

@@ -1,8 +1,11 @@
 /**
- * The agent runtime (CONTRACT section 10; docs/agents.md). It finds
- * conversations with work directly in the database, by polling every
- * `AGENT_POLL_MS` (writes made in this process can also wake it at once through
- * `wake()`), and claims each one through its `agent_turns` row: a lease taken
+ * The agent runtime (docs/agents.md). It finds conversations with work in
+ * `agent_work`, the queue of pending work that the writing transactions fill
+ * (migration 0018), so that looking costs what there is to do, not what the
+ * database holds. It looks when the outbox announces a commit (`parley_events`),
+ * when a write in this process calls `wake()`, and every `AGENT_POLL_MS` as a
+ * safety net (a lease that ran out announces nothing). It claims each
+ * conversation through its `agent_turns` row: a lease taken
  * with `FOR UPDATE SKIP LOCKED`, so any number of workers run a conversation's
  * turns one at a time and never twice. The lease is renewed while a turn runs;
  * a worker that dies mid-turn loses it when it runs out, and another worker
@@ -25,9 +28,10 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
-import { inTransaction } from '../db/connection.js';
+import { type DatabaseHandle, inTransaction } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
+import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
 import type { Registry } from '../jsonapi/query/parse.js';
 import { buildRegistry } from '../jsonapi/routes.js';
@@ -60,7 +64,18 @@ export interface RuntimeOptions {
   model?: ChatModel | null;
   /** Called after each committed turn (benchmarks). */
   onTurn?: (timing: TurnTiming) => void;
+  /**
+   * The database's notifications: with it, the runtime looks for work when any process announces a commit
+   * on `parley_events` (the outbox's channel), and polls only as a safety net.
+   */
+  listen?: DatabaseHandle['listen'];
 }
+
+/** Under a stream of commits (one notification each), the runtime looks at most this often. */
+const WAKE_GAP_MS = 25;
+
+/** What the end of a conversation's run does with its `agent_work` row. */
+type Outcome = 'more' | 'done' | 'park';
 
 interface Conversation {
   id: string;
@@ -136,6 +151,9 @@ export class AgentRuntime {
   private loop?: Promise<void>;
   private wakeUp?: () => void;
   private woken = false;
+  private lastTick = 0;
+  private notifyTimer?: NodeJS.Timeout;
+  private unlisten?: Promise<(() => Promise<void>) | undefined>;
   /** Crashed (tests): stop renewing leases and never commit, as a killed process would. */
   private dead = false;
   /** Where failed polls and turns are logged (`serve` sets the server's logger once it is built). */
@@ -156,12 +174,45 @@ export class AgentRuntime {
     if (this.running) return;
     this.running = true;
     this.loop = this.run();
+    this.unlisten = this.options
+      .listen?.(
+        EVENTS_CHANNEL,
+        () => this.notified(),
+        () => this.notified(),
+      )
+      .catch((error) => {
+        this.logger?.warn({ err: error }, 'agent runtime: cannot listen for commits; polling only');
+        return undefined;
+      });
+  }
+
+  /** A commit was announced: look for work, at most every WAKE_GAP_MS. */
+  private notified(): void {
+    if (!this.running || this.notifyTimer) return;
+    const wait = this.lastTick + WAKE_GAP_MS - Date.now();
+    if (wait <= 0) {
+      this.wake();
+      return;
+    }
+    this.notifyTimer = setTimeout(() => {
+      this.notifyTimer = undefined;
+      this.wake();
+    }, wait);
+  }
+
+  private async stopListening(): Promise<void> {
+    clearTimeout(this.notifyTimer);
+    this.notifyTimer = undefined;
+    const unlisten = await this.unlisten;
+    this.unlisten = undefined;
+    await unlisten?.().catch(() => {});
   }
 
   /** Finishes the turns in flight, then stops. */
   async stop(): Promise<void> {
     this.running = false;
     this.wakeUp?.();
+    await this.stopListening();
     await this.loop;
     while (this.inFlight.size > 0) await new Promise((r) => setTimeout(r, 10));
   }
@@ -171,6 +222,7 @@ export class AgentRuntime {
     this.dead = true;
     this.running = false;
     this.wakeUp?.();
+    void this.stopListening();
   }
 
   /** Look for work now instead of at the next poll. */
@@ -183,6 +235,7 @@ export class AgentRuntime {
     while (this.running) {
       // A wake-up during the tick is kept for after it (none is lost between the tick and the wait).
       this.woken = false;
+      this.lastTick = Date.now();
       let found = 0;
       try {
         found = await this.tick();
@@ -227,27 +280,14 @@ export class AgentRuntime {
   }
 
   /**
-   * Conversations with an item past their cursor, whose agent is published
-   * (or which are pending or paused: then the cursor just follows, see
-   * docs/agents.md), not leased by anyone. A conversation seen for the first
-   * time starts its cursor at its last non-user item: what came before the
-   * runtime took it up is history, answered already.
+   * Conversations queued in `agent_work` (migration 0018) that are not parked and not leased by anyone, oldest
+   * first: an index scan of the pending work, never of the conversations. A conversation seen for the first
+   * time starts its cursor at its last non-user item: what came before the runtime took it up is history,
+   * answered already. Whether a queued conversation still needs a turn (its agent published, its status, its
+   * cursor) is decided by `step` under the lease, which then deletes or parks the row.
    */
   private async claim(limit: number): Promise<{ conversation_id: string; lease_token: string }[]> {
-    const busy = [...this.inFlight];
-    const candidates = await sql<{ id: string; organisation_id: string; has_turn: boolean }>`
-      SELECT c.id, c.organisation_id, t.conversation_id IS NOT NULL AS has_turn
-      FROM conversations c
-      JOIN ai_agents a ON a.id = c.ai_agent_id
-      LEFT JOIN agent_turns t ON t.conversation_id = c.id
-      WHERE c.ai_agent_id IS NOT NULL
-        AND c.next_content_index - 1 > COALESCE(t.last_handled_index, -1)
-        AND (t.lease_until IS NULL OR t.lease_until < now())
-        AND (a.published OR c.status = 'pending' OR c.metadata->>'agent_paused' = 'true')
-        AND c.status <> 'closed'
-        ${busy.length > 0 ? sql`AND c.id NOT IN (${sql.join(busy)})` : sql``}
-      ORDER BY t.updated_at NULLS FIRST
-      LIMIT ${limit}`.execute(this.db);
+    const candidates = await claimCandidates(limit, [...this.inFlight]).execute(this.db);
     if (candidates.rows.length === 0) return [];
     for (const c of candidates.rows.filter((r) => !r.has_turn)) {
       await sql`
@@ -282,10 +322,11 @@ export class AgentRuntime {
       Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3)),
     );
     try {
+      let last: { outcome: Outcome; version: string | null };
       for (;;) {
         if (this.dead) return;
-        const more = await this.step(conversationId, token);
-        if (!more) break;
+        last = await this.step(conversationId, token);
+        if (last.outcome !== 'more') break;
       }
       if (this.dead) return;
       await this.db
@@ -294,6 +335,7 @@ export class AgentRuntime {
         .where('conversation_id', '=', conversationId)
         .where('lease_token', '=', token)
         .execute();
+      await this.settle(conversationId, last.outcome, last.version);
     } catch (error) {
       if (error instanceof LeaseLost) return;
       const message = String((error as Error)?.message ?? error);
@@ -357,21 +399,43 @@ export class AgentRuntime {
     await assignQueued(this.db, (trx) => this.records(trx));
   }
 
+  /**
+   * Caught up: the conversation's `agent_work` row goes; the agent unpublished: it is parked until the agent is
+   * published again. Either only at the version read before the items were last looked at: an item (or a
+   * publish) committed since bumped it, and the row stays for the next claim (which this runtime makes at
+   * once: `runConversation`'s caller wakes it).
+   */
+  private async settle(conversationId: string, outcome: Outcome, version: string | null): Promise<void> {
+    if (version === null) return;
+    if (outcome === 'park') {
+      await sql`UPDATE agent_work SET parked = true WHERE conversation_id = ${conversationId} AND version = ${version}::bigint`.execute(
+        this.db,
+      );
+    } else {
+      await sql`DELETE FROM agent_work WHERE conversation_id = ${conversationId} AND version = ${version}::bigint`.execute(this.db);
+    }
+  }
+
   private async load(conversationId: string) {
-    // One read for the conversation, its agent and its turn state, one for the items past the cursor.
+    // One read for the conversation, its agent, its turn state and its work row's version, then one for the
+    // items past the cursor (a later statement: an item it misses committed after the version was read).
     const { rows } = await sql<
-      Conversation & { last_handled_index: number | null; workflow_state: WorkflowState | null } & { agent: Agent | null }
+      Conversation & { last_handled_index: number | null; workflow_state: WorkflowState | null; work_version: string | null } & {
+        agent: Agent | null;
+      }
     >`
       SELECT c.id, c.organisation_id, c.status, c.mode, c.metadata, c.ai_agent_id, t.last_handled_index, t.workflow_state,
+             w.version::text AS work_version,
              CASE WHEN a.id IS NULL THEN NULL ELSE json_build_object('id', a.id, 'published', a.published, 'name', a.name, 'tone', a.tone,
                'languages', a.languages, 'workflow', a.workflow, 'system_prompt', a.system_prompt, 'safety_guardrails', a.safety_guardrails) END AS agent
       FROM conversations c
       LEFT JOIN agent_turns t ON t.conversation_id = c.id
       LEFT JOIN ai_agents a ON a.id = c.ai_agent_id
+      LEFT JOIN agent_work w ON w.conversation_id = c.id
       WHERE c.id = ${conversationId}`.execute(this.db);
     const row = rows[0];
-    if (!row) return { conversation: undefined, agent: undefined, cursor: -1, state: {}, pending: [] as Item[] };
-    const { last_handled_index, workflow_state, agent, ...conversation } = row;
+    if (!row) return { conversation: undefined, agent: undefined, cursor: -1, state: {}, pending: [] as Item[], version: null };
+    const { last_handled_index, workflow_state, work_version, agent, ...conversation } = row;
     const cursor = last_handled_index ?? -1;
     const pending = await sql<Item>`
       SELECT id, item_id, role, modality, content, content_index FROM conversation_items
@@ -383,24 +447,34 @@ export class AgentRuntime {
       cursor,
       state: workflow_state ?? {},
       pending: pending.rows,
+      version: work_version,
     };
   }
 
-  /** Deals with the items past the cursor up to and including the next turn; false when there is nothing left. */
-  private async step(conversationId: string, token: string): Promise<boolean> {
-    const { conversation, agent, state, pending } = await this.load(conversationId);
-    if (!conversation || pending.length === 0) return false;
+  /**
+   * Deals with the items past the cursor up to and including the next turn: `more` when it did something,
+   * else what becomes of the conversation's work row (with the version read before the items were).
+   */
+  private async step(conversationId: string, token: string): Promise<{ outcome: Outcome; version: string | null }> {
+    const { conversation, agent, state, pending, version } = await this.load(conversationId);
+    const more = { outcome: 'more' as const, version };
+    // Nothing past the cursor, or closed (a closed conversation takes no items; reopening it queues it again).
+    if (!conversation || pending.length === 0 || conversation.status === 'closed') return { outcome: 'done', version };
     const last = pending[pending.length - 1].content_index;
-    // Pending, paused, closed or unpublished: nothing to answer; the cursor follows the conversation.
+    // Pending, paused or unpublished: nothing to answer; the cursor follows the conversation.
     if (conversation.status !== 'active' || PAUSED(conversation.metadata) || !agent?.published) {
-      if (conversation.status === 'active' && !PAUSED(conversation.metadata)) return false; // unpublished: keep the items for later
+      if (conversation.status === 'active' && !PAUSED(conversation.metadata)) {
+        // Unpublished: the items wait for the agent (publishing it makes the row ready again); no agent at all:
+        // attaching one queues the conversation again.
+        return { outcome: agent ? 'park' : 'done', version };
+      }
       await this.commit(conversationId, token, last, state, async () => {});
-      return true;
+      return more;
     }
     const firstUser = pending.findIndex((i) => i.role === 'user' || i.role === 'operator');
     if (firstUser === -1) {
       await this.commit(conversationId, token, last, state, async () => {});
-      return false;
+      return { outcome: 'done', version };
     }
     const item = pending[firstUser];
     if (item.role === 'operator') {
@@ -413,7 +487,7 @@ export class AgentRuntime {
           metadata: { ...current.rows[0].metadata, agent_paused: true },
         });
       });
-      return true;
+      return more;
     }
     const startedAt = performance.now();
     let result: TurnResult;
@@ -433,7 +507,7 @@ export class AgentRuntime {
       lastTokenAt: result.lastTokenAt,
       committedAt: performance.now(),
     });
-    return true;
+    return more;
   }
 
   /** Decides the reply to one user item (no writes): guardrails, the workflow, the model. */
@@ -696,6 +770,23 @@ export function fitAnswers(metadata: Record<string, unknown>, answers: Record<st
   return fitted;
 }
 
+/**
+ * The claim's look for work (exported for the plan test): queued, not parked, not leased (or the lease ran
+ * out), oldest first, skipping the conversations this runtime is running. It reads `agent_work` through its
+ * partial index of ready rows and each row's `agent_turns` by key; never `conversations`.
+ */
+export function claimCandidates(limit: number, busy: string[]) {
+  return sql<{ id: string; organisation_id: string; has_turn: boolean }>`
+      SELECT w.conversation_id AS id, w.organisation_id, t.conversation_id IS NOT NULL AS has_turn
+      FROM agent_work w
+      LEFT JOIN agent_turns t ON t.conversation_id = w.conversation_id
+      WHERE NOT w.parked
+        AND (t.lease_until IS NULL OR t.lease_until < now())
+        ${busy.length > 0 ? sql`AND w.conversation_id NOT IN (${sql.join(busy)})` : sql``}
+      ORDER BY w.queued_at
+      LIMIT ${limit}`;
+}
+
 function refusal(trip: GuardrailTrip) {
   return { content: REFUSAL_TEXT, metadata: { source: 'guardrail', guardrail: { rule: trip.rule, stage: trip.stage } } };
 }
@@ -704,7 +795,7 @@ function refusal(trip: GuardrailTrip) {
  * The in-process wake-up hook: a records service that wakes the runtime after
  * each committed ConversationItem or OperatorStatus write made through it (the
  * HTTP API's, in `serve`), so that turns and queued handoffs in this process do
- * not wait for the next poll. Other processes' writes are found by polling.
+ * not wait for the outbox's notification. Other processes' writes wake it through that notification.
  */
 export function wakingRecords(records: Records, runtime: AgentRuntime): Records {
   return {

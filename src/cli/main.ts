@@ -146,7 +146,7 @@ program
     const database = await openDatabase(config).catch((error: unknown) => fail(error, false));
     await migrate(database.db);
     const services = await createServices(database, config);
-    const runtime = new AgentRuntime({ db: database.db, services, config, logger });
+    const runtime = new AgentRuntime({ db: database.db, services, config, logger, listen: database.listen });
     runtime.start();
     logger.info({ database: database.kind, pollMs: config.agentPollMs }, 'agent worker running');
     let stopping = false;

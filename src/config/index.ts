@@ -69,7 +69,7 @@ export interface Config {
   llmHistoryTokens: number;
   /** Run the agent runtime inside `serve` (the `worker` command always runs it). */
   agentRuntime: boolean;
-  /** How often the runtime looks for conversations with work (an in-process write wakes it at once). */
+  /** The runtime's safety-net poll (commits announced on `parley_events` and in-process writes wake it at once). */
   agentPollMs: number;
   /** How long a claimed turn is held; a worker that dies mid-turn loses it after this long. */
   agentLeaseMs: number;
@@ -203,7 +203,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     llmMaxRetries: int(env, 'LLM_MAX_RETRIES', 2),
     llmHistoryTokens: int(env, 'LLM_HISTORY_TOKENS', 4000),
     agentRuntime: (text(env, 'AGENT_RUNTIME') ?? 'true') !== 'false',
-    agentPollMs: int(env, 'AGENT_POLL_MS', 200),
+    agentPollMs: int(env, 'AGENT_POLL_MS', 5000),
     agentLeaseMs: int(env, 'AGENT_LEASE_MS', 60_000),
     agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
     agentMaxAttempts: Math.max(1, int(env, 'AGENT_MAX_ATTEMPTS', 3)),

@@ -278,6 +278,14 @@ export const tables = {
     failed_index: integer().null(),
     ...stamps(),
   },
+  // Conversations that may need an agent turn (migration 0018): the runtime's queue of pending work.
+  agent_work: {
+    conversation_id: uuid(),
+    organisation_id: uuid(),
+    queued_at: timestamptz().default(),
+    version: bigint().default(),
+    parked: boolean().default(),
+  },
   agent_handoffs: {
     conversation_id: uuid(),
     organisation_id: uuid(),

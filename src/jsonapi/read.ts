@@ -87,16 +87,25 @@ export async function listRows(
   // records in the sort's order, whatever the organisation, cursor or page (genericPlan). A filter's
   // selectivity, or an operator's own rows among the organisation's, depends on the values: such a list is
   // planned for them on each call.
+  //
+  // The page's size is written into the statement, not passed as a parameter: a generic plan does not know a
+  // parameter's value and assumes a LIMIT returns a tenth of the rows it is estimated to read, so for an
+  // organisation holding half of the table it chose a parallel sequential scan and a sort of every one of the
+  // organisation's rows (with JIT compilation, its estimated cost being that high): 360 ms for a page of 25 on
+  // 300,000 conversations against 0.2 ms for the index scan on (organisation_id, id). A page size is one of
+  // `maxLimit` integers (validated), so the texts stay a small set. An offset page (values up to `maxOffset`)
+  // keeps its offset as a parameter and is planned for its values.
   const order = orderBySql(resource, sort, backwards);
+  const offset = page.offset ?? 0;
   const statement = sql<Row>`
     SELECT ${columns} FROM (
       SELECT t.* FROM ${sql.table(resource.table)} t
       WHERE ${where([scope, within, filter, keyset])}
       ORDER BY ${order}
-      LIMIT ${page.limit + 1} OFFSET ${page.offset ?? 0}
+      LIMIT ${sql.lit(Math.trunc(page.limit) + 1)}${offset > 0 ? sql` OFFSET ${offset}` : sql``}
     ) t
     ORDER BY ${order}`;
-  const planStable = !filter && !within && !resource.access.visible?.(reader.principal, 't');
+  const planStable = offset === 0 && !filter && !within && !resource.access.visible?.(reader.principal, 't');
   const { rows } = await (planStable ? genericPlan(statement) : statement).execute(reader.db);
 
   const hasMore = rows.length > page.limit;
