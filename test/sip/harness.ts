@@ -56,6 +56,7 @@ export async function startSipStack(t: TestApp, env: Record<string, string> = {}
     databaseUrl: t.config.databaseUrl,
     db: t.db,
     records: t.services.records!,
+    listen: (channel, onNotify, onResumed) => t.database.listen(channel, onNotify, onResumed),
     onKamailioLog: (line) => kamailioLog.push(line),
   });
   return {
