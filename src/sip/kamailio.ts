@@ -53,19 +53,20 @@ function isExecutable(file: string): boolean {
  * - a watchdog reads the pipe that `sip serve` holds open on the script's stdin: end of file means `sip serve`
  *   stopped or died (SIGKILL included: the kernel closes the pipe), and Kamailio gets SIGTERM, then after
  *   `$2` seconds its whole group SIGKILL. Stopping Kamailio is closing that pipe.
- * Kamailio's pid goes to the file `$1`; the script exits with Kamailio's status.
+ * Kamailio's pid goes to the file `$1`; the script exits with Kamailio's status. (Debian's sh is dash, whose
+ * `kill` takes a negative pid as a process group but not a `--` before it.)
  */
 export const SUPERVISOR = `pidfile=$1; grace=$2; shift 2
 exec 3<&0
 setsid "$@" </dev/null &
 k=$!
 echo "$k" > "$pidfile"
-{ while read -r _; do :; done; kill -TERM "$k" 2>/dev/null; sleep "$grace"; kill -KILL -- "-$k" 2>/dev/null; } <&3 &
+{ while read -r _; do :; done; kill -TERM "$k" 2>/dev/null; sleep "$grace"; kill -KILL "-$k" 2>/dev/null; } <&3 &
 w=$!
 exec 3<&-
 wait "$k"
 status=$?
-kill -KILL -- "-$k" 2>/dev/null
+kill -KILL "-$k" 2>/dev/null
 kill "$w" 2>/dev/null
 exit "$status"
 `;
