@@ -347,6 +347,28 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       expect(legs.every((l: { left_at: string | null }) => l.left_at !== null)).toBe(true);
     });
 
+    it('holds call events in Kamailio while the database refuses them, and writes them in order when it takes them again', async () => {
+      const caller = await sipUser();
+      const callee = await sipUser();
+      // The queue table unwritable (as with the database away), the rest of the database still there for
+      // authentication: Kamailio keeps the events it cannot write and goes on relaying.
+      await sql`ALTER TABLE sip_call_events RENAME TO sip_call_events_away`.execute(t.db);
+      try {
+        await call('caller_call', 'callee_answer', caller, callee, 500);
+        await until(
+          async () => (stack.kamailioLog.some((l) => l.includes('call events not written')) ? true : undefined),
+          'Kamailio to report the events it holds',
+        );
+        expect(await callOf(caller.name, callee.name)).toBeUndefined();
+      } finally {
+        await sql`ALTER TABLE sip_call_events_away RENAME TO sip_call_events`.execute(t.db);
+      }
+      const record = await callWhenTerminal(caller.name, callee.name);
+      expect(record.attributes.status).toBe('completed');
+      expect((await participants(record.id)).map((l: { role: string }) => l.role)).toEqual(['caller', 'callee']);
+      expect(stack.kamailioLog.some((l) => l.includes('call events written again'))).toBe(true);
+    });
+
     it('queues call events in the database while Parley consumes none, and records the call when it is back', async () => {
       const caller = await sipUser();
       const callee = await sipUser();
