@@ -69,9 +69,9 @@ export class CallEventQueue {
   constructor(private readonly options: CallQueueOptions) {
     this.db = options.db;
     this.pollMs = options.pollMs ?? 1000;
-    this.batchSize = options.batchSize ?? 200;
+    this.batchSize = options.batchSize ?? 400;
     this.leaseMs = options.leaseMs ?? 30_000;
-    this.concurrency = options.concurrency ?? 8;
+    this.concurrency = options.concurrency ?? 32;
     this.log = options.log ?? (() => {});
   }
 
