@@ -1,14 +1,21 @@
 /**
- * npm run bench:sip: the SIP edge under load, on PostgreSQL, with Kamailio and SIPp (Debian's kamailio*,
- * sip-tester). Figures, not assertions; docs/benchmarks.md keeps the latest.
- *   1. REGISTERs per second with digest authentication (challenge + authenticated REGISTER + 200), from
- *      1,000 SIP users made through the records service, at increasing offered rates.
- *   2. Call setups per second with their records written: SIPp callers (authenticated INVITE, answered,
- *      hung up after 1 s) to one answering phone; counted once every Call is `completed` in the database.
- *   3. BYE -> `completed` visible through the API: sequential calls; for each, GET /api/calls/<id> is polled
- *      every 5 ms from Kamailio's BYE time (the call's `ended_at`, taken from the dialog's end event).
+ * npm run bench:sip: the SIP edge against a bare Kamailio with the same authentication, on PostgreSQL, with
+ * SIPp (Debian's kamailio*, sip-tester). Figures, not assertions; docs/benchmarks.md keeps the latest.
  *
- *   npm run bench:sip -- --users 1000 --register-rates 1000,2000,3000 --call-rate 50 --calls 500 --latency-calls 50
+ * Both targets run the configuration `sip serve` renders, on the same database, one after the other: the bare
+ * Kamailio's copy has every call event (`route(EVENT)`) and the dialogs' database copy taken out, so what it
+ * does is digest authentication against the same view, registrations written through to `sip_locations`,
+ * and relaying with the dialog module. For each target:
+ *   1. REGISTERs per second with digest authentication (challenge + authenticated REGISTER + 200) from
+ *      --users SIP users made through the records service, offered at --register-rate for --register-seconds.
+ *   2. Calls offered at --call-rate for --call-seconds (authenticated INVITE to one answering phone, which
+ *      rings at once and answers 300 ms later; held --hold-ms, hung up). SIPp times the INVITE -> 180 and the
+ *      180 -> 200 of each call (-trace_rtt): the edge's added relay latency is the difference of the two
+ *      targets' percentiles. On the edge, the run then waits until every Call is terminal in the database:
+ *      call setups per second with records written = calls completed / (time until the last was recorded -
+ *      the hold time).
+ *
+ *   npm run bench:sip -- --call-rate 100 --call-seconds 60
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -17,22 +24,26 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { startApp } from '../src/app.js';
-import { createOrganisation, createUserInOrganisation } from '../src/auth/accounts.js';
-import { createApiKey } from '../src/auth/api-keys.js';
+import { createOrganisation } from '../src/auth/accounts.js';
 import { loadConfig } from '../src/config/index.js';
 import { systemActor } from '../src/jsonapi/actor.js';
-import { loadSipSettings } from '../src/sip/config.js';
+import { loadSipSettings, renderKamailioConfig, type SipSettings } from '../src/sip/config.js';
 import { startSipEdge } from '../src/sip/edge.js';
+import { startKamailio } from '../src/sip/kamailio.js';
 import { freeUdpPort, SCENARIOS } from '../test/sip/harness.js';
 
 const { values: args } = parseArgs({
   options: {
-    users: { type: 'string', default: '1000' },
-    'register-rates': { type: 'string', default: '1000,2000,3000,4000' },
+    users: { type: 'string', default: '500' },
+    'register-rate': { type: 'string', default: '2000' },
     'register-seconds': { type: 'string', default: '5' },
-    'call-rate': { type: 'string', default: '40' },
-    calls: { type: 'string', default: '400' },
-    'latency-calls': { type: 'string', default: '50' },
+    'call-rate': { type: 'string', default: '100' },
+    'call-seconds': { type: 'string', default: '60' },
+    'hold-ms': { type: 'string', default: '1000' },
+    targets: { type: 'string', default: 'bare,parley' },
+    // The edge's consumer paused while SIPp calls (the events wait in sip_call_events) and resumed after:
+    // separates what Kamailio adds from what applying the records costs the machine meanwhile.
+    'defer-records': { type: 'boolean', default: false },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres' },
   },
 });
@@ -40,7 +51,7 @@ const { values: args } = parseArgs({
 const DOMAIN = 'bench.parley.test';
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sipbench-'));
 
-function sipp(argv: string[], timeoutMs = 600_000): Promise<{ code: number; stdout: string }> {
+function sipp(argv: string[], timeoutMs = 900_000): Promise<{ code: number; stdout: string }> {
   return new Promise((resolve) => {
     execFile('sipp', argv, { cwd: work, timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024 }, (error, stdout) =>
       resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout }),
@@ -55,7 +66,42 @@ function stat(stdout: string, label: string): number {
   return Number((cells[2] ?? '').trim().split(/\s+/)[0]);
 }
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+const percentile = (sorted: number[], p: number) =>
+  sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] : Number.NaN;
+
+/** The bare Kamailio: the edge's configuration without call events and without the dialogs' database copy. */
+function bareConfig(rendered: string): string {
+  const bare = rendered
+    .replace(/^\s*route\(EVENT\);\s*$/gm, '')
+    .replace('modparam("dialog", "db_mode", 2)', 'modparam("dialog", "db_mode", 0)');
+  if (bare.includes('route(EVENT);') || !bare.includes('"db_mode", 0)')) throw new Error('the bare configuration still sends events');
+  return bare;
+}
+
+interface TargetResult {
+  registers: { ok: number; failed: number; perSecond: number };
+  calls: { offered: number; ok: number; failed: number; seconds: number; ring: number[]; answer: number[] };
+  recorded?: { completed: number; nonTerminal: number; perSecond: number; waitedSeconds: number };
+}
+
+/** SIPp's response times (-trace_rtt): "ring" is rtd 1, "answer" rtd 2, in milliseconds. */
+function responseTimes(prefix: string): { ring: number[]; answer: number[] } {
+  const ring: number[] = [];
+  const answer: number[] = [];
+  for (const file of fs.readdirSync(work).filter((f) => f.startsWith(prefix) && f.endsWith('_rtt.csv'))) {
+    const text = fs.readFileSync(path.join(work, file), 'utf8');
+    if (process.env.BENCH_SIP_DEBUG) console.log(text.split('\n').slice(0, 5).join('\n'));
+    for (const line of text.split('\n').slice(1)) {
+      const [, ms, rtd] = line.split(';');
+      if (rtd === undefined) continue;
+      // SIPp names the timer (or numbers it, in the order the scenario starts them).
+      const name = rtd.trim();
+      (name === 'ring' || name === '1' ? ring : answer).push(Number(ms));
+    }
+    fs.rmSync(path.join(work, file));
+  }
+  return { ring: ring.sort((a, b) => a - b), answer: answer.sort((a, b) => a - b) };
+}
 
 async function main() {
   const base = new URL(args['database-url']!);
@@ -76,18 +122,9 @@ async function main() {
   });
   const app = await startApp(config);
   const records = app.services.records!;
-  const results: string[] = [];
+  const results: Record<string, TargetResult> = {};
   try {
-    // Tenant, an admin with a secret key for the API, and the SIP users.
     const org = await createOrganisation(records, { name: 'SIP bench' });
-    const user = await createUserInOrganisation(records, {
-      organisationId: org.id,
-      email: 'bench@sip.example',
-      password: 'bench-password-1',
-      fullName: 'Bench',
-      role: 'admin',
-    });
-    const key = await createApiKey(records, { organisationId: org.id, userId: user.id, keyType: 'secret', name: 'bench' });
     const actor = systemActor(org.id, 'cli');
     const users = Number(args.users);
     const csv = ['SEQUENTIAL'];
@@ -100,199 +137,41 @@ async function main() {
     await records.create(actor, 'SipUser', { sip_username: 'sink', sip_password: 'sink-password-1' });
     fs.writeFileSync(path.join(work, 'users.csv'), `${csv.join('\n')}\n`);
 
-    const port = await freeUdpPort();
-    const settings = loadSipSettings({
-      SIP_LISTEN: `udp:127.0.0.1:${port}`,
-      SIP_DOMAIN: DOMAIN,
-      SIP_FLOOD_REQUESTS: '0',
-      SIP_CHILDREN: '4',
-    });
-    const edge = await startSipEdge({ settings, databaseUrl: config.databaseUrl, db: app.database.db, records });
-    const target = `127.0.0.1:${port}`;
-    try {
-      // 1. REGISTER with digest authentication.
-      for (const rate of args['register-rates']!.split(',').map(Number)) {
-        const count = rate * Number(args['register-seconds']);
-        const started = Date.now();
-        const run = await sipp([
-          target,
-          '-sf',
-          path.join(SCENARIOS, 'register_csv.xml'),
-          '-inf',
-          'users.csv',
-          '-key',
-          'domain',
-          DOMAIN,
-          '-i',
-          '127.0.0.1',
-          '-p',
-          String(await freeUdpPort()),
-          '-r',
-          String(rate),
-          '-m',
-          String(count),
-          '-l',
-          String(rate * 2),
-          '-nostdin',
-          '-timeout',
-          '120s',
-          '-timeout_error',
-          '-recv_timeout',
-          '5000',
-        ]);
-        const seconds = (Date.now() - started) / 1000;
-        const ok = stat(run.stdout, 'Successful call');
-        const failed = stat(run.stdout, 'Failed call');
-        const line = `REGISTER offered ${rate}/s: ${ok} ok, ${failed} failed in ${seconds.toFixed(1)} s = ${(ok / seconds).toFixed(0)} successful/s`;
-        console.log(line);
-        results.push(line);
+    for (const target of args.targets!.split(',')) {
+      const port = await freeUdpPort();
+      const settings: SipSettings = loadSipSettings({
+        SIP_LISTEN: `udp:127.0.0.1:${port}`,
+        SIP_DOMAIN: DOMAIN,
+        SIP_FLOOD_REQUESTS: '0',
+        SIP_CHILDREN: '4',
+      });
+      let stop: () => Promise<void>;
+      let hooks: { beforeCalls?: () => Promise<void>; afterCalls?: () => Promise<void> } = {};
+      if (target === 'bare') {
+        const runDir = fs.mkdtempSync(path.join(work, 'bare-'));
+        const configFile = path.join(runDir, 'kamailio.cfg');
+        fs.writeFileSync(configFile, bareConfig(renderKamailioConfig({ settings, databaseUrl: config.databaseUrl!, runDir })), {
+          mode: 0o600,
+        });
+        const kamailio = await startKamailio({ binary: settings.kamailioBinary, kamcmd: settings.kamcmdBinary, configFile, runDir });
+        stop = () => kamailio.stop();
+      } else if (target === 'parley') {
+        const edge = await startSipEdge({
+          settings,
+          databaseUrl: config.databaseUrl,
+          db: app.database.db,
+          records,
+          listen: (channel, onNotify, onResumed) => app.database.listen(channel, onNotify, onResumed),
+          runDir: fs.mkdtempSync(path.join(work, 'edge-')),
+        });
+        if (args['defer-records']) hooks = { beforeCalls: () => edge.queue.stop(), afterCalls: () => edge.queue.start() };
+        stop = () => edge.stop();
+      } else throw new Error(`unknown target ${target} (bare, parley)`);
+      try {
+        results[target] = await measure(target, `127.0.0.1:${port}`, app.database.db, org.id, hooks);
+      } finally {
+        await stop();
       }
-
-      // 2. Call setups with records written.
-      const sinkPort = await freeUdpPort();
-      const reg = await sipp([
-        target,
-        '-sf',
-        path.join(SCENARIOS, 'register.xml'),
-        '-key',
-        'domain',
-        DOMAIN,
-        '-i',
-        '127.0.0.1',
-        '-p',
-        String(sinkPort),
-        '-s',
-        'sink',
-        '-au',
-        'sink',
-        '-ap',
-        'sink-password-1',
-        '-m',
-        '1',
-        '-nostdin',
-        '-timeout',
-        '10s',
-        '-timeout_error',
-      ]);
-      if (reg.code !== 0) throw new Error('the answering phone could not register');
-      const calls = Number(args.calls);
-      const callRate = Number(args['call-rate']);
-      const sink = sipp(
-        [
-          '-sf',
-          path.join(SCENARIOS, 'callee_answer.xml'),
-          '-i',
-          '127.0.0.1',
-          '-p',
-          String(sinkPort),
-          '-m',
-          String(calls + Number(args['latency-calls'])),
-          '-nostdin',
-        ],
-        900_000,
-      );
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      const before = await completedCount(app.database.db, org.id);
-      const started = Date.now();
-      const run = await sipp([
-        target,
-        '-sf',
-        path.join(SCENARIOS, 'caller_bench.xml'),
-        '-inf',
-        'users.csv',
-        '-key',
-        'domain',
-        DOMAIN,
-        '-s',
-        'sink',
-        '-i',
-        '127.0.0.1',
-        '-p',
-        String(await freeUdpPort()),
-        '-r',
-        String(callRate),
-        '-m',
-        String(calls),
-        '-d',
-        '1000',
-        '-nostdin',
-        '-timeout',
-        '300s',
-      ]);
-      const ok = stat(run.stdout, 'Successful call');
-      let done = 0;
-      for (let i = 0; i < 600 && done < ok; i++) {
-        done = (await completedCount(app.database.db, org.id)) - before;
-        if (done < ok) await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-      const seconds = (Date.now() - started) / 1000;
-      // Each call is held 1 s: the setup rate is the completed calls over the run, less that 1 s.
-      const line = `calls offered ${callRate}/s: ${ok} answered and hung up by SIPp, ${done} completed in the database in ${seconds.toFixed(1)} s = ${(done / (seconds - 1)).toFixed(1)} call setups/s with records`;
-      console.log(line);
-      results.push(line);
-
-      // 3. BYE -> completed visible through the API.
-      const latencies: number[] = [];
-      for (let i = 0; i < Number(args['latency-calls']); i++) {
-        const caller = `bench${String(i).padStart(5, '0')}`;
-        const placing = sipp([
-          target,
-          '-sf',
-          path.join(SCENARIOS, 'caller_call.xml'),
-          '-key',
-          'domain',
-          DOMAIN,
-          '-key',
-          'from',
-          caller,
-          '-s',
-          'sink',
-          '-au',
-          caller,
-          '-ap',
-          `pw-${caller}-secret`,
-          '-d',
-          '300',
-          '-i',
-          '127.0.0.1',
-          '-p',
-          String(await freeUdpPort()),
-          '-m',
-          '1',
-          '-nostdin',
-          '-timeout',
-          '20s',
-        ]);
-        let id: string | undefined;
-        while (!id) {
-          const rows = await app.database.db
-            .selectFrom('calls')
-            .select(['id'])
-            .where('organisation_id', '=', org.id)
-            .where('from_number', '=', caller)
-            .where('status', 'in', ['initiated', 'ringing', 'in_progress'])
-            .execute();
-          id = rows[0]?.id as string | undefined;
-          if (!id) await new Promise((resolve) => setTimeout(resolve, 5));
-        }
-        for (;;) {
-          const response = await fetch(`${app.url}/api/calls/${id}`, { headers: { authorization: `Bearer ${key.token}` } });
-          const body = (await response.json()) as { data: { attributes: { status: string; ended_at: string | null } } };
-          if (body.data.attributes.status === 'completed') {
-            latencies.push(Date.now() - new Date(body.data.attributes.ended_at!).getTime());
-            break;
-          }
-          await new Promise((resolve) => setTimeout(resolve, 5));
-        }
-        await placing;
-      }
-      latencies.sort((a, b) => a - b);
-      const lat = `BYE -> completed through the API over ${latencies.length} calls: p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms, max ${latencies.at(-1)} ms`;
-      console.log(lat);
-      results.push(lat);
-      await sink;
-    } finally {
-      await edge.stop();
     }
   } finally {
     await app.close();
@@ -302,18 +181,165 @@ async function main() {
     await cleanup.end();
     fs.rmSync(work, { recursive: true, force: true });
   }
-  console.log(`\n${results.join('\n')}`);
+  report(results);
   process.exit(0);
 }
 
-async function completedCount(db: import('../src/db/connection.js').Database, organisationId: string): Promise<number> {
+async function measure(
+  target: string,
+  address: string,
+  db: import('../src/db/connection.js').Database,
+  organisationId: string,
+  hooks: { beforeCalls?: () => Promise<void>; afterCalls?: () => Promise<void> } = {},
+): Promise<TargetResult> {
+  // 1. REGISTER with digest authentication.
+  const registerRate = Number(args['register-rate']);
+  const registerCount = registerRate * Number(args['register-seconds']);
+  let started = Date.now();
+  const registering = await sipp([
+    address,
+    ...['-sf', path.join(SCENARIOS, 'register_csv.xml'), '-inf', 'users.csv', '-key', 'domain', DOMAIN],
+    ...['-i', '127.0.0.1', '-p', String(await freeUdpPort())],
+    ...['-r', String(registerRate), '-m', String(registerCount), '-l', String(registerRate * 2)],
+    ...['-nostdin', '-timeout', '120s', '-timeout_error', '-recv_timeout', '5000'],
+  ]);
+  const registerSeconds = (Date.now() - started) / 1000;
+  const registers = {
+    ok: stat(registering.stdout, 'Successful call'),
+    failed: stat(registering.stdout, 'Failed call'),
+    perSecond: stat(registering.stdout, 'Successful call') / registerSeconds,
+  };
+  console.log(
+    `${target}: REGISTER offered ${registerRate}/s: ${registers.ok} ok, ${registers.failed} failed, ${registers.perSecond.toFixed(0)}/s`,
+  );
+
+  // 2. Calls to one answering phone.
+  const sinkPort = await freeUdpPort();
+  const registered = await sipp([
+    address,
+    ...['-sf', path.join(SCENARIOS, 'register.xml'), '-key', 'domain', DOMAIN, '-i', '127.0.0.1', '-p', String(sinkPort)],
+    ...['-s', 'sink', '-au', 'sink', '-ap', 'sink-password-1', '-m', '1', '-nostdin', '-timeout', '10s', '-timeout_error'],
+  ]);
+  if (registered.code !== 0) throw new Error('the answering phone could not register');
+  const callRate = Number(args['call-rate']);
+  const offered = callRate * Number(args['call-seconds']);
+  const holdMs = Number(args['hold-ms']);
+  const sink = sipp([
+    '-sf',
+    path.join(SCENARIOS, 'callee_answer.xml'),
+    '-i',
+    '127.0.0.1',
+    '-p',
+    String(sinkPort),
+    '-m',
+    String(offered),
+    '-nostdin',
+  ]);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const before = await counts(db, organisationId);
+  await hooks.beforeCalls?.();
+  started = Date.now();
+  const calling = await sipp([
+    address,
+    ...['-sf', path.join(SCENARIOS, 'caller_bench.xml'), '-inf', 'users.csv', '-key', 'domain', DOMAIN, '-s', 'sink'],
+    ...['-i', '127.0.0.1', '-p', String(await freeUdpPort())],
+    ...['-r', String(callRate), '-m', String(offered), '-d', String(holdMs), '-l', String(callRate * 10)],
+    ...['-nostdin', '-timeout', `${Number(args['call-seconds']) + 120}s`, '-recv_timeout', '10000'],
+    ...['-trace_rtt', '-rtt_freq', '1'],
+  ]);
+  const callSeconds = (Date.now() - started) / 1000;
+  await hooks.afterCalls?.();
+  const times = responseTimes('caller_bench');
+  const calls = {
+    offered,
+    ok: stat(calling.stdout, 'Successful call'),
+    failed: stat(calling.stdout, 'Failed call'),
+    seconds: callSeconds,
+    ...times,
+  };
+  console.log(
+    `${target}: calls offered ${callRate}/s x ${args['call-seconds']} s: ${calls.ok} answered and hung up, ${calls.failed} failed in ${callSeconds.toFixed(1)} s; ` +
+      `INVITE->180 p50 ${percentile(times.ring, 50)} p99 ${percentile(times.ring, 99)} ms, 180->200 p50 ${percentile(times.answer, 50)} p99 ${percentile(times.answer, 99)} ms`,
+  );
+  // The phone ends when it has answered every call, or stops waiting for those that never came.
+  await Promise.race([sink, new Promise((resolve) => setTimeout(resolve, 15_000))]);
+  if (target !== 'parley') return { registers, calls };
+
+  // Every call recorded: wait until none is non-terminal and the completed count stops moving.
+  let now = await counts(db, organisationId);
+  const waitStart = Date.now();
+  let lastChange = Date.now();
+  let lastRecordedAt = Date.now();
+  for (let previous = -1; Date.now() - waitStart < 300_000; ) {
+    now = await counts(db, organisationId);
+    if (now.completed !== previous) {
+      previous = now.completed;
+      lastChange = Date.now();
+      lastRecordedAt = Date.now();
+    }
+    if (now.nonTerminal === 0 && now.completed - before.completed >= calls.ok) break;
+    if (now.nonTerminal === 0 && Date.now() - lastChange > 5000) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const completed = now.completed - before.completed;
+  const recordedSeconds = (lastRecordedAt - started) / 1000;
+  const recorded = {
+    completed,
+    nonTerminal: now.nonTerminal,
+    perSecond: completed / (recordedSeconds - holdMs / 1000),
+    waitedSeconds: (lastRecordedAt - (started + callSeconds * 1000)) / 1000,
+  };
+  console.log(
+    `${target}: ${completed} calls completed in the database, ${now.nonTerminal} non-terminal; ${recorded.perSecond.toFixed(1)} setups/s with records (last recorded ${recorded.waitedSeconds.toFixed(1)} s after SIPp ended)`,
+  );
+  return { registers, calls, recorded };
+}
+
+async function counts(db: import('../src/db/connection.js').Database, organisationId: string) {
   const rows = await db
     .selectFrom('calls')
-    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .select((eb) => [
+      eb.fn.countAll<number>().filterWhere('status', '=', 'completed').as('completed'),
+      eb.fn.countAll<number>().filterWhere('status', 'in', ['initiated', 'ringing', 'in_progress']).as('nonTerminal'),
+    ])
     .where('organisation_id', '=', organisationId)
-    .where('status', '=', 'completed')
     .execute();
-  return Number(rows[0].n);
+  return { completed: Number(rows[0].completed), nonTerminal: Number(rows[0].nonTerminal) };
+}
+
+function report(results: Record<string, TargetResult>) {
+  const { bare, parley } = results;
+  const lines: string[] = ['', '| measure | bare Kamailio | Parley SIP edge | ratio / difference |', '|---|---|---|---|'];
+  const row = (measure: string, b: string, p: string, r: string) => lines.push(`| ${measure} | ${b} | ${p} | ${r} |`);
+  const fmt = (n: number | undefined, digits = 0) => (n === undefined || Number.isNaN(n) ? '-' : n.toFixed(digits));
+  row(
+    `REGISTER/s with digest (offered ${args['register-rate']}/s)`,
+    fmt(bare?.registers.perSecond),
+    fmt(parley?.registers.perSecond),
+    bare && parley ? fmt(parley.registers.perSecond / bare.registers.perSecond, 2) : '-',
+  );
+  const answered = (r?: TargetResult) =>
+    r ? `${r.calls.ok}/${r.calls.offered} (${((100 * r.calls.ok) / r.calls.offered).toFixed(2)}%)` : '-';
+  row(`calls answered (offered ${args['call-rate']}/s x ${args['call-seconds']} s)`, answered(bare), answered(parley), '');
+  const setups = (r?: TargetResult) => (r ? r.calls.ok / (r.calls.seconds - Number(args['hold-ms']) / 1000) : undefined);
+  row(
+    'call setups/s (bare: answered; edge: completed in the database)',
+    fmt(setups(bare), 1),
+    fmt(parley?.recorded?.perSecond, 1),
+    bare && parley?.recorded ? fmt(parley.recorded.perSecond / setups(bare)!, 2) : '-',
+  );
+  for (const [label, key] of [
+    ['INVITE -> 180', 'ring'],
+    ['180 -> 200', 'answer'],
+  ] as const) {
+    for (const p of [50, 99]) {
+      const b = bare ? percentile(bare.calls[key], p) : undefined;
+      const e = parley ? percentile(parley.calls[key], p) : undefined;
+      row(`${label} p${p} (ms)`, fmt(b), fmt(e), b !== undefined && e !== undefined ? `${e - b >= 0 ? '+' : ''}${fmt(e - b)} ms` : '-');
+    }
+  }
+  if (parley?.recorded) row('calls left non-terminal after the run', '', String(parley.recorded.nonTerminal), '');
+  console.log(lines.join('\n'));
 }
 
 await main();

@@ -28,6 +28,7 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
           databaseUrl: config.databaseUrl,
           db: database.db,
           records: services.records!,
+          listen: (channel, onNotify, onResumed) => database.listen(channel, onNotify, onResumed),
           runDir: process.env.SIP_RUN_DIR || undefined,
           log,
           onKamailioLog: (line) => console.error(line),
@@ -42,7 +43,9 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
           await database.close();
           process.exit(0);
         };
-        // Signals are forwarded: Kamailio gets SIGTERM and its calls are reconciled before exit.
+        // On SIGTERM/SIGINT Kamailio gets SIGTERM (its dialogs and queued events are written; calls still talking
+        // stay open for the next start). Should this process die without that (SIGKILL), Kamailio's supervisor
+        // sees its pipe close and stops Kamailio's whole process group (src/sip/kamailio.ts).
         process.on('SIGTERM', () => void stop('SIGTERM'));
         process.on('SIGINT', () => void stop('SIGINT'));
         const exit = await edge.kamailio.exited;

@@ -9,6 +9,7 @@ import * as agentRuntime from './migrations/0008_agent_runtime.js';
 import * as credentialCache from './migrations/0009_credential_cache.js';
 import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
+import * as sipCallQueue from './migrations/0013_sip_call_queue.js';
 import * as keyCeiling from './migrations/0014_a_key_ceiling.js';
 import * as invitations from './migrations/0014_b_invitations.js';
 import * as credentialEpoch from './migrations/0014_c_credential_epoch.js';
@@ -28,6 +29,7 @@ const migrations: Record<string, { up: string }> = {
   '0009_credential_cache': credentialCache,
   '0010_event_order': eventOrder,
   '0011_event_barrier': eventBarrier,
+  '0013_sip_call_queue': sipCallQueue,
   '0014_a_key_ceiling': keyCeiling,
   '0014_b_invitations': invitations,
   '0014_c_credential_epoch': credentialEpoch,

@@ -39,6 +39,7 @@ const integer = () => new Column<number>('int4', false, false);
 const serial = () => new Column<number, false, true>('int4', false, true);
 // node-postgres returns int8 as a string (it may exceed Number.MAX_SAFE_INTEGER).
 const bigint = () => new Column<string | number>('int8', false, false);
+const bigserial = () => new Column<string | number, false, true>('int8', false, true);
 const real = () => new Column<number>('float4', false, false);
 const boolean = () => new Column<boolean>('bool', false, false);
 const timestamptz = () => new Column<Date>('timestamptz', false, false);
@@ -235,6 +236,43 @@ export const tables = {
     keepalive: integer().default(),
     partition: integer().default(),
   },
+  // The call event queue and Kamailio's dialogs (migration 0013).
+  sip_call_events: {
+    id: bigserial(),
+    call_key: varchar(),
+    body: text(),
+    created_at: timestamptz().default(),
+    attempts: integer().default(),
+    lease_until: timestamptz().null(),
+    error: text().null(),
+  },
+  sip_dialogs: {
+    id: serial(),
+    hash_entry: integer(),
+    hash_id: integer(),
+    callid: varchar(),
+    from_uri: varchar(),
+    from_tag: varchar(),
+    to_uri: varchar(),
+    to_tag: varchar(),
+    caller_cseq: varchar(),
+    callee_cseq: varchar(),
+    caller_route_set: varchar().null(),
+    callee_route_set: varchar().null(),
+    caller_contact: varchar(),
+    callee_contact: varchar(),
+    caller_sock: varchar(),
+    callee_sock: varchar(),
+    state: integer(),
+    start_time: integer(),
+    timeout: integer().default(),
+    sflags: integer().default(),
+    iflags: integer().default(),
+    toroute_name: varchar().null(),
+    req_uri: varchar(),
+    xdata: varchar().null(),
+  },
+  sip_dialog_vars: { id: serial(), hash_entry: integer(), hash_id: integer(), dialog_key: varchar(), dialog_value: varchar() },
   // The outbox and webhooks (migration 0006).
   events: { id: uuid(), organisation_id: uuid(), type: text(), occurred_at: timestamptz(), data: jsonb() },
   webhook_endpoints: {

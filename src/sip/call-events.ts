@@ -115,7 +115,7 @@ export interface CallEventsOptions {
 
 /**
  * Applies call events. Events of one call are applied one at a time (in arrival order) in this
- * process; `sip serve` runs one receiver, so that is every event of the call.
+ * process; the queue consumer (call-queue.ts) hands them over in the order Kamailio raised them.
  */
 export class CallEvents {
   private readonly queues = new Map<string, Promise<unknown>>();
@@ -288,28 +288,5 @@ export class CallEvents {
       status: row.previous_status ?? 'available',
       source: 'system',
     });
-  }
-
-  /**
-   * Ends every SIP call that is not terminal and whose dialog Kamailio no longer holds (`alive` false):
-   * answered ones `completed`, others `failed`, at `now`. Run when `sip serve` starts (no dialog exists
-   * yet: a restart of either side lost them) and then periodically, for events lost while Parley was down.
-   */
-  async reconcile(alive: (callId: string) => boolean, olderThan: Date, now = new Date()): Promise<number> {
-    const { rows } = await sql<CallRow & { call_uuid: string }>`
-      SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at, c.call_uuid,
-             (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller') AS answered_at
-      FROM calls c
-      WHERE c.call_source IN ('sip', 'trunk') AND c.status IN ('initiated', 'ringing', 'in_progress') AND c.updated_at < ${olderThan}`.execute(
-      this.options.db,
-    );
-    let ended = 0;
-    for (const call of rows) {
-      if (alive(call.call_uuid)) continue;
-      const actor = systemActor(call.organisation_id, 'sip');
-      await this.end(actor, call, call.status === 'in_progress' ? 'completed' : 'failed', now);
-      ended++;
-    }
-    return ended;
   }
 }

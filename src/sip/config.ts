@@ -21,6 +21,13 @@ export interface SipSettings {
   reloadIntervalMs: number;
   /** How often calls whose dialog is gone are ended. */
   reconcileIntervalMs: number;
+  /**
+   * In-dialog OPTIONS keep-alives to both parties every this many seconds (the dialog module's minimum is 30):
+   * a phone that vanished without BYE ends its call about 15 s after the first unanswered one.
+   */
+  keepaliveSeconds: number;
+  /** Call events Kamailio holds in memory while the database cannot take them (the oldest go first). */
+  eventQueueSize: number;
   kamailioBinary: string;
   kamcmdBinary: string;
   /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
@@ -56,6 +63,8 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
     children: int(env, 'SIP_CHILDREN', 4, 1),
     reloadIntervalMs: int(env, 'SIP_RELOAD_INTERVAL_MS', 2000, 100),
     reconcileIntervalMs: int(env, 'SIP_RECONCILE_INTERVAL_MS', 30_000, 100),
+    keepaliveSeconds: int(env, 'SIP_KEEPALIVE_SECONDS', 30, 30),
+    eventQueueSize: int(env, 'SIP_EVENT_QUEUE_SIZE', 100_000, 100),
     kamailioBinary: env.KAMAILIO_BIN || 'kamailio',
     kamcmdBinary: env.KAMCMD_BIN || 'kamcmd',
     kamailioDebug: int(env, 'SIP_KAMAILIO_DEBUG', 1, 0),
@@ -87,8 +96,6 @@ export interface RenderInput {
   settings: SipSettings;
   databaseUrl: string;
   runDir: string;
-  eventUrl: string;
-  eventSecret: string;
 }
 
 /** Fills every `{{NAME}}` of the template; a name left unfilled is a bug in this function, so it throws. */
@@ -97,8 +104,6 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
   const values: Record<string, string> = {
     DB_URL: kamailioDatabaseUrl(input.databaseUrl),
     SIP_DOMAIN: settings.domain,
-    EVENT_URL: input.eventUrl,
-    EVENT_SECRET: input.eventSecret,
     LOG_LEVEL: String(settings.kamailioDebug),
     LOG_PREFIX: 'kamailio ',
     CHILDREN: String(settings.children),
@@ -110,6 +115,8 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     PIKE_DENSITY: String(settings.floodRequests),
     PIKE_PARAM: String(Math.max(1, settings.floodRequests)),
     CONTACT_ADDR: contactAddress(settings.listen),
+    KEEPALIVE_SECONDS: String(settings.keepaliveSeconds),
+    EVENT_QUEUE_SIZE: String(settings.eventQueueSize),
   };
   for (const [name, value] of Object.entries(values)) {
     // Values land inside double-quoted strings of the configuration language: refuse what would end one.

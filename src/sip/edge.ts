@@ -1,28 +1,29 @@
 /**
- * The SIP edge as one supervised unit (`parley sip serve`): a loopback receiver of Kamailio's call
- * events, Kamailio itself (rendered configuration, foreground), and two timers: gateway edits reloaded
- * into Kamailio, and calls whose dialog is gone ended (reconciliation). See docs/sip.md.
+ * The SIP edge as one supervised unit (`parley sip serve`): Kamailio (rendered configuration, its own
+ * process group, ended with `sip serve`), the consumer of the call event queue Kamailio writes, and two
+ * timers: gateway edits reloaded into Kamailio, and calls whose dialog is gone ended (reconciliation).
+ * See docs/sip.md.
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import dgram from 'node:dgram';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import type { Db } from '../db/schema.js';
 import type { Records } from '../jsonapi/records.js';
-import { CallEvents, parseCallEvent } from './call-events.js';
+import { CallEvents } from './call-events.js';
+import { CallEventQueue, type Listen } from './call-queue.js';
 import { renderKamailioConfig, type SipSettings } from './config.js';
-import { dialogCallIds, haveProgram, startKamailio, type KamailioProcess } from './kamailio.js';
-
-export const EVENTS_PATH = '/internal/sip/events';
-export const SECRET_HEADER = 'x-parley-sip-secret';
+import { haveProgram, startKamailio, type KamailioProcess } from './kamailio.js';
+import { reconcileCalls } from './reconcile.js';
 
 export interface SipEdgeOptions {
   settings: SipSettings;
   databaseUrl: string | undefined;
   db: Db;
   records: Records;
+  /** NOTIFY subscriptions (the database handle's `listen`): the event queue is then consumed without delay. */
+  listen?: Listen;
   /** Where the rendered configuration and Kamailio's sockets go; a new temporary folder when absent. */
   runDir?: string;
   log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
@@ -33,16 +34,14 @@ export interface SipEdge {
   kamailio: KamailioProcess;
   runDir: string;
   events: CallEvents;
-  /** Where Kamailio posts call events, and the secret it sends (this run's). */
-  eventUrl: string;
-  eventSecret: string;
+  /** The consumer of `sip_call_events` (stopped and started again by tests that take Parley away). */
+  queue: CallEventQueue;
   /** Checks the gateways now and reloads Kamailio's trunk registrations and ACLs when they changed; true when in sync. */
   reloadIfChanged(): Promise<boolean>;
-  /** Ends the calls whose dialog Kamailio no longer holds (older than `graceMs`). */
+  /** Ends the calls whose dialog Kamailio no longer holds (not updated for `graceMs`); how many. */
   reconcile(graceMs?: number): Promise<number>;
   stop(): Promise<void>;
 }
-
 /** Why the SIP edge cannot run here, or undefined when it can. */
 export function sipEdgeUnavailable(databaseUrl: string | undefined, settings: SipSettings): string | undefined {
   if (!databaseUrl) {
@@ -57,29 +56,60 @@ export function sipEdgeUnavailable(databaseUrl: string | undefined, settings: Si
   return undefined;
 }
 
+/** The UDP address of SIP_LISTEN (`udp:host:port`). */
+function listenAddress(listen: string): { host: string; port: number } {
+  const at = listen.lastIndexOf(':');
+  return { host: listen.slice(listen.indexOf(':') + 1, at).replace(/^\[|\]$/g, ''), port: Number(listen.slice(at + 1)) };
+}
+
+/**
+ * Refuses to start on a SIP port another process holds. Kamailio binds UDP with SO_REUSEADDR, so a second
+ * Kamailio (or the workers a killed one left behind) would share the port without an error and take half the
+ * traffic; a plain bind without that option fails while anyone holds the port.
+ */
+export async function assertSipPortFree(listen: string): Promise<void> {
+  const { host, port } = listenAddress(listen);
+  const socket = dgram.createSocket({ type: host.includes(':') ? 'udp6' : 'udp4', reuseAddr: false });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.bind(port, host, () => resolve());
+    });
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === 'EADDRINUSE')
+      throw new Error(
+        `the SIP port ${listen} is taken by another process (another Kamailio, or one left by an earlier run): stop it, or set SIP_LISTEN to a free port`,
+      );
+    throw new Error(`cannot listen on ${listen}: ${error instanceof Error ? error.message : String(error)}`);
+  } finally {
+    await new Promise<void>((resolve) => {
+      try {
+        socket.close(() => resolve());
+      } catch {
+        resolve();
+      }
+    });
+  }
+}
+
 export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   const { settings, db, records } = options;
   const log = options.log ?? (() => {});
   const unavailable = sipEdgeUnavailable(options.databaseUrl, settings);
   if (unavailable) throw new Error(unavailable);
+  await assertSipPortFree(settings.listen);
 
   const events = new CallEvents({ db, records });
-  // Kamailio holds no dialog before it starts: every call left open by an earlier run ends now.
-  const ended = await events.reconcile(() => false, new Date());
-  if (ended) log('warn', `ended ${ended} call(s) left open by an earlier run`, { ended });
+  // Events queued while no consumer ran (sip serve down, Parley's database unreachable) are applied first.
+  const queue = new CallEventQueue({ db, events, listen: options.listen, log });
+  await queue.start();
 
-  const secret = randomBytes(32).toString('base64url');
-  const receiver = await startReceiver(events, secret, log);
   const runDir = options.runDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sip-'));
   fs.mkdirSync(runDir, { recursive: true });
   const configFile = path.join(runDir, 'kamailio.cfg');
-  const eventUrl = `http://127.0.0.1:${receiver.port}${EVENTS_PATH}`;
-  // The file holds the database URL and the event secret: readable by this user only.
-  fs.writeFileSync(
-    configFile,
-    renderKamailioConfig({ settings, databaseUrl: options.databaseUrl!, runDir, eventUrl, eventSecret: secret }),
-    { mode: 0o600 },
-  );
+  // The file holds the database URL: readable by this user only.
+  fs.writeFileSync(configFile, renderKamailioConfig({ settings, databaseUrl: options.databaseUrl!, runDir }), { mode: 0o600 });
 
   let kamailio: KamailioProcess;
   try {
@@ -91,10 +121,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
       onLog: options.onKamailioLog,
     });
   } catch (error) {
-    await receiver.close();
+    await queue.stop();
     throw error;
   }
-  log('info', 'Kamailio is running', { listen: settings.listen, domain: settings.domain, runDir });
+  log('info', 'Kamailio is running', { listen: settings.listen, domain: settings.domain, runDir, pid: kamailio.pid() });
 
   // Kamailio caches trunk registrations (uac) and ACLs (permissions); each is reloaded over RPC when its
   // view changed. Both modules refuse reloads that come too fast (uac: reg_gc_interval, permissions:
@@ -119,9 +149,13 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
     }
     return inSync;
   };
+  // Kamailio keeps its dialogs in sip_dialogs (written within a second, loaded at its start), so a call
+  // without a dialog row has ended, whether Kamailio or sip serve restarted in between or not.
   const reconcile = async (graceMs = 10_000) => {
-    const alive = dialogCallIds(await kamailio.rpc('dlg.list'));
-    const count = await events.reconcile((id) => alive.has(id), new Date(Date.now() - graceMs));
+    const count = await reconcileCalls(db, events, {
+      answeredBefore: new Date(Date.now() - graceMs),
+      unansweredBefore: new Date(Date.now() - Math.max(graceMs, (settings.ringTimeoutSeconds + 30) * 1000)),
+    });
     if (count) log('warn', `ended ${count} call(s) whose dialog is gone`, { count });
     return count;
   };
@@ -145,17 +179,17 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
     kamailio,
     runDir,
     events,
-    eventUrl,
-    eventSecret: secret,
+    queue,
     reloadIfChanged,
     reconcile,
     async stop() {
       clearInterval(reloadTimer);
       clearInterval(reconcileTimer);
+      // Kamailio writes its dialogs and the events still in its memory before it exits; calls still talking
+      // stay open, and the next start finds their dialogs (or their end) in the database.
       await kamailio.stop();
-      await receiver.close();
-      // Dialogs ended with Kamailio: their calls end now rather than at the next start.
-      await events.reconcile(() => false, new Date()).catch(() => 0);
+      await queue.drain().catch(() => 0);
+      await queue.stop();
     },
   };
 }
@@ -165,52 +199,4 @@ async function viewFingerprint(db: Db, view: 'sip_uacreg' | 'sip_address'): Prom
   const { rows } = await sql<{ digest: string | null }>`
     SELECT md5(string_agg(v::text, ',' ORDER BY v::text)) AS digest FROM ${sql.table(view)} v`.execute(db);
   return rows[0].digest ?? '';
-}
-
-/**
- * The internal interface: POST /internal/sip/events on 127.0.0.1, an ephemeral port, a secret made
- * for this run and given only to this Kamailio (in its configuration file). Not part of the public API.
- */
-async function startReceiver(events: CallEvents, secret: string, log: NonNullable<SipEdgeOptions['log']>) {
-  const expected = Buffer.from(secret);
-  const server = http.createServer((req, res) => {
-    const answer = (status: number, body?: unknown) => {
-      res.writeHead(status, body === undefined ? {} : { 'content-type': 'application/json' });
-      res.end(body === undefined ? undefined : JSON.stringify(body));
-    };
-    const given = Buffer.from(String(req.headers[SECRET_HEADER] ?? ''));
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return answer(401, { errors: ['bad secret'] });
-    if (req.method !== 'POST' || req.url !== EVENTS_PATH) return answer(404, { errors: ['not found'] });
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > 16 * 1024) req.destroy();
-      else chunks.push(chunk);
-    });
-    req.on('end', () => {
-      let body: unknown;
-      try {
-        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-      } catch {
-        return answer(400, { errors: ['body is not JSON'] });
-      }
-      const { event, problems } = parseCallEvent(body);
-      if (!event) return answer(400, { errors: problems });
-      events.apply(event).then(
-        () => answer(204),
-        (error: unknown) => {
-          log('error', `call event ${event.event} for ${event.call_id} failed: ${error instanceof Error ? error.message : String(error)}`);
-          answer(503, { errors: ['not applied; the call is reconciled later'] });
-        },
-      );
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const port = typeof address === 'object' && address ? address.port : 0;
-  return {
-    port,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
 }

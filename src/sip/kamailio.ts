@@ -7,13 +7,16 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 
 export interface KamailioProcess {
+  /** The supervisor script (see SUPERVISOR); Kamailio is its child, in a process group of its own. */
   child: ChildProcess;
+  /** Kamailio's main process id (also its process group id). */
+  pid(): number | undefined;
   /** Resolves with the exit code (or signal name) when Kamailio ends. */
   exited: Promise<number | string>;
   /** One management command (`uac.reg_reload`, `dlg.list`...); its text answer. */
   rpc(command: string, ...args: string[]): Promise<string>;
-  /** SIGTERM, then SIGKILL after `graceMs`. */
-  stop(graceMs?: number): Promise<void>;
+  /** SIGTERM to Kamailio, then SIGKILL to its process group after 5 s (the supervisor's grace). */
+  stop(): Promise<void>;
 }
 
 export interface StartOptions {
@@ -41,11 +44,45 @@ function isExecutable(file: string): boolean {
   }
 }
 
+/**
+ * The supervisor between `sip serve` and Kamailio, a POSIX shell script (so that it costs no Node process):
+ * - Kamailio runs in its own session and process group (`setsid`; a background job of a non-interactive
+ *   shell is not a group leader, so setsid makes Kamailio's own pid the group id without forking);
+ * - when Kamailio's main process ends, however (SIGKILL included), every process left in its group (its
+ *   workers, which would otherwise keep the SIP port and their database connections) is killed;
+ * - a watchdog reads the pipe that `sip serve` holds open on the script's stdin: end of file means `sip serve`
+ *   stopped or died (SIGKILL included: the kernel closes the pipe), and Kamailio gets SIGTERM, then after
+ *   `$2` seconds its whole group SIGKILL. Stopping Kamailio is closing that pipe.
+ * Kamailio's pid goes to the file `$1`; the script exits with Kamailio's status. (Debian's sh is dash, whose
+ * `kill` takes a negative pid as a process group but not a `--` before it.)
+ */
+export const SUPERVISOR = `pidfile=$1; grace=$2; shift 2
+exec 3<&0
+setsid "$@" </dev/null &
+k=$!
+echo "$k" > "$pidfile"
+{ while read -r _; do :; done; kill -TERM "$k" 2>/dev/null; sleep "$grace"; kill -KILL "-$k" 2>/dev/null; } <&3 &
+w=$!
+exec 3<&-
+wait "$k"
+status=$?
+kill -KILL "-$k" 2>/dev/null
+kill "$w" 2>/dev/null
+exit "$status"
+`;
+
 export async function startKamailio(options: StartOptions): Promise<KamailioProcess> {
+  const pidFile = path.join(options.runDir, 'kamailio.pid');
+  fs.rmSync(pidFile, { force: true });
   // -DD: stay in the foreground without forking; -E: log to stderr; -Y: runtime directory (pid, sockets).
-  const child = spawn(options.binary, ['-f', options.configFile, '-DD', '-E', '-Y', options.runDir], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    '/bin/sh',
+    ['-c', SUPERVISOR, 'parley-sip-supervisor', pidFile, '5', options.binary, '-f', options.configFile, '-DD', '-E', '-Y', options.runDir],
+    { stdio: ['pipe', 'pipe', 'pipe'] },
+  );
+  // The pipe is the watchdog's lifeline; writing is never needed, and an error on it (the script gone) is
+  // seen through 'exit'.
+  child.stdin!.on('error', () => {});
   const lines = (chunk: Buffer) => {
     for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) options.onLog?.(line);
   };
@@ -64,12 +101,18 @@ export async function startKamailio(options: StartOptions): Promise<KamailioProc
     child,
     exited,
     rpc,
-    async stop(graceMs = 5000) {
+    pid() {
+      try {
+        const pid = Number(fs.readFileSync(pidFile, 'utf8').trim());
+        return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+      } catch {
+        return undefined;
+      }
+    },
+    async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+      child.stdin!.end();
       await exited;
-      clearTimeout(timer);
     },
   };
 
@@ -84,17 +127,10 @@ export async function startKamailio(options: StartOptions): Promise<KamailioProc
       return handle;
     } catch {
       if (Date.now() > deadline) {
-        await handle.stop(1000);
+        await handle.stop();
         throw new Error('Kamailio did not become ready in time');
       }
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   }
-}
-
-/** Call-IDs of the dialogs Kamailio holds (from `dlg.list`). */
-export function dialogCallIds(listing: string): Set<string> {
-  const ids = new Set<string>();
-  for (const match of listing.matchAll(/^\s*call-id:\s*(.+?)\s*$/gm)) ids.add(match[1]);
-  return ids;
 }

@@ -21,6 +21,8 @@ describe('SIP settings', () => {
     expect(() => loadSipSettings({ SIP_LISTEN: 'udp:127.0.0.1:70000' })).toThrow(/SIP_LISTEN/);
     expect(() => loadSipSettings({ SIP_DOMAIN: 'bad domain"' })).toThrow(/SIP_DOMAIN/);
     expect(() => loadSipSettings({ SIP_RING_TIMEOUT_SECONDS: '0' })).toThrow(/SIP_RING_TIMEOUT_SECONDS/);
+    // The dialog module refuses keep-alive intervals under 30 s.
+    expect(() => loadSipSettings({ SIP_KEEPALIVE_SECONDS: '10' })).toThrow(/SIP_KEEPALIVE_SECONDS/);
   });
 
   it('gives Kamailio a plain postgres:// URL (no query, explicit port)', () => {
@@ -35,8 +37,6 @@ describe('the Kamailio configuration', () => {
     settings: loadSipSettings({ SIP_LISTEN: 'udp:127.0.0.1:25999', SIP_DOMAIN: 'voice.example.com' }),
     databaseUrl: 'postgres://postgres@127.0.0.1:5432/parley',
     runDir: '/tmp/parley-sip-test',
-    eventUrl: 'http://127.0.0.1:40000/internal/sip/events',
-    eventSecret: 'secret-of-this-run',
   };
 
   it('fills every placeholder of the template from the settings', () => {
@@ -45,12 +45,16 @@ describe('the Kamailio configuration', () => {
     expect(rendered).toContain('listen=udp:127.0.0.1:25999');
     expect(rendered).toContain('#!define SIP_DOMAIN "voice.example.com"');
     expect(rendered).toContain('#!define DBURL "postgres://postgres@127.0.0.1:5432/parley"');
-    expect(rendered).toContain('X-Parley-Sip-Secret: secret-of-this-run');
+    expect(rendered).toContain('modparam("sqlops", "sqlcon", "events=>postgres://postgres@127.0.0.1:5432/parley")');
+    expect(rendered).toContain('modparam("dialog", "ka_interval", 30)');
+    expect(rendered).toContain('name=callevents;size=100000');
+    // Nothing in the call path waits on Parley: no HTTP client at all.
+    expect(rendered).not.toContain('http_client');
     expect(rendered).toContain('modparam("tm", "fr_inv_timer", 30000)');
   });
 
   it('refuses values that would break out of a quoted string, and unknown placeholders', () => {
-    expect(() => renderKamailioConfig({ ...input, eventSecret: 'a"b' })).toThrow(/EVENT_SECRET/);
+    expect(() => renderKamailioConfig({ ...input, runDir: '/tmp/a"b' })).toThrow(/RUN_DIR/);
     expect(() => renderKamailioConfig(input, 'listen={{NOPE}}')).toThrow(/NOPE/);
   });
 

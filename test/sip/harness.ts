@@ -38,8 +38,9 @@ export interface SipStack {
   stop(): Promise<void>;
 }
 
-export async function startSipStack(t: TestApp, env: Record<string, string> = {}): Promise<SipStack> {
-  const port = await freeUdpPort();
+/** Kamailio (through the SIP edge) on `port` (a free one when absent). */
+export async function startSipStack(t: TestApp, env: Record<string, string> = {}, port?: number): Promise<SipStack> {
+  port ??= await freeUdpPort();
   const kamailioLog: string[] = [];
   const settings = loadSipSettings({
     SIP_LISTEN: `udp:127.0.0.1:${port}`,
@@ -56,6 +57,7 @@ export async function startSipStack(t: TestApp, env: Record<string, string> = {}
     databaseUrl: t.config.databaseUrl,
     db: t.db,
     records: t.services.records!,
+    listen: (channel, onNotify, onResumed) => t.database.listen(channel, onNotify, onResumed),
     onKamailioLog: (line) => kamailioLog.push(line),
   });
   return {

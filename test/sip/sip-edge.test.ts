@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, resourceDocument, type Client } from '../helpers/http.js';
 import { startTestApp, type TestApp } from '../support/app.js';
 import { seedTenant, type Tenant } from '../support/seed.js';
-import { EVENTS_PATH } from '../../src/sip/edge.js';
+import { sql } from 'kysely';
 import { freeUdpPort, register, sipp, sipSkipReason, startSipStack, until, type SipStack } from './harness.js';
 
 const skip = sipSkipReason();
@@ -347,18 +347,56 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       expect(legs.every((l: { left_at: string | null }) => l.left_at !== null)).toBe(true);
     });
 
-    it('refuses call events without the secret (401) and malformed ones (400)', async () => {
-      const url = stack.edge.eventUrl;
-      expect(url.endsWith(EVENTS_PATH)).toBe(true);
-      const noSecret = await fetch(url, { method: 'POST', body: '{}' });
-      expect(noSecret.status).toBe(401);
-      const malformed = await fetch(url, {
-        method: 'POST',
-        body: '{"event":"nope"}',
-        headers: { 'x-parley-sip-secret': stack.edge.eventSecret },
-      });
-      expect(malformed.status).toBe(400);
-      expect(((await malformed.json()) as { errors: string[] }).errors.length).toBeGreaterThan(1);
+    it('holds call events in Kamailio while the database refuses them, and writes them in order when it takes them again', async () => {
+      const caller = await sipUser();
+      const callee = await sipUser();
+      // The queue table unwritable (as with the database away), the rest of the database still there for
+      // authentication: Kamailio keeps the events it cannot write and goes on relaying.
+      await sql`ALTER TABLE sip_call_events RENAME TO sip_call_events_away`.execute(t.db);
+      try {
+        await call('caller_call', 'callee_answer', caller, callee, 500);
+        await until(
+          async () => (stack.kamailioLog.some((l) => l.includes('call events not written')) ? true : undefined),
+          'Kamailio to report the events it holds',
+        );
+        expect(await callOf(caller.name, callee.name)).toBeUndefined();
+      } finally {
+        await sql`ALTER TABLE sip_call_events_away RENAME TO sip_call_events`.execute(t.db);
+      }
+      const record = await callWhenTerminal(caller.name, callee.name);
+      expect(record.attributes.status).toBe('completed');
+      expect((await participants(record.id)).map((l: { role: string }) => l.role)).toEqual(['caller', 'callee']);
+      expect(stack.kamailioLog.some((l) => l.includes('call events written again'))).toBe(true);
+    });
+
+    it('queues call events in the database while Parley consumes none, and records the call when it is back', async () => {
+      const caller = await sipUser();
+      const callee = await sipUser();
+      await stack.edge.queue.stop();
+      try {
+        // The call is set up, answered and hung up while nothing consumes: Kamailio never waits for Parley.
+        await call('caller_call', 'callee_answer', caller, callee, 500);
+        const queued = await until(async () => {
+          const { rows } = await sql<{ body: string; call_key: string }>`SELECT body, call_key FROM sip_call_events ORDER BY id`.execute(
+            t.db,
+          );
+          const mine = rows
+            .map((r) => ({ key: r.call_key, event: JSON.parse(Buffer.from(r.body, 'base64').toString('utf8')) }))
+            .filter((r) => r.event.from === caller.name);
+          return mine.some((r) => r.event.event === 'ended') ? mine : undefined;
+        }, 'the queued events of the call');
+        // In the order Kamailio raised them; the key is the Call-ID's MD5 (what reconciliation matches on).
+        expect(queued.map((r) => r.event.event).filter((e) => e !== 'ringing')).toEqual(['initiated', 'answered', 'ended']);
+        const callId = queued[0].event.call_id;
+        const { rows } = await sql<{ key: string }>`SELECT md5(${callId}) AS key`.execute(t.db);
+        expect(queued.every((r) => r.key === rows[0].key)).toBe(true);
+        expect(await callOf(caller.name, callee.name)).toBeUndefined();
+      } finally {
+        await stack.edge.queue.start();
+      }
+      const record = await callWhenTerminal(caller.name, callee.name);
+      expect(record.attributes.status).toBe('completed');
+      expect((await participants(record.id)).map((l: { role: string }) => l.role)).toEqual(['caller', 'callee']);
     });
   });
 });

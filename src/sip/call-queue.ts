@@ -1,0 +1,233 @@
+/**
+ * The consumer of the durable call event queue (`sip_call_events`, migration 0013): Kamailio writes each
+ * call event there without waiting for Parley; `sip serve` reads the rows in id order, validates each with
+ * `parseCallEvent`, applies it through `CallEvents` (records service, system actor) and deletes it.
+ *
+ * - Order per call: rows are claimed in id order (Kamailio writes them in the order they were raised) and a
+ *   row is not claimed while an earlier row of the same call is leased, so one call's events are applied one
+ *   after the other, in order, even with several consumers. Different calls are applied concurrently.
+ * - Exactly once in effect: a claimed row carries a lease; a consumer that dies before deleting it leaves the
+ *   lease to expire and the row is applied again. Applying an event twice changes nothing (statuses only move
+ *   forward, a terminal one is final, the Call is found by its Call-ID).
+ * - Failures: a row that is not a valid event, or that the records service refuses as invalid (4xx other than
+ *   409), is kept with its `error` and leaves the queue (the call is ended later by reconciliation); any other
+ *   failure (database unreachable) is retried with a growing delay, and holds the call's later events back.
+ * - Wake-up: NOTIFY `sip_call_events` (a statement trigger on the queue) when a listener is given, and a poll.
+ */
+import { sql } from 'kysely';
+import type { Db } from '../db/schema.js';
+import { type CallEvents, parseCallEvent } from './call-events.js';
+
+export const CALL_EVENT_CHANNEL = 'sip_call_events';
+
+export type Listen = (channel: string, onNotify: (payload: string) => void, onResumed?: () => void) => Promise<() => Promise<void>>;
+
+export interface CallQueueOptions {
+  db: Db;
+  events: CallEvents;
+  /** Subscribes to NOTIFY; without it the queue is only polled. */
+  listen?: Listen;
+  /** How often the queue is looked at without a notification (ms). */
+  pollMs?: number;
+  /** Rows claimed at once. */
+  batchSize?: number;
+  /** How long a claimed row is this consumer's before another may take it (ms). */
+  leaseMs?: number;
+  /** Calls applied at the same time. */
+  concurrency?: number;
+  log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
+}
+
+interface Row {
+  id: string;
+  call_key: string;
+  body: string;
+  attempts: number;
+}
+
+/** Whether a failure is the event's fault (kept out of the queue) rather than the moment's (retried). */
+function permanent(error: unknown): boolean {
+  const status = (error as { status?: number }).status;
+  return typeof status === 'number' && status >= 400 && status < 500 && status !== 409;
+}
+
+const message = (error: unknown) => (error instanceof Error ? error.message : String(error));
+
+export class CallEventQueue {
+  private readonly db: Db;
+  private readonly pollMs: number;
+  private readonly batchSize: number;
+  private readonly leaseMs: number;
+  private readonly concurrency: number;
+  private readonly log: NonNullable<CallQueueOptions['log']>;
+  private timer: NodeJS.Timeout | undefined;
+  private unlisten: (() => Promise<void>) | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+  private started = false;
+
+  constructor(private readonly options: CallQueueOptions) {
+    this.db = options.db;
+    this.pollMs = options.pollMs ?? 1000;
+    this.batchSize = options.batchSize ?? 400;
+    this.leaseMs = options.leaseMs ?? 30_000;
+    this.concurrency = options.concurrency ?? 32;
+    this.log = options.log ?? (() => {});
+  }
+
+  /** Starts consuming: every queued row now, then on each notification and poll. */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    if (this.options.listen) {
+      this.unlisten = await this.options.listen(
+        CALL_EVENT_CHANNEL,
+        () => this.wake(),
+        () => this.wake(),
+      );
+    }
+    this.timer = setInterval(() => this.wake(), this.pollMs);
+    this.timer.unref();
+    this.wake();
+  }
+
+  /** Stops consuming; rows already claimed are finished first. Queued rows stay for the next consumer. */
+  async stop(): Promise<void> {
+    if (!this.started) return;
+    this.started = false;
+    clearInterval(this.timer);
+    await this.unlisten?.().catch(() => {});
+    this.unlisten = undefined;
+    await this.running;
+  }
+
+  /** Runs a drain now unless one is running (then it runs again when that one ends). */
+  private wake(): void {
+    if (!this.started) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = this.drain()
+      .then(
+        () => undefined,
+        (error: unknown) => this.log('error', `call event queue: ${message(error)}`),
+      )
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.wake();
+        }
+      });
+  }
+
+  /** Applies queued rows until none can be claimed; the number applied. */
+  async drain(): Promise<number> {
+    let applied = 0;
+    for (;;) {
+      const rows = await this.claim();
+      if (rows.length === 0) return applied;
+      applied += await this.applyBatch(rows);
+      if (rows.length < this.batchSize) return applied;
+    }
+  }
+
+  /** Rows waiting, not counting those kept out with an error. */
+  async waiting(): Promise<number> {
+    const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM sip_call_events WHERE error IS NULL`.execute(this.db);
+    return rows[0].n;
+  }
+
+  private async claim(): Promise<Row[]> {
+    // SKIP LOCKED: two consumers never claim the same row; the lease keeps it theirs after this statement.
+    // Of the rows locked here, only those with no earlier row of their call outside this batch are claimed:
+    // an earlier row elsewhere is being applied by another consumer (or its claim is in flight, locked and not
+    // yet leased), or waits out a retry delay, and the call's later rows wait for it. The others are released.
+    const { rows } = await sql<Row>`
+      WITH candidates AS (
+        SELECT e.id, e.call_key FROM sip_call_events e
+        WHERE e.error IS NULL AND (e.lease_until IS NULL OR e.lease_until < now())
+        ORDER BY e.id LIMIT ${this.batchSize}
+        FOR UPDATE SKIP LOCKED
+      ), heads AS (
+        SELECT c.id FROM candidates c
+        WHERE NOT EXISTS (
+          SELECT 1 FROM sip_call_events p
+          WHERE p.call_key = c.call_key AND p.id < c.id AND p.error IS NULL AND p.id NOT IN (SELECT id FROM candidates))
+      )
+      UPDATE sip_call_events q SET lease_until = now() + make_interval(secs => ${this.leaseMs / 1000}), attempts = q.attempts + 1
+      WHERE q.id IN (SELECT id FROM heads)
+      RETURNING q.id::text AS id, q.call_key, q.body, q.attempts`.execute(this.db);
+    return rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+  }
+
+  private async applyBatch(rows: Row[]): Promise<number> {
+    const calls = new Map<string, Row[]>();
+    for (const row of rows) {
+      const list = calls.get(row.call_key);
+      if (list) list.push(row);
+      else calls.set(row.call_key, [row]);
+    }
+    const done: string[] = [];
+    const groups = [...calls.values()];
+    let next = 0;
+    const worker = async () => {
+      while (next < groups.length) {
+        const group = groups[next++];
+        await this.applyCall(group, done);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, groups.length) }, worker));
+    if (done.length) await sql`DELETE FROM sip_call_events WHERE id = ANY(${done}::bigint[])`.execute(this.db);
+    return done.length;
+  }
+
+  /** One call's rows, in order; the first that fails for the moment holds the rest back. */
+  private async applyCall(rows: Row[], done: string[]): Promise<void> {
+    for (let i = 0; i < rows.length; i++) {
+      const row = rows[i];
+      let body: unknown;
+      try {
+        body = JSON.parse(Buffer.from(row.body, 'base64').toString('utf8'));
+      } catch {
+        await this.keepOut(row, 'the body is not base64-encoded JSON');
+        continue;
+      }
+      const { event, problems } = parseCallEvent(body);
+      if (!event) {
+        await this.keepOut(row, problems.join('; '));
+        continue;
+      }
+      try {
+        await this.options.events.apply(event);
+        done.push(row.id);
+      } catch (error) {
+        if (permanent(error)) {
+          await this.keepOut(row, message(error));
+          continue;
+        }
+        this.log('warn', `call event ${event.event} for ${event.call_id} not applied (retried): ${message(error)}`);
+        // Retried after a delay that grows with the attempts (at most a minute); the call's later rows wait
+        // for it (released now, not claimed while this one is leased).
+        const delay = Math.min(60, 2 ** Math.min(row.attempts, 6) / 2);
+        const later = rows.slice(i + 1).map((r) => r.id);
+        await sql`UPDATE sip_call_events SET lease_until = now() + make_interval(secs => ${delay}) WHERE id = ${row.id}::bigint`
+          .execute(this.db)
+          .catch(() => {});
+        if (later.length)
+          await sql`UPDATE sip_call_events SET lease_until = NULL, attempts = attempts - 1 WHERE id = ANY(${later}::bigint[])`
+            .execute(this.db)
+            .catch(() => {});
+        return;
+      }
+    }
+  }
+
+  private async keepOut(row: Row, reason: string): Promise<void> {
+    this.log('error', `call event ${row.id} kept out of the queue: ${reason}`, { id: row.id });
+    await sql`UPDATE sip_call_events SET error = ${reason.slice(0, 1000)}, lease_until = NULL WHERE id = ${row.id}::bigint`.execute(
+      this.db,
+    );
+  }
+}
