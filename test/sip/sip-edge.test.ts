@@ -323,7 +323,7 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
     });
   });
 
-  describe('reconciliation and the internal interface', () => {
+  describe('reconciliation and the call event queue', () => {
     it('ends a call whose dialog Kamailio does not hold (events lost): answered -> completed', async () => {
       const caller = await sipUser();
       const callee = await sipUser();
