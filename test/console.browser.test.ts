@@ -478,6 +478,16 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
       await page.getByLabel('Reply as operator').fill('');
     }
     await page.setViewportSize({ width: 1280, height: 800 });
+
+    // Messages come a page at a time, newest first: the oldest are one "Load earlier messages" per page away.
+    expect(await page.locator('.items').getByText('Message 0:').count()).toBe(0);
+    for (let page_ = 0; page_ < 10 && (await page.getByRole('button', { name: 'Load earlier messages' }).count()) > 0; page_++) {
+      await page.getByRole('button', { name: 'Load earlier messages' }).click();
+      await page.waitForFunction(`!document.querySelector('.older button')?.disabled`);
+    }
+    await page.locator('.items').getByText('Message 0:').waitFor();
+    expect(await page.locator('.items li.item').count()).toBe(200);
+    expect((await page.locator('.topbar').boundingBox())!.y).toBeGreaterThanOrEqual(0);
   });
 
   it('clears an expired session with a message', async () => {

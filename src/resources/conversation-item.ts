@@ -172,7 +172,7 @@ export default defineResource({
     content: attr.string({ create: 'required', maxBytes: CONTENT_MAX_BYTES }),
     metadata: attr.object({ create: true, maxBytes: 16 * 1024, default: () => ({}) }),
     item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
-    content_index: attr.integer({ create: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),
+    content_index: attr.integer({ create: true, sortable: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),
     occurred_at: attr.timestamp({ create: true, default: () => new Date() }),
     conversation_id: attr.uuid({ create: 'required', references: 'Conversation', referenceCheckedByAction: true }),
     organisation_id: attr.uuid({ create: true, references: 'Organisation', referenceCheckedByAction: true }),

@@ -52,6 +52,46 @@ export interface paths {
         patch: operations["updateApiKey"];
         trace?: never;
     };
+    "/api/api_keys/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one ApiKey
+         * @description The ApiKey's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the ApiKey is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getApiKeyOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/api_keys/{id}/user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the user of one ApiKey
+         * @description The ApiKey's `user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the ApiKey is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getApiKeyUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/users/login": {
         parameters: {
             query?: never;
@@ -138,6 +178,66 @@ export interface paths {
          * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin, operator. Operators change only their own record (403 for others).
          */
         patch: operations["updateUser"];
+        trace?: never;
+    };
+    "/api/users/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one User
+         * @description The User's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the User is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getUserOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/users/{id}/organisations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisations of one User
+         * @description The Organisation records of the User's `organisations` relationship (its related link), filtered, sorted and paged as a list. 404 when the User is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getUserOrganisations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/users/{id}/sip_user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the sip_user of one User
+         * @description The User's `sip_user` (its related link): the SipUser, or `data: null` when there is none or the caller may not see it. 404 when the User is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getUserSipUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/users/me": {
@@ -228,6 +328,86 @@ export interface paths {
         patch: operations["updateConversation"];
         trace?: never;
     };
+    "/api/conversations/{id}/ai_agent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the ai_agent of one Conversation
+         * @description The Conversation's `ai_agent` (its related link): the AiAgent, or `data: null` when there is none or the caller may not see it. 404 when the Conversation is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getConversationAiAgent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/conversations/{id}/call": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the call of one Conversation
+         * @description The Conversation's `call` (its related link): the Call, or `data: null` when there is none or the caller may not see it. 404 when the Conversation is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getConversationCall"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/conversations/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one Conversation
+         * @description The Conversation's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the Conversation is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getConversationOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/conversations/{id}/conversation_items": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the conversation_items of one Conversation
+         * @description The ConversationItem records of the Conversation's `conversation_items` relationship (its related link), filtered, sorted and paged as a list. 404 when the Conversation is not visible. Roles: owner, admin, operator, visitor.
+         */
+        get: operations["getConversationConversationItems"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/conversation_items/{id}": {
         parameters: {
             query?: never;
@@ -240,6 +420,46 @@ export interface paths {
          * @description One ConversationItem of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator, visitor. Operators see only their own records.
          */
         get: operations["getConversationItem"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/conversation_items/{id}/conversation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the conversation of one ConversationItem
+         * @description The ConversationItem's `conversation` (its related link): the Conversation, or `data: null` when there is none or the caller may not see it. 404 when the ConversationItem is not visible. Roles: owner, admin, operator, visitor.
+         */
+        get: operations["getConversationItemConversation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/conversation_items/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one ConversationItem
+         * @description The ConversationItem's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the ConversationItem is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getConversationItemOrganisation"];
         put?: never;
         post?: never;
         delete?: never;
@@ -320,6 +540,26 @@ export interface paths {
         patch: operations["updateAiAgent"];
         trace?: never;
     };
+    "/api/ai_agents/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one AiAgent
+         * @description The AiAgent's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the AiAgent is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getAiAgentOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/gateways": {
         parameters: {
             query?: never;
@@ -370,6 +610,26 @@ export interface paths {
          * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin.
          */
         patch: operations["updateGateway"];
+        trace?: never;
+    };
+    "/api/gateways/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one Gateway
+         * @description The Gateway's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the Gateway is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getGatewayOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/sip_users": {
@@ -424,6 +684,46 @@ export interface paths {
         patch: operations["updateSipUser"];
         trace?: never;
     };
+    "/api/sip_users/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one SipUser
+         * @description The SipUser's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the SipUser is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getSipUserOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sip_users/{id}/user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the user of one SipUser
+         * @description The SipUser's `user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the SipUser is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getSipUserUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/operator_statuses": {
         parameters: {
             query?: never;
@@ -460,6 +760,66 @@ export interface paths {
          * @description One OperatorStatus of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
          */
         get: operations["getOperatorStatus"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/operator_statuses/{id}/changed_by_user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the changed_by_user of one OperatorStatus
+         * @description The OperatorStatus's `changed_by_user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatus is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusChangedByUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/operator_statuses/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one OperatorStatus
+         * @description The OperatorStatus's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatus is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/operator_statuses/{id}/sip_user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the sip_user of one OperatorStatus
+         * @description The OperatorStatus's `sip_user` (its related link): the SipUser, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatus is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusSipUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -508,6 +868,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/operator_status_events/{id}/changed_by_user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the changed_by_user of one OperatorStatusEvent
+         * @description The OperatorStatusEvent's `changed_by_user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatusEvent is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusEventChangedByUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/operator_status_events/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one OperatorStatusEvent
+         * @description The OperatorStatusEvent's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatusEvent is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusEventOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/operator_status_events/{id}/sip_user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the sip_user of one OperatorStatusEvent
+         * @description The OperatorStatusEvent's `sip_user` (its related link): the SipUser, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatusEvent is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusEventSipUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/calls": {
         parameters: {
             query?: never;
@@ -540,6 +960,46 @@ export interface paths {
          * @description One Call of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
          */
         get: operations["getCall"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/calls/{id}/conversation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the conversation of one Call
+         * @description The Call's `conversation` (its related link): the Conversation, or `data: null` when there is none or the caller may not see it. 404 when the Call is not visible. Roles: owner, admin, operator, visitor.
+         */
+        get: operations["getCallConversation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/calls/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one Call
+         * @description The Call's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the Call is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getCallOrganisation"];
         put?: never;
         post?: never;
         delete?: never;
@@ -592,6 +1052,46 @@ export interface paths {
         patch: operations["updateCallParticipant"];
         trace?: never;
     };
+    "/api/call_participants/{id}/call": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the call of one CallParticipant
+         * @description The CallParticipant's `call` (its related link): the Call, or `data: null` when there is none or the caller may not see it. 404 when the CallParticipant is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getCallParticipantCall"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/call_participants/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one CallParticipant
+         * @description The CallParticipant's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the CallParticipant is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getCallParticipantOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/call_transcripts": {
         parameters: {
             query?: never;
@@ -624,6 +1124,46 @@ export interface paths {
          * @description One CallTranscript of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
          */
         get: operations["getCallTranscript"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/call_transcripts/{id}/call": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the call of one CallTranscript
+         * @description The CallTranscript's `call` (its related link): the Call, or `data: null` when there is none or the caller may not see it. 404 when the CallTranscript is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getCallTranscriptCall"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/call_transcripts/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one CallTranscript
+         * @description The CallTranscript's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the CallTranscript is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getCallTranscriptOrganisation"];
         put?: never;
         post?: never;
         delete?: never;
@@ -724,6 +1264,26 @@ export interface paths {
         patch: operations["updateWebhookEndpoint"];
         trace?: never;
     };
+    "/api/webhook_endpoints/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one WebhookEndpoint
+         * @description The WebhookEndpoint's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the WebhookEndpoint is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getWebhookEndpointOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/webhook_deliveries": {
         parameters: {
             query?: never;
@@ -756,6 +1316,46 @@ export interface paths {
          * @description One WebhookDelivery of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin.
          */
         get: operations["getWebhookDelivery"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhook_deliveries/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one WebhookDelivery
+         * @description The WebhookDelivery's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the WebhookDelivery is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getWebhookDeliveryOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/webhook_deliveries/{id}/webhook_endpoint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the webhook_endpoint of one WebhookDelivery
+         * @description The WebhookDelivery's `webhook_endpoint` (its related link): the WebhookEndpoint, or `data: null` when there is none or the caller may not see it. 404 when the WebhookDelivery is not visible. Roles: owner, admin.
+         */
+        get: operations["getWebhookDeliveryWebhookEndpoint"];
         put?: never;
         post?: never;
         delete?: never;
@@ -807,6 +1407,26 @@ export interface paths {
          * @description Removes the Invitation and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
          */
         delete: operations["deleteInvitation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/invitations/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one Invitation
+         * @description The Invitation's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the Invitation is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getInvitationOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -949,6 +1569,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        ApiKeyRelatedDocument: {
+            data: components["schemas"]["ApiKeyResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         ApiKeyListDocument: {
             data: components["schemas"]["ApiKeyResource"][];
             included: components["schemas"]["Included"];
@@ -1025,6 +1655,16 @@ export interface components {
             data: components["schemas"]["UserResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        UserRelatedDocument: {
+            data: components["schemas"]["UserResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         UserListDocument: {
@@ -1114,6 +1754,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        ConversationRelatedDocument: {
+            data: components["schemas"]["ConversationResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         ConversationListDocument: {
             data: components["schemas"]["ConversationResource"][];
             included: components["schemas"]["Included"];
@@ -1185,6 +1835,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        ConversationItemRelatedDocument: {
+            data: components["schemas"]["ConversationItemResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         ConversationItemListDocument: {
             data: components["schemas"]["ConversationItemResource"][];
             included: components["schemas"]["Included"];
@@ -1243,6 +1903,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        AiAgentRelatedDocument: {
+            data: components["schemas"]["AiAgentResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         AiAgentListDocument: {
             data: components["schemas"]["AiAgentResource"][];
             included: components["schemas"]["Included"];
@@ -1298,6 +1968,16 @@ export interface components {
             data: components["schemas"]["GatewayResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        GatewayRelatedDocument: {
+            data: components["schemas"]["GatewayResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         GatewayListDocument: {
@@ -1358,6 +2038,16 @@ export interface components {
             data: components["schemas"]["SipUserResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        SipUserRelatedDocument: {
+            data: components["schemas"]["SipUserResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         SipUserListDocument: {
@@ -1430,6 +2120,16 @@ export interface components {
             data: components["schemas"]["OperatorStatusResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        OperatorStatusRelatedDocument: {
+            data: components["schemas"]["OperatorStatusResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         OperatorStatusListDocument: {
@@ -1510,6 +2210,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        OperatorStatusEventRelatedDocument: {
+            data: components["schemas"]["OperatorStatusEventResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         OperatorStatusEventListDocument: {
             data: components["schemas"]["OperatorStatusEventResource"][];
             included: components["schemas"]["Included"];
@@ -1583,6 +2293,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        CallRelatedDocument: {
+            data: components["schemas"]["CallResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         CallListDocument: {
             data: components["schemas"]["CallResource"][];
             included: components["schemas"]["Included"];
@@ -1649,6 +2369,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        CallParticipantRelatedDocument: {
+            data: components["schemas"]["CallParticipantResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         CallParticipantListDocument: {
             data: components["schemas"]["CallParticipantResource"][];
             included: components["schemas"]["Included"];
@@ -1713,6 +2443,16 @@ export interface components {
             meta: Record<string, unknown>;
             jsonapi: components["schemas"]["JsonApi"];
         };
+        CallTranscriptRelatedDocument: {
+            data: components["schemas"]["CallTranscriptResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         CallTranscriptListDocument: {
             data: components["schemas"]["CallTranscriptResource"][];
             included: components["schemas"]["Included"];
@@ -1750,6 +2490,16 @@ export interface components {
             data: components["schemas"]["OrganisationResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        OrganisationRelatedDocument: {
+            data: components["schemas"]["OrganisationResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         OrganisationListDocument: {
@@ -1810,6 +2560,16 @@ export interface components {
             data: components["schemas"]["WebhookEndpointResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        WebhookEndpointRelatedDocument: {
+            data: components["schemas"]["WebhookEndpointResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         WebhookEndpointListDocument: {
@@ -1880,6 +2640,16 @@ export interface components {
             data: components["schemas"]["WebhookDeliveryResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        WebhookDeliveryRelatedDocument: {
+            data: components["schemas"]["WebhookDeliveryResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         WebhookDeliveryListDocument: {
@@ -1957,6 +2727,16 @@ export interface components {
             data: components["schemas"]["InvitationResource"];
             included: components["schemas"]["Included"];
             meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        InvitationRelatedDocument: {
+            data: components["schemas"]["InvitationResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
             jsonapi: components["schemas"]["JsonApi"];
         };
         InvitationListDocument: {
@@ -2674,6 +3454,120 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getApiKeyOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getApiKeyUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     login: {
         parameters: {
             query?: {
@@ -3205,6 +4099,258 @@ export interface operations {
             413: components["responses"]["Error413"];
             415: components["responses"]["Error415"];
             422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getUserOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getUserOrganisations: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, name, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getUserSipUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["SipUserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
             429: components["responses"]["Error429"];
             500: components["responses"]["Error500"];
             503: components["responses"]["Error503"];
@@ -3845,6 +4991,303 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getConversationAiAgent: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["AiAgentRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getConversationCall: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["CallRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getConversationOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getConversationConversationItems: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, content_index, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["ConversationItemListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     getConversationItem: {
         parameters: {
             query?: {
@@ -3889,6 +5332,120 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.api+json": components["schemas"]["ConversationItemDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getConversationItemConversation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["ConversationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getConversationItemOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
                 };
             };
             400: components["responses"]["Error400"];
@@ -4485,6 +6042,63 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getAiAgentOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listGateways: {
         parameters: {
             query?: {
@@ -4954,6 +6568,63 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getGatewayOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listSipUsers: {
         parameters: {
             query?: {
@@ -5391,6 +7062,120 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getSipUserOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getSipUserUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listOperatorStatuss: {
         parameters: {
             query?: {
@@ -5770,6 +7555,177 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getOperatorStatusChangedByUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getOperatorStatusOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getOperatorStatusSipUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["SipUserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listOperatorStatusEvents: {
         parameters: {
             query?: {
@@ -6067,6 +8023,177 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.api+json": components["schemas"]["OperatorStatusEventDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getOperatorStatusEventChangedByUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getOperatorStatusEventOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getOperatorStatusEventSipUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["SipUserRelatedDocument"];
                 };
             };
             400: components["responses"]["Error400"];
@@ -6395,6 +8522,120 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.api+json": components["schemas"]["CallDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getCallConversation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["ConversationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getCallOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
                 };
             };
             400: components["responses"]["Error400"];
@@ -6776,6 +9017,120 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getCallParticipantCall: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["CallRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getCallParticipantOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listCallTranscripts: {
         parameters: {
             query?: {
@@ -7028,6 +9383,120 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.api+json": components["schemas"]["CallTranscriptDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getCallTranscriptCall: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["CallRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getCallTranscriptOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
                 };
             };
             400: components["responses"]["Error400"];
@@ -7686,6 +10155,63 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getWebhookEndpointOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listWebhookDeliverys: {
         parameters: {
             query?: {
@@ -7954,6 +10480,120 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.api+json": components["schemas"]["WebhookDeliveryDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getWebhookDeliveryOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getWebhookDeliveryWebhookEndpoint: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["WebhookEndpointRelatedDocument"];
                 };
             };
             400: components["responses"]["Error400"];
@@ -8400,6 +11040,63 @@ export interface operations {
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
             409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getInvitationOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
             429: components["responses"]["Error429"];
             500: components["responses"]["Error500"];
             503: components["responses"]["Error503"];

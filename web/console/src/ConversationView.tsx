@@ -9,6 +9,9 @@ import {
 import { AUTHOR_LABELS, conversationTitle } from './Inbox';
 import type { Action } from './live';
 
+/** Messages per page: enough to fill a tall window, small enough to open at once. */
+const PAGE_SIZE = 50;
+
 interface Props {
   api: ApiClient;
   me: string;
@@ -36,24 +39,54 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
   const closed = attributes.status === 'closed';
   const sorted = [...(items?.values() ?? [])].sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
 
+  /** The cursor of the next page of older messages (links.next's page[after]); null when the first is loaded. */
+  const [older, setOlder] = useState<string | null | undefined>(undefined);
+  const [loadingOlder, setLoadingOlder] = useState(false);
+
+  /**
+   * One page of the conversation's messages, newest first, from its related link (a paged list, so a
+   * conversation of any length opens: an include is bounded by INCLUDE_MAX_RECORDS/_BYTES).
+   */
+  async function loadPage(after: string | undefined) {
+    const { data, error: failure } = await api.GET('/api/conversations/{id}/conversation_items', {
+      params: {
+        path: { id: conversation.id },
+        query: { sort: '-content_index', 'page[limit]': PAGE_SIZE, ...(after ? { 'page[after]': after } : {}) },
+      },
+    });
+    if (!data) return setError(describeError(failure, 'The messages could not be loaded.'));
+    dispatch({ kind: 'items', conversationId: conversation.id, list: data.data });
+    const next = data.links?.next;
+    setOlder(next ? (new URL(next, window.location.origin).searchParams.get('page[after]') ?? null) : null);
+  }
+
   useEffect(() => {
     void (async () => {
       // Conversations have no single-record GET (the spec's endpoints): the list, filtered to this one.
-      const { data, error: failure } = await api.GET('/api/conversations', {
-        params: { query: { filter: { id: conversation.id }, include: 'conversation_items' } },
-      });
+      const { data, error: failure } = await api.GET('/api/conversations', { params: { query: { filter: { id: conversation.id } } } });
       if (!data?.data[0]) return setError(describeError(failure, 'The conversation could not be loaded.'));
       dispatch({ kind: 'conversation', record: data.data[0] });
-      const loaded = (data.included ?? []).filter(
-        (r): r is ConversationItemResource => (r as { type: string }).type === 'ConversationItem',
-      );
-      dispatch({ kind: 'items', conversationId: conversation.id, list: loaded });
+      await loadPage(undefined);
     })();
   }, [api, conversation.id, dispatch]);
 
+  // Follow the newest message (a new one arrived, or the first page loaded), not a page of older ones.
+  const newest = sorted.at(-1)?.id;
   useEffect(() => {
     listRef.current?.lastElementChild?.scrollIntoView({ block: 'end' });
-  }, [sorted.length]);
+  }, [newest]);
+
+  async function loadOlder() {
+    if (!older || loadingOlder) return;
+    setLoadingOlder(true);
+    try {
+      await loadPage(older);
+    } catch (cause) {
+      setError(describeError(cause, 'Older messages could not be loaded: the server could not be reached.'));
+    } finally {
+      setLoadingOlder(false);
+    }
+  }
 
   async function update(status: ConversationStatus, meta: Record<string, unknown>, failureText: string) {
     setError(undefined);
@@ -152,6 +185,13 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
         </div>
       </div>
       <ol class="items" ref={listRef} aria-label="Messages" aria-live="polite">
+        {older && (
+          <li class="older">
+            <button type="button" class="button quiet" disabled={loadingOlder} onClick={loadOlder}>
+              {loadingOlder ? 'Loading…' : 'Load earlier messages'}
+            </button>
+          </li>
+        )}
         {sorted.map((item) => (
           <li key={item.id} class={`item role-${item.attributes.role}`}>
             <span class="item-role">{AUTHOR_LABELS[item.attributes.role ?? 'system'] ?? item.attributes.role}</span>
@@ -161,7 +201,7 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
             </time>
           </li>
         ))}
-        {sorted.length === 0 && <li class="muted pad">No messages yet.</li>}
+        {sorted.length === 0 && older === null && <li class="muted pad">No messages yet.</li>}
       </ol>
       {error && (
         <p class="banner error" role="alert">

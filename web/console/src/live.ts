@@ -56,8 +56,13 @@ export function reduce(state: LiveState, action: Action): LiveState {
     case 'conversation':
       return { ...state, conversations: copy(state.conversations).set(action.record.id, action.record) };
     case 'items': {
-      const list = new Map(action.list.map((i) => [i.id, i]));
-      const latest = action.list.at(-1);
+      // A page of items (any order), added to those already known: pages of older ones, and live ones that
+      // arrived while a page was loading, all stay.
+      const list = copy(state.items.get(action.conversationId) ?? new Map<string, ConversationItemResource>());
+      for (const item of action.list) list.set(item.id, item);
+      let latest = state.latest.get(action.conversationId);
+      for (const item of list.values())
+        if (!latest || (item.attributes.content_index ?? 0) > (latest.attributes.content_index ?? 0)) latest = item;
       return {
         ...state,
         items: copy(state.items).set(action.conversationId, list),
