@@ -179,7 +179,7 @@ export async function idleBenchmark(
       ? (
           await client.query(
             `SELECT query, calls::int, total_exec_time AS total FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-             WHERE d.datname = $1 ORDER BY total_exec_time DESC LIMIT 10`,
+             WHERE d.datname = $1 AND s.query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT 10`,
             [name],
           )
         ).rows.map((r) => ({ query: String(r.query).replace(/\s+/g, ' ').slice(0, 120), calls: r.calls, totalMs: Number(r.total) }))
