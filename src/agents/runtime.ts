@@ -96,7 +96,8 @@ export interface TurnResult {
   userItem: Item;
   /** The assistant item (a reply or a refusal); absent when a failure hands off without one. */
   reply?: { content: string; metadata: Record<string, unknown> };
-  handoff?: { reason: string; metadata: Record<string, unknown>; system?: string };
+  /** `detail`: what went wrong, for the log and `agent run` (operators); never stored in an item. */
+  handoff?: { reason: string; metadata: Record<string, unknown>; system?: string; detail?: string };
   answers: Record<string, string>;
   close: boolean;
   state: WorkflowState;
@@ -497,6 +498,7 @@ export class AgentRuntime {
         handoff: {
           reason: 'The AI model did not answer; an operator will take over.',
           metadata: { rule: 'model_failure', attempts: error.attempts },
+          detail: error.message,
         },
       };
     }
