@@ -125,6 +125,20 @@ describe("the model provider's errors", () => {
     expect(text).not.toContain('scripted 401');
     expect(text).not.toContain('endpoint answered');
   });
+
+  it("operators still see the provider's error: `agent run` (the dry run) reports it, and nothing is stored", async () => {
+    const conversation = await visitorConversation(await newAgent());
+    expect((await conversation.say('hello')).status).toBe(201);
+    model.always(() => ({ status: 401 }));
+    try {
+      const runtime = new AgentRuntime({ db: t.db, services: t.services, config: config() });
+      const result = await runtime.dryRun(conversation.id);
+      expect('handoff' in result && result.handoff?.detail).toMatch(/answered 401/);
+    } finally {
+      model.always(undefined);
+    }
+    expect((await conversation.read()).body.data).toHaveLength(1);
+  });
 });
 
 describe('the prompt boundary', () => {

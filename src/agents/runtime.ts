@@ -111,7 +111,8 @@ export interface TurnResult {
   userItem: Item;
   /** The assistant item (a reply or a refusal); absent when a failure hands off without one. */
   reply?: { content: string; metadata: Record<string, unknown> };
-  handoff?: { reason: string; metadata: Record<string, unknown>; system?: string };
+  /** `detail`: what went wrong, for the log and `agent run` (operators); never stored in an item. */
+  handoff?: { reason: string; metadata: Record<string, unknown>; system?: string; detail?: string };
   answers: Record<string, string>;
   close: boolean;
   state: WorkflowState;
@@ -571,6 +572,7 @@ export class AgentRuntime {
         handoff: {
           reason: 'The AI model did not answer; an operator will take over.',
           metadata: { rule: 'model_failure', attempts: error.attempts },
+          detail: error.message,
         },
       };
     }

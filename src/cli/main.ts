@@ -362,7 +362,7 @@ agent
           workflow_state: result.state,
         };
         const lines = [result.reply ? result.reply.content : '(no reply)'];
-        if (result.handoff) lines.push(`[handoff] ${result.handoff.reason}`);
+        if (result.handoff) lines.push(`[handoff] ${result.handoff.reason}${result.handoff.detail ? ` (${result.handoff.detail})` : ''}`);
         return { result: out, text: lines.join('\n') };
       }),
     ),

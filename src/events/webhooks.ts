@@ -253,8 +253,9 @@ export class WebhookWorker {
    * Fair between endpoints: each endpoint has at most `webhookEndpointConcurrency` attempts leased at once (a
    * receiver that hangs holds that many slots, not all of them), and the slots free now go round the
    * endpoints with due work, each one's oldest first, then each one's second, and so on. The cost follows
-   * pending work, not the table's history: every probe is on a partial index of pending deliveries
-   * (migration 0015_b; `test/webhook-fairness.test.ts` checks the plan). Two processes claiming at the same
+   * pending work, not the table's history nor the number of endpoints: the endpoints with pending deliveries
+   * are found by a skip scan, and every probe is on a partial index of pending deliveries (migration 0015_b;
+   * `test/webhook-fairness.test.ts` checks the plan). Two processes claiming at the same
    * moment may each see an endpoint below its cap: it is a bound per claim, not a lock.
    * SKIP LOCKED: rows another process is claiming right now are left to it.
    */
@@ -273,13 +274,19 @@ export class WebhookWorker {
   private claimQuery(limit: number) {
     const leaseSeconds = Math.ceil(this.config.webhookTimeoutMs / 1000) + 5;
     return sql<Claimed>`
-      WITH endpoints AS (
-        SELECT w.id, ${this.config.webhookEndpointConcurrency} - (
+      WITH RECURSIVE pending AS (
+        -- The endpoints with pending deliveries, one index probe each (a skip scan of the pending index), so that
+        -- neither the deliveries' history nor the endpoints without pending work are read.
+        (SELECT webhook_endpoint_id AS id FROM webhook_deliveries WHERE status = 'pending' ORDER BY webhook_endpoint_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT d.webhook_endpoint_id FROM webhook_deliveries d
+                WHERE d.status = 'pending' AND d.webhook_endpoint_id > p.id ORDER BY d.webhook_endpoint_id LIMIT 1)
+        FROM pending p WHERE p.id IS NOT NULL
+      ), endpoints AS (
+        SELECT p.id, ${this.config.webhookEndpointConcurrency} - (
                  SELECT count(*) FROM webhook_deliveries l
-                 WHERE l.webhook_endpoint_id = w.id AND l.status = 'pending' AND l.lease_until >= now()) AS room
-        FROM webhook_endpoints w
-        WHERE EXISTS (SELECT 1 FROM webhook_deliveries p
-                      WHERE p.webhook_endpoint_id = w.id AND p.status = 'pending' AND p.next_attempt_at <= now())
+                 WHERE l.webhook_endpoint_id = p.id AND l.status = 'pending' AND l.lease_until >= now()) AS room
+        FROM pending p WHERE p.id IS NOT NULL
       ), candidates AS (
         SELECT c.id, c.next_attempt_at, row_number() OVER (PARTITION BY e.id ORDER BY c.next_attempt_at, c.id) AS turn
         FROM endpoints e

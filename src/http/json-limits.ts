@@ -41,12 +41,20 @@ export function jsonShapeProblem(
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === 0x22) {
-      // A string: skip to its closing quote (a backslash escapes the next character).
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (d === 0x5c) i++;
-        else if (d === 0x22) break;
+      // A string: jump to its closing quote (native indexOf, not a loop per character); a quote after an odd
+      // number of backslashes is escaped, part of the string.
+      let end = i;
+      for (;;) {
+        end = text.indexOf('"', end + 1);
+        if (end === -1) {
+          end = text.length;
+          break;
+        }
+        let backslashes = 0;
+        while (text.charCodeAt(end - 1 - backslashes) === 0x5c) backslashes++;
+        if (backslashes % 2 === 0) break;
       }
+      i = end;
     } else if (c === 0x7b || c === 0x5b) {
       open.push(1);
       values += 2; // the container and its first member

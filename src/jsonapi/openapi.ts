@@ -232,7 +232,7 @@ const ERROR_RESPONSES: Record<number, string> = {
   405: 'Method not allowed on this path',
   406: 'Not acceptable',
   409: 'Type or id mismatch, or uniqueness violation',
-  413: 'Body too large',
+  413: 'Body too large, or too complex (more than 4,096 members in one object or array, or 16,384 values)',
   415: 'Unsupported media type',
   422: 'Invalid, missing or unknown attributes',
   429: 'Rate limited',
@@ -582,7 +582,7 @@ function actionOperation(resource: ResourceDef, name: string, action: CustomActi
   return {
     operationId: name,
     summary: action.summary,
-    description: `${action.summary}. ${action.allowPublishable ? "Takes a publishable key (the organisation is the key's). " : ''}${rolesText(action.roles)} Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.`,
+    description: `${action.summary}. ${action.allowPublishable ? "Takes a publishable key (the organisation is the key's). " : ''}${rolesText(action.roles)} Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.`,
     tags: [resource.type],
     security: action.allowPublishable ? [{ publishableKey: [] }, ...MEMBER_SECURITY] : MEMBER_SECURITY,
     parameters: queryParameters(resource, false, registry),
