@@ -5,7 +5,8 @@
  *
  * On the first message it trades the publishable key for a visitor credential (POST /api/visitor_sessions),
  * which creates the visitor's one conversation; it then posts the visitor's messages as `user` items and reads
- * the conversation (found by its public_id) every few seconds, showing the agent's and operators' replies and,
+ * the conversation's newest items (its related link, a page of 50, with the conversation included) every few
+ * seconds, showing the agent's and operators' replies and,
  * when the conversation waits for a human (`pending`), that an operator will join. The page's origin must be in
  * the server's CORS_ALLOWED_ORIGINS. Everything lives in a shadow root, so the host page's styles do not leak in.
  *
@@ -61,6 +62,9 @@ function start(script: HTMLScriptElement) {
   const storageKey = `parley.visitor.${publishableKey.slice(-16)}`;
   let session: VisitorSession | undefined = restore();
   let timer: number | undefined;
+  /** The items seen in this conversation so far, by id: each poll brings the newest page, and older ones stay. */
+  let known = new Map<string, ConversationItemResource>();
+  let lastStatus: string | undefined;
 
   const api = apiClient({
     baseUrl,
@@ -132,6 +136,8 @@ function start(script: HTMLScriptElement) {
 
   function forget(message: string) {
     session = undefined;
+    known = new Map();
+    lastStatus = undefined;
     sessionStorage.removeItem(storageKey);
     window.clearTimeout(timer);
     status.textContent = message;
@@ -157,8 +163,9 @@ function start(script: HTMLScriptElement) {
     return session;
   }
 
-  function render(conversation: ConversationResource, items: ConversationItemResource[]) {
-    const shown = items
+  function render(conversation: ConversationResource | undefined, items: ConversationItemResource[]) {
+    for (const item of items) known.set(item.id, item);
+    const shown = [...known.values()]
       .filter((i) => i.attributes.role !== 'tool' && i.attributes.role !== 'system')
       .sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
     if (list.childElementCount !== shown.length) {
@@ -181,7 +188,9 @@ function start(script: HTMLScriptElement) {
       );
       list.lastElementChild?.scrollIntoView({ block: 'end' });
     }
-    const state = conversation.attributes.status;
+    // A page without items includes no conversation: its status is the one last seen.
+    const state = conversation?.attributes.status ?? lastStatus;
+    lastStatus = state;
     status.textContent = state === 'pending' ? 'An operator will join shortly.' : state === 'closed' ? 'This conversation has ended.' : '';
     input.disabled = state === 'closed';
     restart.hidden = state !== 'closed';
@@ -192,11 +201,20 @@ function start(script: HTMLScriptElement) {
     if (!session) return;
     let wait = POLL_MS;
     try {
-      const { data, response } = await api.GET('/api/conversations', {
-        params: { query: { filter: { public_id: session.publicId }, include: 'conversation_items' } },
+      // One request a poll: the newest items (so a conversation of any length is read in bounded pages) and,
+      // included, the conversation's status.
+      const { data, response } = await api.GET('/api/conversations/{id}/conversation_items', {
+        params: {
+          path: { id: session.conversationId },
+          query: { sort: '-content_index', 'page[limit]': 50, include: 'conversation' },
+        },
       });
-      const conversation = data?.data[0];
-      if (conversation) render(conversation, (data.included ?? []) as ConversationItemResource[]);
+      if (data) {
+        const conversation = (data.included ?? []).find((r) => (r as { type: string }).type === 'Conversation') as
+          | ConversationResource
+          | undefined;
+        render(conversation, data.data);
+      }
       if (response.status === 429) wait = Number(response.headers.get('Retry-After') ?? 10) * 1000;
     } catch {
       wait = POLL_MS * 3; // offline: try again a little later
