@@ -2156,7 +2156,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2175,7 +2180,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -2375,7 +2387,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2493,7 +2510,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2586,7 +2608,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2679,7 +2706,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2766,7 +2798,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2857,7 +2894,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2876,7 +2918,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -3020,7 +3069,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3113,7 +3167,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3215,7 +3274,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3269,7 +3333,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3353,7 +3422,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3372,7 +3446,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -3566,7 +3647,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3676,7 +3762,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3733,7 +3824,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3850,7 +3946,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "ConversationItem": "id,role"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3907,7 +4008,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "ConversationItem": "id,role"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4050,7 +4156,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4069,7 +4180,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -4198,7 +4316,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4295,7 +4418,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4388,7 +4516,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4490,7 +4623,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4509,7 +4647,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -4662,7 +4807,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4762,7 +4912,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4855,7 +5010,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4959,7 +5119,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4978,7 +5143,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -5110,7 +5282,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5212,7 +5389,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5305,7 +5487,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5396,7 +5583,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatus": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5415,7 +5607,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -5598,7 +5797,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatus": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5718,7 +5922,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatus": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5775,7 +5984,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatusEvent": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5794,7 +6008,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6028,7 +6249,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatusEvent": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6085,7 +6311,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "Call": "id,direction"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6104,7 +6335,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6356,7 +6594,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "Call": "id,direction"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6413,7 +6656,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallParticipant": "id,member_uuid"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6432,7 +6680,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6632,7 +6887,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallParticipant": "id,member_uuid"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6689,7 +6949,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallParticipant": "id,member_uuid"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6781,7 +7046,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallTranscript": "id,content"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6800,7 +7070,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6989,7 +7266,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallTranscript": "id,content"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7046,7 +7328,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7065,7 +7352,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -7180,7 +7474,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7237,7 +7536,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7256,7 +7560,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -7391,7 +7702,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7498,7 +7814,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7591,7 +7912,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7691,7 +8017,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint.
+                 * @example {
+                 *       "WebhookDelivery": "id,webhook_endpoint_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7710,7 +8041,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -7915,7 +8253,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint.
+                 * @example {
+                 *       "WebhookDelivery": "id,webhook_endpoint_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7972,7 +8315,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Invitation": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7991,7 +8339,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -8208,7 +8563,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Invitation": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8317,7 +8677,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Invitation": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
