@@ -1,4 +1,5 @@
 /** Starting and stopping the service: database, migrations, signing key, demo data, HTTP server. */
+import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { AgentRuntime, wakingRecords } from './agents/runtime.js';
@@ -41,10 +42,36 @@ export async function createServices(database: DatabaseHandle, config: Config, r
   return services;
 }
 
+/** Refuses, with a message that names it, a port something else listens on (checked by binding it once). */
+export async function assertPortFree(port: number, host: string): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const probe = net.createServer();
+    probe.once('error', (error: NodeJS.ErrnoException) => {
+      if (error.code === 'EADDRINUSE') {
+        reject(
+          new Error(
+            `port ${port} on ${host} is in use (another server, or another Parley, listens there). Stop it, or start with PORT=<another port>. ` +
+              'Nothing was created: the first start that can listen sets up the demo and prints its login (or run `parley demo`).',
+          ),
+        );
+      } else reject(error);
+    });
+    probe.listen({ port, host, exclusive: true }, () => probe.close(() => resolve()));
+  });
+}
+
 export async function startApp(config: Config): Promise<RunningApp> {
   const database = await openDatabase(config, { shareLocally: true });
   await migrate(database.db);
   const services = await createServices(database, config, connectRedis(config.redisUrl));
+  // Before anything is seeded: a start that cannot listen must leave nothing behind (the demo's login is printed
+  // once, by the start that creates it).
+  try {
+    await assertPortFree(config.port, config.host);
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
   const firstStart = database.kind === 'pglite' && config.demoOnFirstStart && (await isEmpty(database.db));
   const demo = firstStart ? await seedDemo(database.db, services.records!) : undefined;
   const agents = config.agentRuntime ? new AgentRuntime({ db: database.db, services, config, listen: database.listen }) : undefined;

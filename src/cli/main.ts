@@ -122,6 +122,10 @@ program
     } else {
       console.log(`Parley listening on ${running.url} (${running.database.kind} database)`);
       if (running.demo) console.log(loginHint(running.url, running.demo));
+      else if (running.database.kind === 'pglite')
+        console.log(
+          'The demo login is printed by the first start only; `parley demo` creates another demo organisation and prints its login.',
+        );
     }
     let stopping = false;
     const stop = async (signal: string) => {

@@ -368,6 +368,8 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
         ),
       },
       description: `Sparse fieldsets, fields[Type]=a,b. ${resource.type}: ${fieldNames(resource).join(', ')}.`,
+      // What "Try it out" pre-fills: without an example, a generator fills every type with "string" (400).
+      example: { [resource.type]: fieldNames(resource).slice(0, 2).join(',') },
     },
   ];
   if (!list) return parameters;
@@ -428,6 +430,8 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
       description:
         `filter[attr]=v or filter[attr][op]=v with op in ${FILTER_OPERATORS.join(', ')}; nest with filter[and][N], filter[or][N], filter[not] ` +
         `(4 levels, 50 conditions, 100 \`in\` values). Filterable: ${filterable.join(', ')}.`,
+      // A condition every organisation's records meet, instead of a generated value for every attribute (400).
+      example: filterable.includes('created_at') ? { created_at: { less_than: '2999-01-01T00:00:00Z' } } : {},
     },
     {
       name: 'sort',

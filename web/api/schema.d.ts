@@ -2936,7 +2936,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -2955,7 +2960,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -3155,7 +3167,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3273,7 +3290,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3366,7 +3388,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ApiKey: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, role_ceiling, token, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "ApiKey": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3573,7 +3600,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3660,7 +3692,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3751,7 +3788,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3770,7 +3812,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -3914,7 +3963,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4007,7 +4061,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4361,7 +4420,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4415,7 +4479,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4499,7 +4568,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4518,7 +4592,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -4712,7 +4793,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4822,7 +4908,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4879,7 +4970,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5293,7 +5389,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "ConversationItem": "id,role"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5464,7 +5565,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "ConversationItem": "id,role"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5607,7 +5713,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5626,7 +5737,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -5755,7 +5873,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5852,7 +5975,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5945,7 +6073,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6104,7 +6237,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6123,7 +6261,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6276,7 +6421,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6376,7 +6526,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6469,7 +6624,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6630,7 +6790,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6649,7 +6814,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6781,7 +6953,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6883,7 +7060,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6976,7 +7158,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7181,7 +7368,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatus": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7200,7 +7392,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -7383,7 +7582,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatus": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7503,7 +7707,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatus": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7731,7 +7940,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatusEvent": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7750,7 +7964,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -7984,7 +8205,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @example {
+                 *       "OperatorStatusEvent": "id,sip_user_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8212,7 +8438,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "Call": "id,direction"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8231,7 +8462,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -8483,7 +8721,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "Call": "id,direction"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8654,7 +8897,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallParticipant": "id,member_uuid"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8673,7 +8921,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -8873,7 +9128,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallParticipant": "id,member_uuid"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8930,7 +9190,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallParticipant: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallParticipant": "id,member_uuid"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9136,7 +9401,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallTranscript": "id,content"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9155,7 +9425,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -9344,7 +9621,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation.
+                 * @example {
+                 *       "CallTranscript": "id,content"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9515,7 +9797,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9534,7 +9821,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -9649,7 +9943,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9706,7 +10005,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9725,7 +10029,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -9860,7 +10171,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9967,7 +10283,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10060,7 +10381,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10217,7 +10543,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint.
+                 * @example {
+                 *       "WebhookDelivery": "id,webhook_endpoint_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10236,7 +10567,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -10441,7 +10779,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, webhook_endpoint, webhook_endpoint.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookDelivery: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, organisation, webhook_endpoint.
+                 * @example {
+                 *       "WebhookDelivery": "id,webhook_endpoint_id"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10612,7 +10955,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Invitation": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10631,7 +10979,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -10848,7 +11203,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Invitation": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10957,7 +11317,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Invitation: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, token, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Invitation": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
