@@ -408,6 +408,58 @@ export interface paths {
         patch: operations["updateSipUser"];
         trace?: never;
     };
+    "/api/phone_numbers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List PhoneNumber records
+         * @description The PhoneNumber records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listPhoneNumbers"];
+        put?: never;
+        /**
+         * Create a PhoneNumber
+         * @description Creates a PhoneNumber in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createPhoneNumber"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/phone_numbers/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one PhoneNumber
+         * @description One PhoneNumber of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getPhoneNumber"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a PhoneNumber
+         * @description Removes the PhoneNumber and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deletePhoneNumber"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a PhoneNumber
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin.
+         */
+        patch: operations["updatePhoneNumber"];
+        trace?: never;
+    };
     "/api/operator_statuses": {
         parameters: {
             query?: never;
@@ -653,7 +705,11 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update a Organisation
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin. Operators change only their own record (403 for others).
+         */
+        patch: operations["updateOrganisation"];
         trace?: never;
     };
     "/api/webhook_endpoints": {
@@ -757,7 +813,7 @@ export interface paths {
         };
         /**
          * Stream the organisation's events (server-sent events)
-         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted.
+         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, PhoneNumber.created, PhoneNumber.updated, PhoneNumber.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -1243,6 +1299,8 @@ export interface components {
             sip_password?: string;
             /** Format: uuid */
             user_id?: string | null;
+            /** @description `sip:<sip_username>@<the organisation's SIP domain>`. */
+            sip_uri?: string;
             registered?: boolean;
             /**
              * Format: date-time
@@ -1293,6 +1351,85 @@ export interface components {
         };
         SipUserListDocument: {
             data: components["schemas"]["SipUserResource"][];
+            included: components["schemas"]["Included"];
+            meta: components["schemas"]["PageMeta"];
+            links: components["schemas"]["PageLinks"];
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        PhoneNumberAttributes: {
+            /** @description E.164 (`+` and up to 15 digits); written national numbers are read with the organisation default_country. */
+            number?: string;
+            /** Format: uuid */
+            gateway_id?: string | null;
+            /** Format: uuid */
+            ai_agent_id?: string | null;
+            /** Format: uuid */
+            sip_user_id?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
+        };
+        PhoneNumberResource: {
+            /** Format: uuid */
+            id: string;
+            /** @constant */
+            type: "PhoneNumber";
+            attributes: components["schemas"]["PhoneNumberAttributes"];
+            relationships: {
+                organisation?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Organisation";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                gateway?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Gateway";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                ai_agent?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "AiAgent";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                sip_user?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "SipUser";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+            };
+            links?: {
+                /** Format: uri */
+                self?: string;
+            };
+            meta?: Record<string, unknown>;
+        };
+        PhoneNumberDocument: {
+            data: components["schemas"]["PhoneNumberResource"];
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        PhoneNumberListDocument: {
+            data: components["schemas"]["PhoneNumberResource"][];
             included: components["schemas"]["Included"];
             meta: components["schemas"]["PageMeta"];
             links: components["schemas"]["PageLinks"];
@@ -1463,6 +1600,8 @@ export interface components {
             /** Format: date-time */
             ended_at?: string | null;
             duration_seconds?: number | null;
+            sip_code?: number | null;
+            end_reason?: string | null;
             /** Format: uuid */
             conversation_id?: string | null;
             /** @description Ids of the SIP users among the call's participants. */
@@ -1653,6 +1792,12 @@ export interface components {
         };
         OrganisationAttributes: {
             name?: string;
+            /** @description Stable, unique label made from the name when created. */
+            slug?: string;
+            /** @description ISO 3166-1 alpha-2 code (GB, US...): national numbers are read as this country's. */
+            default_country?: string | null;
+            /** @description The SIP domain its phones register in: `<slug>.<SIP_DOMAIN>`. */
+            sip_domain?: string;
             /**
              * Format: date-time
              * @description When the record was created.
@@ -2019,6 +2164,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2237,6 +2383,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2354,6 +2501,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2446,6 +2594,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2538,6 +2687,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2624,6 +2774,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2786,6 +2937,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2892,6 +3044,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -2984,6 +3137,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3085,6 +3239,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3138,6 +3293,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3221,6 +3377,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3433,6 +3590,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3542,6 +3700,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3598,6 +3757,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3714,6 +3874,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3770,6 +3931,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3912,6 +4074,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4059,6 +4222,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4155,6 +4319,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4247,6 +4412,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4348,6 +4514,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4519,6 +4686,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4618,6 +4786,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4710,6 +4879,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4804,7 +4974,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4813,6 +4983,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4954,7 +5125,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4963,6 +5134,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5055,7 +5227,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5064,6 +5236,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5147,7 +5320,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5156,6 +5329,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5232,6 +5406,549 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    listPhoneNumbers: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at. */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    number?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    gateway_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    ai_agent_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    sip_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createPhoneNumber: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "PhoneNumber",
+                 *         "attributes": {
+                 *           "number": "example-1"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "PhoneNumber";
+                        attributes?: {
+                            /** @description E.164 (`+` and up to 15 digits); written national numbers are read with the organisation default_country. */
+                            number: string;
+                            /** Format: uuid */
+                            gateway_id?: string | null;
+                            /** Format: uuid */
+                            ai_agent_id?: string | null;
+                            /** Format: uuid */
+                            sip_user_id?: string | null;
+                        };
+                        relationships?: {
+                            /** @description The same as the attribute `gateway_id`; both may be given when they agree. */
+                            gateway?: {
+                                data: {
+                                    /** @constant */
+                                    type: "Gateway";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `ai_agent_id`; both may be given when they agree. */
+                            ai_agent?: {
+                                data: {
+                                    /** @constant */
+                                    type: "AiAgent";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `sip_user_id`; both may be given when they agree. */
+                            sip_user?: {
+                                data: {
+                                    /** @constant */
+                                    type: "SipUser";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                        };
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getPhoneNumber: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deletePhoneNumber: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    updatePhoneNumber: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "PhoneNumber",
+                 *         "id": "00000000-0000-7000-8000-000000000000",
+                 *         "attributes": {
+                 *           "number": "example-1"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "PhoneNumber";
+                        /** Format: uuid */
+                        id: string;
+                        attributes?: {
+                            /** @description E.164 (`+` and up to 15 digits); written national numbers are read with the organisation default_country. */
+                            number?: string;
+                            /** Format: uuid */
+                            gateway_id?: string | null;
+                            /** Format: uuid */
+                            ai_agent_id?: string | null;
+                            /** Format: uuid */
+                            sip_user_id?: string | null;
+                        };
+                        relationships?: {
+                            /** @description The same as the attribute `gateway_id`; both may be given when they agree. */
+                            gateway?: {
+                                data: {
+                                    /** @constant */
+                                    type: "Gateway";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `ai_agent_id`; both may be given when they agree. */
+                            ai_agent?: {
+                                data: {
+                                    /** @constant */
+                                    type: "AiAgent";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `sip_user_id`; both may be given when they agree. */
+                            sip_user?: {
+                                data: {
+                                    /** @constant */
+                                    type: "SipUser";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                        };
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listOperatorStatuss: {
         parameters: {
             query?: {
@@ -5246,6 +5963,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5447,6 +6165,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5566,6 +6285,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5622,6 +6342,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5874,6 +6595,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5921,7 +6643,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5930,6 +6652,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5939,7 +6662,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6085,6 +6808,17 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    sip_code?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     conversation_id?: string | {
                         /** Format: uuid */
                         eq?: string;
@@ -6145,7 +6879,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, sip_code, conversation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -6191,7 +6925,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6200,6 +6934,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6256,6 +6991,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6474,6 +7210,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6530,6 +7267,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6621,6 +7359,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6828,6 +7567,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6875,7 +7615,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6884,6 +7624,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6893,7 +7634,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6913,6 +7654,18 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    slug?: string | {
                         eq?: string;
                         not_eq?: string;
                         in?: string | string[];
@@ -6962,7 +7715,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, name, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, name, slug, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -7008,7 +7761,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7017,6 +7770,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7059,6 +7813,98 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    updateOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at. */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "Organisation",
+                 *         "id": "00000000-0000-7000-8000-000000000000",
+                 *         "attributes": {
+                 *           "default_country": "example-1"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "Organisation";
+                        /** Format: uuid */
+                        id: string;
+                        attributes?: {
+                            /** @description ISO 3166-1 alpha-2 code (GB, US...): national numbers are read as this country's. */
+                            default_country?: string | null;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listWebhookEndpoints: {
         parameters: {
             query?: {
@@ -7073,6 +7919,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7226,6 +8073,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7332,6 +8180,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7424,6 +8273,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7523,6 +8373,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7746,6 +8597,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
