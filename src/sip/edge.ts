@@ -63,6 +63,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   const unavailable = sipEdgeUnavailable(options.databaseUrl, settings);
   if (unavailable) throw new Error(unavailable);
 
+  // The domain every organisation's SIP domain derives from (`<slug>.<SIP_DOMAIN>`), for the views Kamailio
+  // reads and for the API (Organisation sip_domain, SipUser sip_uri); migration 0012.
+  await db.updateTable('sip_settings').set({ domain: settings.domain }).where('id', '=', 1).execute();
+
   const events = new CallEvents({ db, records });
   // Kamailio holds no dialog before it starts: every call left open by an earlier run ends now.
   const ended = await events.reconcile(() => false, new Date());

@@ -108,8 +108,10 @@ export function sipp(scenario: string, remotePort: number | undefined, options: 
     '-trace_logs',
     '-key',
     'domain',
-    DOMAIN,
-    ...Object.entries(options.keys ?? {}).flatMap(([k, v]) => ['-key', k, v]),
+    options.keys?.domain ?? DOMAIN,
+    ...Object.entries(options.keys ?? {})
+      .filter(([k]) => k !== 'domain')
+      .flatMap(([k, v]) => ['-key', k, v]),
     ...(options.args ?? []),
   ];
   return new Promise((resolve) => {
@@ -131,9 +133,14 @@ export function sipp(scenario: string, remotePort: number | undefined, options: 
   });
 }
 
-/** REGISTERs `user` with `password` from `localPort`; the SIPp exit code (0: 200 OK). */
-export async function register(stack: SipStack, user: string, password: string, localPort: number, localIp?: string) {
-  return sipp('register', stack.port, { localPort, localIp, args: ['-s', user, '-au', user, '-ap', password] });
+/** REGISTERs `user` (in `domain`, SIP_DOMAIN by default) with `password` from `localPort`; the SIPp exit code (0: 200 OK). */
+export async function register(stack: SipStack, user: string, password: string, localPort: number, localIp?: string, domain?: string) {
+  return sipp('register', stack.port, {
+    localPort,
+    localIp,
+    keys: domain ? { domain } : {},
+    args: ['-s', user, '-au', user, '-ap', password],
+  });
 }
 
 export async function until<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 10_000): Promise<T> {
