@@ -113,7 +113,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
       const now = await viewFingerprint(db, view);
       if (now === loaded[key]) continue;
       try {
-        await kamailio.rpc(command);
+        // kamcmd exits 0 on an RPC fault too and prints `error: <code> - <text>` (a reload refused as too soon
+        // answers "error: 500 - ongoing reload"): only an answer without one is a reload done.
+        const answer = await kamailio.rpc(command);
+        if (/^error: \d+/m.test(answer)) throw new Error(answer.trim());
         loaded[key] = now;
         log('info', `gateways changed: ${command} done`);
       } catch (error) {
