@@ -11,6 +11,7 @@ import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
 import * as sipNamespaces from './migrations/0012_a_sip_namespaces.js';
 import * as phoneNumbers from './migrations/0012_b_phone_numbers.js';
+import * as outbound from './migrations/0012_c_outbound.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -25,6 +26,7 @@ const migrations: Record<string, { up: string }> = {
   '0011_event_barrier': eventBarrier,
   '0012_a_sip_namespaces': sipNamespaces,
   '0012_b_phone_numbers': phoneNumbers,
+  '0012_c_outbound': outbound,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

@@ -25,6 +25,53 @@ export interface SipSettings {
   kamcmdBinary: string;
   /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
   kamailioDebug: number;
+  /** E.164 prefixes (`+` and digits) no outbound call may dial: premium-rate ranges by default (toll fraud). */
+  outboundDenyPrefixes: string[];
+  /** Outbound calls one organisation may have at once through its gateway. */
+  outboundMaxCalls: number;
+}
+
+/**
+ * Premium-rate and similar ranges that toll fraud dials (the default of SIP_OUTBOUND_DENY_PREFIXES): North
+ * America 900/976, UK 09 and 0871-3, Germany 0900 and 0137, France 089, Italy 899/892, Spain 803/806/807/905,
+ * Australia 190, and the international premium and satellite codes (+979, +881, +882, +883, +870).
+ */
+export const DEFAULT_OUTBOUND_DENY_PREFIXES = [
+  '+1900',
+  '+1976',
+  '+449',
+  '+44871',
+  '+44872',
+  '+44873',
+  '+49900',
+  '+49137',
+  '+3389',
+  '+39899',
+  '+39892',
+  '+34803',
+  '+34806',
+  '+34807',
+  '+34905',
+  '+61190',
+  '+979',
+  '+881',
+  '+882',
+  '+883',
+  '+870',
+];
+
+function prefixes(env: NodeJS.ProcessEnv): string[] {
+  const raw = env.SIP_OUTBOUND_DENY_PREFIXES;
+  if (raw === undefined) return DEFAULT_OUTBOUND_DENY_PREFIXES;
+  const list = raw
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean);
+  for (const prefix of list) {
+    if (!/^\+[0-9]{1,15}$/.test(prefix))
+      throw new Error(`SIP_OUTBOUND_DENY_PREFIXES must list + and digits, comma-separated; got "${prefix}"`);
+  }
+  return list;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -59,6 +106,8 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
     kamailioBinary: env.KAMAILIO_BIN || 'kamailio',
     kamcmdBinary: env.KAMCMD_BIN || 'kamcmd',
     kamailioDebug: int(env, 'SIP_KAMAILIO_DEBUG', 1, 0),
+    outboundDenyPrefixes: prefixes(env),
+    outboundMaxCalls: int(env, 'SIP_OUTBOUND_MAX_CALLS', 10, 0),
   };
 }
 
@@ -110,6 +159,11 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     PIKE_DENSITY: String(settings.floodRequests),
     PIKE_PARAM: String(Math.max(1, settings.floodRequests)),
     CONTACT_ADDR: contactAddress(settings.listen),
+    // A regular expression over the E.164 number; an empty list matches nothing (no E.164 number starts with +0).
+    OUTBOUND_DENY: settings.outboundDenyPrefixes.length
+      ? `^[+](${settings.outboundDenyPrefixes.map((p) => p.slice(1)).join('|')})`
+      : '^[+]0',
+    OUTBOUND_MAX_CALLS: String(settings.outboundMaxCalls),
   };
   for (const [name, value] of Object.entries(values)) {
     // Values land inside double-quoted strings of the configuration language: refuse what would end one.

@@ -65,7 +65,13 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       resourceDocument('Gateway', { realm: 'carrier.test', username: `in${n++}`, register: false, inbound_acl: [acl] }),
     );
     expect(response.status).toBe(201);
-    await until(async () => ((await stack.edge.reloadIfChanged()) ? true : undefined), 'the ACL reload');
+    // Loaded when Kamailio's own table lists the address (a reload refused as too soon is retried).
+    const ip = acl.split('/')[0];
+    await until(async () => {
+      await stack.edge.reloadIfChanged();
+      const dump = await stack.edge.kamailio.rpc('permissions.addressDump').catch(() => '');
+      return dump.includes(ip) ? true : undefined;
+    }, `the ACL reload (${acl})`);
   }
 
   async function terminalCall(org: Org, to: string) {
@@ -386,6 +392,79 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       expect(refused.errors).toBe('');
       const agentCall = await terminalCall(acme, target);
       expect(agentCall.attributes).toMatchObject({ status: 'failed', sip_code: 480 });
+    });
+  });
+
+  describe('outbound calls through the trunk', () => {
+    it("go out through the organisation's gateway with its credentials and From; refused without one or to premium rate", async () => {
+      const other = await seedTenant(t, 'Outco');
+      const outco: Org = { tenant: other, admin: client(t.app, other.admin.token), domain: `outco.${DOMAIN}` };
+      const caller = await sipUser(outco);
+      const dial = (scenario: string, number: string) =>
+        freeUdpPort().then((port) =>
+          sipp(scenario, stack.port, {
+            localPort: port,
+            keys: { from: caller.name, domain: outco.domain },
+            args: ['-s', number, '-au', caller.name, '-ap', caller.password, '-d', '300'],
+          }),
+        );
+
+      // No gateway yet: 403 with the reason, recorded.
+      const noGateway = await dial('caller_refused_403', '+442079461111');
+      expect(noGateway.errors).toBe('');
+      expect((await terminalCall(outco, '+442079461111')).attributes).toMatchObject({
+        status: 'failed',
+        sip_code: 403,
+        end_reason: 'no gateway for outbound calls',
+        direction: 'outbound',
+      });
+
+      const carrierPort = await freeUdpPort();
+      const created = await outco.admin.post(
+        '/api/gateways',
+        resourceDocument('Gateway', {
+          realm: 'carrier.test',
+          username: 'out-trunk',
+          password: 'out-trunk-password',
+          proxy: `127.0.0.1:${carrierPort}`,
+          register: false,
+          from_user: 'outco-main',
+          from_domain: 'outco.example',
+        }),
+      );
+      expect(created.status).toBe(201);
+      const country = await outco.admin.patch(
+        `/api/organisations/${other.organisationId}`,
+        resourceDocument('Organisation', { default_country: 'GB' }, other.organisationId),
+      );
+      expect(country.status).toBe(200);
+
+      // A national number, read as GB's, out through the gateway; the carrier checks the digest.
+      const carrier = sipp('carrier_outbound', undefined, { localPort: carrierPort, timeoutSeconds: 20 });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const placed = await dial('caller_call', '02079462222');
+      const taken = await carrier;
+      expect(placed.errors + taken.errors).toBe('');
+      expect(taken.logs).toContain('outbound call VERIFIED');
+      expect(taken.logs).toContain('carrier got INVITE sip:+442079462222@carrier.test from');
+      expect(taken.logs).toMatch(/from\s+<sip:outco-main@outco\.example>;tag=/);
+      const call = await terminalCall(outco, '+442079462222');
+      expect(call.attributes).toMatchObject({
+        status: 'completed',
+        direction: 'outbound',
+        call_source: 'trunk',
+        from_number: caller.name,
+        sip_username: caller.name,
+      });
+
+      // Premium rate (UK 09): refused before anything is sent, recorded.
+      const premium = await dial('caller_refused_403', '+449098790000');
+      expect(premium.errors).toBe('');
+      expect((await terminalCall(outco, '+449098790000')).attributes).toMatchObject({
+        status: 'failed',
+        sip_code: 403,
+        end_reason: 'destination not allowed',
+      });
     });
   });
 });
