@@ -35,7 +35,7 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
     acme = await org('Acme');
     globex = await org('Globex');
     // Five failed authentications ban an address (not a carrier's: tested below).
-    stack = await startSipStack(t, { SIP_AUTH_FAILURES: '5', SIP_BAN_SECONDS: '60' });
+    stack = await startSipStack(t, { SIP_AUTH_FAILURES: '5', SIP_BAN_SECONDS: '60', SIP_LISTEN: 'udp:127.0.0.1:PORT,tcp:127.0.0.1:PORT' });
   }, 60_000);
   afterAll(async () => {
     await stack?.stop();
@@ -465,6 +465,31 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
         sip_code: 403,
         end_reason: 'destination not allowed',
       });
+    });
+  });
+
+  describe('transports', () => {
+    it('registers and calls over TCP as over UDP (SIP_LISTEN lists both)', async () => {
+      const caller = await sipUser(acme);
+      const callee = await sipUser(acme);
+      const overTcp = await sipp('register', stack.port, {
+        localPort: await freeUdpPort(),
+        keys: { domain: acme.domain },
+        args: ['-t', 't1', '-s', caller.name, '-au', caller.name, '-ap', caller.password],
+      });
+      expect(overTcp.errors).toBe('');
+      expect(overTcp.code).toBe(0);
+      const registered = await acme.admin.get(`/api/sip_users/${caller.id}`);
+      expect(registered.body.data.attributes.registered).toBe(true);
+      const answering = await phoneThen(acme, callee);
+      const placing = await sipp('caller_call', stack.port, {
+        localPort: await freeUdpPort(),
+        keys: { from: caller.name, domain: acme.domain },
+        args: ['-t', 't1', '-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '300'],
+      });
+      expect(placing.errors).toBe('');
+      expect((await answering.done).code).toBe(0);
+      expect((await terminalCall(acme, callee.name)).attributes.status).toBe('completed');
     });
   });
 });
