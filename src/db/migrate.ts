@@ -12,6 +12,7 @@ import * as eventBarrier from './migrations/0011_event_barrier.js';
 import * as sipNamespaces from './migrations/0012_a_sip_namespaces.js';
 import * as phoneNumbers from './migrations/0012_b_phone_numbers.js';
 import * as outbound from './migrations/0012_c_outbound.js';
+import * as callAnsweredAt from './migrations/0012_d_call_answered_at.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -27,6 +28,7 @@ const migrations: Record<string, { up: string }> = {
   '0012_a_sip_namespaces': sipNamespaces,
   '0012_b_phone_numbers': phoneNumbers,
   '0012_c_outbound': outbound,
+  '0012_d_call_answered_at': callAnsweredAt,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

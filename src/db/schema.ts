@@ -172,6 +172,7 @@ export const tables = {
     conversation_id: uuid().null(),
     sip_code: integer().null(),
     end_reason: text().null(),
+    answered_at: timestamptz().null(),
     ...stamps(),
   },
   call_participants: {

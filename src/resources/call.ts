@@ -18,6 +18,8 @@ export default defineResource({
     call_uuid: attr.string({ sortable: true, filterable: true }),
     call_source: attr.string({ nullable: true }),
     started_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
+    /** When it was answered, to the millisecond (null when it was not); duration_seconds counts from here. */
+    answered_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
     ended_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
     duration_seconds: attr.integer({ nullable: true, sortable: true, filterable: true }),
     /** The SIP final response of a call that did not complete (480 for an unregistered callee...). */

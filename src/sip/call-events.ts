@@ -185,7 +185,7 @@ export class CallEvents {
   private async findCall(organisationId: string, callId: string): Promise<CallRow | undefined> {
     const { rows } = await sql<CallRow>`
       SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at,
-             (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller') AS answered_at
+             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at
       FROM calls c WHERE c.organisation_id = ${organisationId} AND c.call_uuid = ${callId}`.execute(this.options.db);
     return rows[0];
   }
@@ -242,7 +242,8 @@ export class CallEvents {
 
   private async answer(actor: Actor, call: CallRow, event: CallEvent): Promise<void> {
     await this.options.records.transaction(async (records) => {
-      await records.update(actor, 'Call', call.id, { status: 'in_progress' });
+      // The answer time to the millisecond: the callee leg's joined_at is kept to the second.
+      await records.update(actor, 'Call', call.id, { status: 'in_progress', answered_at: event.at });
       await records.create(actor, 'CallParticipant', {
         call_id: call.id,
         member_uuid: event.callee_sip_user_id || `sip:${event.to}`,
@@ -328,7 +329,7 @@ export class CallEvents {
   async reconcile(alive: (callId: string) => boolean, olderThan: Date, now = new Date()): Promise<number> {
     const { rows } = await sql<CallRow & { call_uuid: string }>`
       SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at, c.call_uuid,
-             (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller') AS answered_at
+             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at
       FROM calls c
       WHERE c.call_source IN ('sip', 'trunk') AND c.status IN ('initiated', 'ringing', 'in_progress') AND c.updated_at < ${olderThan}`.execute(
       this.options.db,

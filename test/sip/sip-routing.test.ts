@@ -492,4 +492,69 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       expect((await terminalCall(acme, callee.name)).attributes.status).toBe('completed');
     });
   });
+
+  describe('accounting and bad input', () => {
+    it('a number deleted while its call is up: the call goes on and is recorded to the end', async () => {
+      await gateway(acme, '127.0.0.11/32');
+      const desk = await sipUser(acme);
+      const did = await phoneNumber(acme, { sip_user_id: desk.id });
+      const id = (await acme.admin.get(`/api/phone_numbers?filter[number]=${encodeURIComponent(did)}`)).body.data[0].id;
+      const answering = await phoneThen(acme, desk);
+      const inbound = carrierCall('127.0.0.11', did);
+      await until(async () => {
+        const calls = await acme.admin.get(`/api/calls?filter[to_number]=${encodeURIComponent(did)}&filter[status]=in_progress`);
+        return calls.body.data.length ? true : undefined;
+      }, 'the call to be answered');
+      expect((await acme.admin.delete(`/api/phone_numbers/${id}`)).status).toBe(200);
+      expect((await inbound).errors).toBe('');
+      expect((await answering.done).code).toBe(0);
+      expect((await terminalCall(acme, did)).attributes.status).toBe('completed');
+    });
+
+    it('duration_seconds is answer to hang-up rounded to the nearest second, from millisecond times', async () => {
+      const callId = `rounding-${Date.now()}@test`;
+      const base = {
+        call_id: callId,
+        organisation_id: acme.tenant.organisationId,
+        direction: 'outbound' as const,
+        source: 'sip' as const,
+        caller_sip_user_id: '',
+        callee_sip_user_id: '',
+        from: 'a',
+        to: callId,
+        code: 0,
+      };
+      const t0 = Date.now() - 60_000;
+      await stack.edge.events.apply({ ...base, event: 'initiated', at: new Date(t0) });
+      await stack.edge.events.apply({ ...base, event: 'answered', code: 200, at: new Date(t0 + 1_000) });
+      await stack.edge.events.apply({ ...base, event: 'ended', at: new Date(t0 + 6_430) });
+      expect((await terminalCall(acme, callId)).attributes).toMatchObject({
+        status: 'completed',
+        answered_at: new Date(t0 + 1_000).toISOString(),
+        duration_seconds: 5,
+      });
+    });
+
+    it('answers a REGISTER for a domain that is not ours with 404, and drops garbage and oversized datagrams', async () => {
+      const unknown = [
+        'REGISTER sip:elsewhere.example SIP/2.0',
+        `Via: SIP/2.0/UDP {{local}};branch=${branch()}`,
+        'Max-Forwards: 70',
+        `From: <sip:alice@elsewhere.example>;tag=${tag()}`,
+        '<sip:alice@elsewhere.example>'.replace(/^/, 'To: '),
+        `Call-ID: ${tag()}@x`,
+        'CSeq: 1 REGISTER',
+        'Contact: <sip:alice@{{local}}>',
+        'Content-Length: 0',
+        '',
+        '',
+      ].join('\r\n');
+      expect((await send(stack.port, unknown)).at(-1)?.status).toBe(404);
+      expect(await send(stack.port, 'INVITE garbage\r\n\r\n', '127.0.0.12', 700)).toEqual([]);
+      const oversized = `OPTIONS sip:${acme.domain} SIP/2.0\r\nVia: SIP/2.0/UDP {{local}};branch=${branch()}\r\nX-Pad: ${'a'.repeat(60_000)}\r\n\r\n`;
+      expect(await send(stack.port, oversized, '127.0.0.12', 700)).toEqual([]);
+      // Still answering after them.
+      expect((await send(stack.port, unknown)).at(-1)?.status).toBe(404);
+    });
+  });
 });

@@ -1598,6 +1598,8 @@ export interface components {
             /** Format: date-time */
             started_at?: string | null;
             /** Format: date-time */
+            answered_at?: string | null;
+            /** Format: date-time */
             ended_at?: string | null;
             duration_seconds?: number | null;
             sip_code?: number | null;
@@ -6643,7 +6645,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, answered_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6662,7 +6664,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at. */
+                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at. */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -6780,6 +6782,23 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    answered_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     ended_at?: string | {
                         /** Format: date-time */
                         eq?: string;
@@ -6879,7 +6898,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, sip_code, conversation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -6925,7 +6944,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, answered_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
