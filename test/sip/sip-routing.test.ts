@@ -35,7 +35,13 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
     acme = await org('Acme');
     globex = await org('Globex');
     // Five failed authentications ban an address (not a carrier's: tested below).
-    stack = await startSipStack(t, { SIP_AUTH_FAILURES: '5', SIP_BAN_SECONDS: '60', SIP_LISTEN: 'udp:127.0.0.1:PORT,tcp:127.0.0.1:PORT' });
+    stack = await startSipStack(t, {
+      SIP_AUTH_FAILURES: '5',
+      SIP_BAN_SECONDS: '60',
+      SIP_LISTEN: 'udp:127.0.0.1:PORT,tcp:127.0.0.1:PORT',
+      // One outbound call per organisation at a time (tested with two).
+      SIP_OUTBOUND_MAX_CALLS: '1',
+    });
   }, 60_000);
   afterAll(async () => {
     await stack?.stop();
@@ -396,16 +402,16 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
   });
 
   describe('outbound calls through the trunk', () => {
-    it("go out through the organisation's gateway with its credentials and From; refused without one or to premium rate", async () => {
+    it("go out through the organisation's gateway with its credentials and From; refused without one, over the limit or to premium rate", async () => {
       const other = await seedTenant(t, 'Outco');
       const outco: Org = { tenant: other, admin: client(t.app, other.admin.token), domain: `outco.${DOMAIN}` };
       const caller = await sipUser(outco);
-      const dial = (scenario: string, number: string) =>
+      const dial = (scenario: string, number: string, holdMs = 300) =>
         freeUdpPort().then((port) =>
           sipp(scenario, stack.port, {
             localPort: port,
             keys: { from: caller.name, domain: outco.domain },
-            args: ['-s', number, '-au', caller.name, '-ap', caller.password, '-d', '300'],
+            args: ['-s', number, '-au', caller.name, '-ap', caller.password, '-d', String(holdMs)],
           }),
         );
 
@@ -442,7 +448,20 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       // A national number, read as GB's, out through the gateway; the carrier checks the digest.
       const carrier = sipp('carrier_outbound', undefined, { localPort: carrierPort, timeoutSeconds: 20 });
       await new Promise((resolve) => setTimeout(resolve, 300));
-      const placed = await dial('caller_call', '02079462222');
+      const placing = dial('caller_call', '02079462222', 2500);
+      // While it is up, a second outbound call of the organisation is over SIP_OUTBOUND_MAX_CALLS (1).
+      await until(async () => {
+        const up = await outco.admin.get('/api/calls?filter[to_number]=%2B442079462222&filter[status]=in_progress');
+        return up.body.data.length ? true : undefined;
+      }, 'the outbound call to be answered');
+      const second = await dial('caller_refused_403', '+442079463333');
+      expect(second.errors).toBe('');
+      expect((await terminalCall(outco, '+442079463333')).attributes).toMatchObject({
+        status: 'failed',
+        sip_code: 403,
+        end_reason: 'too many outbound calls',
+      });
+      const placed = await placing;
       const taken = await carrier;
       expect(placed.errors + taken.errors).toBe('');
       expect(taken.logs).toContain('outbound call VERIFIED');
