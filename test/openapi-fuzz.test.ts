@@ -72,6 +72,12 @@ const fresh: Record<string, () => Promise<string>> = {
         role: 'operator',
       })
     ).id,
+  PhoneNumber: async () =>
+    (
+      await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'PhoneNumber', {
+        number: `+4420${String(80_000_000 + serial++)}`,
+      })
+    ).id,
 };
 /** The id a request's path names: a fresh record for a DELETE, else the record of the operation's type. */
 async function pathId(operation: Operation): Promise<string | undefined> {
@@ -113,6 +119,7 @@ beforeAll(async () => {
   ids.AiAgent = (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'Fuzz agent' })).id;
   ids.WebhookEndpoint = await newWebhookEndpoint();
   ids.Invitation = await fresh.Invitation();
+  ids.PhoneNumber = await fresh.PhoneNumber();
 
   const served = await t.app.inject({ url: '/api/open_api' });
   doc = JSON.parse(served.body);
@@ -309,9 +316,10 @@ function positiveBody(op: Schema, id: string | undefined): fc.Arbitrary<Schema> 
 // A reference attribute (`*_id`) naming no record of the organisation is a semantic refusal the schema cannot express.
 // A user's current password (checked against the stored hash), an API key's revocation (final, never in the future),
 // a webhook URL (its host must resolve to public addresses) and its event types too; an invitation's expiry (within
-// 30 days of now) and its token (an invitation that exists, for the e-mail given).
+// 30 days of now) and its token (an invitation that exists, for the e-mail given). A phone number must be a possible
+// E.164 number (libphonenumber's lengths per country) and a default_country one with a numbering plan.
 const SEMANTIC_POINTERS =
-  /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm|current_password|revoked_at|url|event_types|expires_at|invitation_token)|relationships\/conversation)/;
+  /^\/data\/(attributes\/([a-z_]+_id|left_at|joined_at|content_index|inbound_acl|proxy|languages|workflow|realm|current_password|revoked_at|url|event_types|expires_at|invitation_token|number|default_country)|relationships\/conversation)/;
 
 /** A webhook endpoint, and a delivery queued for it by the next change (its deliveries go with it when deleted). */
 async function newWebhookEndpoint(): Promise<string> {

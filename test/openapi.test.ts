@@ -62,6 +62,13 @@ const BEYOND_SPEC = [
   'delete /api/users/{id}',
   'get /api/organisations',
   'get /api/organisations/{id}',
+  // Issue 21: an organisation's default_country, and its phone numbers.
+  'patch /api/organisations/{id}',
+  'get /api/phone_numbers',
+  'get /api/phone_numbers/{id}',
+  'post /api/phone_numbers',
+  'patch /api/phone_numbers/{id}',
+  'delete /api/phone_numbers/{id}',
   'get /api/events',
   'get /api/webhook_endpoints',
   'get /api/webhook_endpoints/{id}',

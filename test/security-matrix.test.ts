@@ -73,6 +73,7 @@ beforeAll(async () => {
     resourceDocument('SipUser', { sip_username: 'matrix.op', user_id: tenant.operator.id }),
   );
   ids.sipUser = sipUser.body.data.id;
+  ids.phoneNumber = await fresh.phoneNumber();
   // The SIP password is returned by design (the spec's SipUser); the gateway password never is.
   secrets.push('gateway-secret-1');
   ids.status = (
@@ -160,6 +161,8 @@ interface Endpoint {
 
 const doc = resourceDocument;
 const unique = () => randomBytes(4).toString('hex');
+/** A possible UK London number (E.164) no other cell uses. */
+const randomNumber = () => `+4420${String(70_000_000 + randomBytes(3).readUIntBE(0, 3)).padStart(8, '0')}`;
 /** Fresh records of our organisation, for the deletes (each cell removes, or fails to remove, its own). */
 const fresh = {
   agent: async () => (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', { name: 'doomed' })).id,
@@ -172,6 +175,8 @@ const fresh = {
     ).id,
   sipUser: async () =>
     (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `d${unique()}` })).id,
+  phoneNumber: async () =>
+    (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'PhoneNumber', { number: randomNumber() })).id,
   operatorKey: async () =>
     (
       await createApiKey(t.services.records!, {
@@ -387,6 +392,43 @@ const ENDPOINTS: Endpoint[] = [
     other: 404,
   },
   { name: 'list gateways', method: 'GET', url: () => '/api/gateways', operator: 403, admin: 200, other: 200 },
+  { name: 'list phone numbers', method: 'GET', url: () => '/api/phone_numbers', operator: 200, admin: 200, other: 200 },
+  { name: 'get phone number', method: 'GET', url: () => `/api/phone_numbers/${ids.phoneNumber}`, operator: 200, admin: 200, other: 404 },
+  {
+    name: 'create phone number',
+    method: 'POST',
+    url: () => '/api/phone_numbers',
+    body: () => doc('PhoneNumber', { number: randomNumber() }),
+    operator: 403,
+    admin: 201,
+    other: 201,
+  },
+  {
+    name: 'update phone number',
+    method: 'PATCH',
+    url: () => `/api/phone_numbers/${ids.phoneNumber}`,
+    body: () => doc('PhoneNumber', { gateway_id: null }, ids.phoneNumber),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'delete phone number',
+    method: 'DELETE',
+    url: async () => `/api/phone_numbers/${await fresh.phoneNumber()}`,
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'update organisation',
+    method: 'PATCH',
+    url: () => `/api/organisations/${tenant.organisationId}`,
+    body: () => doc('Organisation', { default_country: 'GB' }, tenant.organisationId),
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
   { name: 'get gateway', method: 'GET', url: () => `/api/gateways/${ids.gateway}`, operator: 403, admin: 200, other: 404 },
   {
     name: 'delete gateway',
@@ -505,7 +547,7 @@ function expected(endpoint: Endpoint, credential: Credential): number {
 
 describe('security matrix', () => {
   it(`${ENDPOINTS.length} endpoints x ${CREDENTIALS.length} credentials answer as expected`, async () => {
-    expect(ENDPOINTS).toHaveLength(55);
+    expect(ENDPOINTS).toHaveLength(61);
     const failures: string[] = [];
     const ourIds = new Set([tenant.organisationId, ...Object.values(ids)]);
     // The visitor may see its own conversation, and nothing else of the organisation.

@@ -49,6 +49,11 @@ export interface Config {
   trustProxy: boolean | number | string;
   /** Origins (scheme://host[:port]) whose pages may call the API from a browser (CORS); none by default. */
   corsAllowedOrigins: string[];
+  /**
+   * Accept gateway `proxy` (or `realm`, when there is no proxy) naming a loopback, private or link-local
+   * address or `localhost`: the SIP edge sends REGISTERs and calls there (development and tests only).
+   */
+  sipAllowPrivateGateways: boolean;
   /** Lifetime of a visitor credential (the chat widget's), in seconds. */
   visitorTokenTtlSeconds: number;
   /** Requests per minute one visitor credential may make. */
@@ -192,6 +197,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     loginHashQueue: int(env, 'LOGIN_HASH_QUEUE', 32),
     trustProxy: trustProxy(text(env, 'TRUST_PROXY')),
     corsAllowedOrigins: origins(text(env, 'CORS_ALLOWED_ORIGINS')),
+    sipAllowPrivateGateways: text(env, 'SIP_ALLOW_PRIVATE_GATEWAYS') === 'true',
     visitorTokenTtlSeconds: int(env, 'VISITOR_TOKEN_TTL_SECONDS', 2 * 3600),
     visitorRateLimitPerMinute: int(env, 'VISITOR_RATE_LIMIT_PER_MINUTE', 60),
     visitorAddressRateLimitPerMinute: int(env, 'VISITOR_ADDRESS_RATE_LIMIT_PER_MINUTE', 600),

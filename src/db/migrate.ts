@@ -9,6 +9,10 @@ import * as agentRuntime from './migrations/0008_agent_runtime.js';
 import * as credentialCache from './migrations/0009_credential_cache.js';
 import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
+import * as sipNamespaces from './migrations/0012_a_sip_namespaces.js';
+import * as phoneNumbers from './migrations/0012_b_phone_numbers.js';
+import * as outbound from './migrations/0012_c_outbound.js';
+import * as callAnsweredAt from './migrations/0012_d_call_answered_at.js';
 import * as sipCallQueue from './migrations/0013_sip_call_queue.js';
 import * as keyCeiling from './migrations/0014_a_key_ceiling.js';
 import * as invitations from './migrations/0014_b_invitations.js';
@@ -29,6 +33,10 @@ const migrations: Record<string, { up: string }> = {
   '0009_credential_cache': credentialCache,
   '0010_event_order': eventOrder,
   '0011_event_barrier': eventBarrier,
+  '0012_a_sip_namespaces': sipNamespaces,
+  '0012_b_phone_numbers': phoneNumbers,
+  '0012_c_outbound': outbound,
+  '0012_d_call_answered_at': callAnsweredAt,
   '0013_sip_call_queue': sipCallQueue,
   '0014_a_key_ceiling': keyCeiling,
   '0014_b_invitations': invitations,

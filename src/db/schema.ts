@@ -53,7 +53,7 @@ export const tables = {
   settings: { key: text(), value: text() },
   credential_epoch: { id: boolean().default(), n: bigint() },
   event_id_key: { id: boolean().default(), k: bigint() },
-  organisations: { id: uuid(), name: text(), ...stamps() },
+  organisations: { id: uuid(), name: text(), slug: text(), default_country: text().null(), ...stamps() },
   users: { id: uuid(), email: text(), full_name: text().default(), password_hash: text(), ...stamps() },
   memberships: { organisation_id: uuid(), user_id: uuid(), role: text(), ...stamps() },
   api_keys: {
@@ -186,6 +186,9 @@ export const tables = {
     ended_at: timestamptz().null(),
     duration_seconds: integer().null(),
     conversation_id: uuid().null(),
+    sip_code: integer().null(),
+    end_reason: text().null(),
+    answered_at: timestamptz().null(),
     ...stamps(),
   },
   call_participants: {
@@ -210,6 +213,17 @@ export const tables = {
     ...stamps(),
   },
   // Kamailio's own tables (migration 0005): its table versions and the registrations it writes through.
+  phone_numbers: {
+    id: uuid(),
+    organisation_id: uuid(),
+    number: text(),
+    gateway_id: uuid().null(),
+    ai_agent_id: uuid().null(),
+    sip_user_id: uuid().null(),
+    ...stamps(),
+  },
+  // The installation's SIP_DOMAIN as `sip serve` last started with it (migration 0012).
+  sip_settings: { id: integer(), domain: text() },
   kamailio_version: { id: serial(), table_name: varchar(), table_version: integer().default() },
   sip_locations: {
     id: serial(),

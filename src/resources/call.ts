@@ -18,8 +18,14 @@ export default defineResource({
     call_uuid: attr.string({ sortable: true, filterable: true }),
     call_source: attr.string({ nullable: true }),
     started_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
+    /** When it was answered, to the millisecond (null when it was not); duration_seconds counts from here. */
+    answered_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
     ended_at: attr.timestamp({ nullable: true, sortable: true, filterable: true }),
     duration_seconds: attr.integer({ nullable: true, sortable: true, filterable: true }),
+    /** The SIP final response of a call that did not complete (480 for an unregistered callee...). */
+    sip_code: attr.integer({ nullable: true, sortable: true, filterable: true }),
+    /** Why the SIP edge refused or ended the call, when it did (`not registered`, `AI agent calls are not available yet`...). */
+    end_reason: attr.string({ nullable: true }),
     conversation_id: attr.uuid({ nullable: true, sortable: true, filterable: true, references: 'Conversation' }),
     /**
      * The SIP users who took part (each leg's `member_uuid` that names one), so that "the calls of this

@@ -1,9 +1,10 @@
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
-import { type ActionContext, attr, defineResource, rel } from '../jsonapi/index.js';
+import { type ActionContext, ApiError, attr, defineResource, errorObject, rel } from '../jsonapi/index.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { GATEWAY_PROVIDERS } from './values.js';
+import { isPublicAddress } from './webhook-url.js';
 
 const HOST = '^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$';
 const HOST_PORT =
@@ -28,11 +29,44 @@ function proxyProblem(value: unknown): string | undefined {
   return port !== undefined && (Number(port) < 1 || Number(port) > 65535) ? 'port must be 1..65535' : undefined;
 }
 
-/** `name` is derived: `username@realm`, unique per organisation. */
+/** The host of `host[:port]` or `[IPv6]:port`. */
+function hostOf(value: string): string {
+  const bracketed = /^\[([^\]]+)\]/.exec(value);
+  if (bracketed) return bracketed[1];
+  return value.replace(/:\d+$/, '');
+}
+
+/**
+ * Why the SIP edge must not send to `value` (a gateway's proxy, or its realm when it has none), or undefined:
+ * a loopback, private (RFC 1918, RFC 4193), link-local, CGNAT or otherwise non-public address, or `localhost`
+ * (RFC 6761), would let a tenant make the edge send REGISTERs and calls into the network it runs in.
+ * Host names are not resolved here (a carrier's name may have no address until SRV lookup); an IP literal is
+ * judged as written.
+ */
+export function privateGatewayProblem(value: unknown): string | undefined {
+  if (typeof value !== 'string') return undefined;
+  const host = hostOf(value).toLowerCase();
+  const literal = isIP(host) !== 0;
+  if ((literal && !isPublicAddress(host)) || host === 'localhost' || host.endsWith('.localhost')) {
+    return 'names a loopback, private or link-local address, which the SIP edge does not send to (SIP_ALLOW_PRIVATE_GATEWAYS=true allows it for development)';
+  }
+  return undefined;
+}
+
+/** `name` is derived: `username@realm`, unique per organisation. The destination must be public (see above). */
 function deriveName(ctx: ActionContext): void {
   const username = ctx.values.username ?? ctx.existing?.username;
   const realm = ctx.values.realm ?? ctx.existing?.realm;
   ctx.values.name = `${username}@${realm}`;
+  if (ctx.services.config.sipAllowPrivateGateways) return;
+  const proxy = 'proxy' in ctx.values ? ctx.values.proxy : ctx.existing?.proxy;
+  const [attribute, destination] = proxy ? ['proxy', proxy] : ['realm', realm];
+  const problem = privateGatewayProblem(destination);
+  if (problem) {
+    throw new ApiError([
+      errorObject(422, 'invalid_attribute', `\`${attribute}\` ${problem}.`, { pointer: `/data/attributes/${attribute}` }),
+    ]);
+  }
 }
 
 export default defineResource({

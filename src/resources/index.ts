@@ -11,6 +11,7 @@ import invitation from './invitation.js';
 import operatorStatus from './operator-status.js';
 import operatorStatusEvent from './operator-status-event.js';
 import organisation from './organisation.js';
+import phoneNumber from './phone-number.js';
 import sipUser from './sip-user.js';
 import user from './user.js';
 import webhookDelivery from './webhook-delivery.js';
@@ -25,6 +26,7 @@ export const resources: ResourceDef[] = [
   aiAgent,
   gateway,
   sipUser,
+  phoneNumber,
   operatorStatus,
   operatorStatusEvent,
   call,

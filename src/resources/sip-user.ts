@@ -30,13 +30,21 @@ export default defineResource({
     // A secret: neither filterable nor sortable, so it never appears in a URL, a log line or a paging cursor.
     sip_password: attr.string({ create: true, update: true, minLength: 12, maxLength: 128, default: newSipPassword }),
     user_id: attr.uuid({ create: true, nullable: true, sortable: true, filterable: true, references: 'User' }),
+    /** Read only: the address this phone registers as and is called at, in its organisation's own SIP domain. */
+    sip_uri: attr.string({
+      description: "`sip:<sip_username>@<the organisation's SIP domain>`.",
+      expression: () =>
+        sql`'sip:' || t.sip_username || '@' || (SELECT parley_sip_domain(o.slug) FROM organisations o WHERE o.id = t.organisation_id)`,
+    }),
     /**
      * Read only: a registration of this user at the SIP edge has not expired. Kamailio writes
-     * registrations to sip_locations (expiry in Unix seconds); sip_subscriber holds the names it accepts.
+     * registrations to sip_locations (expiry in Unix seconds) under (user, organisation's domain).
      */
     registered: attr.boolean({
-      expression: () => sql`EXISTS (SELECT 1 FROM sip_locations l JOIN sip_subscriber s ON s.username = l.username
-        WHERE s.sip_user_id = t.id::text AND l.expires > extract(epoch FROM now()))`,
+      expression: () => sql`EXISTS (SELECT 1 FROM sip_locations l
+        WHERE l.username = t.sip_username
+          AND l.domain = (SELECT parley_sip_domain(o.slug) FROM organisations o WHERE o.id = t.organisation_id)
+          AND l.expires > extract(epoch FROM now()))`,
     }),
     ...timestamps,
   },

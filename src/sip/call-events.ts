@@ -14,8 +14,13 @@ import { systemActor, type Actor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { TERMINAL_CALL_STATUSES } from '../resources/values.js';
 
-export type CallEventName = 'initiated' | 'ringing' | 'answered' | 'failed' | 'ended';
-const EVENT_NAMES: readonly string[] = ['initiated', 'ringing', 'answered', 'failed', 'ended'];
+/**
+ * `refused`: the edge answered the INVITE itself (480 for an unregistered callee or an AI agent, 404 for an
+ * unknown user or number...), with the status and reason it chose; the call is recorded and ends at once.
+ */
+export type CallEventName = 'initiated' | 'ringing' | 'answered' | 'failed' | 'ended' | 'refused';
+const EVENT_NAMES: readonly string[] = ['initiated', 'ringing', 'answered', 'failed', 'ended', 'refused'];
+const REFUSED_STATUSES: readonly string[] = ['no_answer', 'failed', 'busy'];
 
 /** One event as Kamailio posts it (sip/kamailio.cfg, route[EVENT]); every event carries the whole call. */
 export interface CallEvent {
@@ -31,6 +36,9 @@ export interface CallEvent {
   code: number;
   /** When Kamailio saw it: Unix seconds with microseconds. */
   at: Date;
+  /** `refused` only: the Call's status and why. */
+  status?: 'no_answer' | 'failed' | 'busy';
+  reason?: string;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -69,6 +77,15 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
   if (!Number.isInteger(code) || (code as number) < 0 || (code as number) > 699) problems.push('code must be an integer 0..699');
   const at = Number(str('at', 32));
   if (!Number.isFinite(at) || at <= 0) problems.push('at must be Unix seconds');
+  let status: CallEvent['status'];
+  let reason: string | undefined;
+  if (event === 'refused') {
+    status = str('status') as CallEvent['status'];
+    if (!REFUSED_STATUSES.includes(status as string)) problems.push(`status must be one of ${REFUSED_STATUSES.join(', ')}`);
+    reason = str('reason', 200);
+    if (!reason) problems.push('reason must not be empty');
+    if (!Number.isInteger(code) || (code as number) < 300) problems.push('code of a refused call must be a final failure (300..699)');
+  }
   if (problems.length) return { problems };
   return {
     problems,
@@ -84,6 +101,7 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
       to,
       code: code as number,
       at: new Date(Math.round(at * 1000)),
+      ...(status ? { status, reason } : {}),
     },
   };
 }
@@ -150,7 +168,13 @@ export class CallEvents {
         return;
       case 'failed':
         // A failure after the answer (a later branch's) does not end an established call.
-        if (call.status !== 'in_progress') await this.end(actor, call, failureStatus(event.code), event.at);
+        if (call.status !== 'in_progress')
+          await this.end(actor, call, failureStatus(event.code), event.at, event.code >= 300 ? { sip_code: event.code } : {});
+        return;
+      case 'refused':
+        if (call.status !== 'in_progress') {
+          await this.end(actor, call, event.status ?? 'failed', event.at, { sip_code: event.code, end_reason: event.reason ?? null });
+        }
         return;
       case 'ended':
         await this.end(actor, call, call.status === 'in_progress' ? 'completed' : 'failed', event.at);
@@ -161,7 +185,7 @@ export class CallEvents {
   private async findCall(organisationId: string, callId: string): Promise<CallRow | undefined> {
     const { rows } = await sql<CallRow>`
       SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at,
-             (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller') AS answered_at
+             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at
       FROM calls c WHERE c.organisation_id = ${organisationId} AND c.call_uuid = ${callId}`.execute(this.options.db);
     return rows[0];
   }
@@ -218,7 +242,8 @@ export class CallEvents {
 
   private async answer(actor: Actor, call: CallRow, event: CallEvent): Promise<void> {
     await this.options.records.transaction(async (records) => {
-      await records.update(actor, 'Call', call.id, { status: 'in_progress' });
+      // The answer time to the millisecond: the callee leg's joined_at is kept to the second.
+      await records.update(actor, 'Call', call.id, { status: 'in_progress', answered_at: event.at });
       await records.create(actor, 'CallParticipant', {
         call_id: call.id,
         member_uuid: event.callee_sip_user_id || `sip:${event.to}`,
@@ -232,13 +257,19 @@ export class CallEvents {
   }
 
   /** Ends a call: its status, end time, talk time, every leg's left_at, the conversation closed, presence restored. */
-  async end(actor: Actor, call: CallRow, status: string, at: Date): Promise<void> {
+  async end(
+    actor: Actor,
+    call: CallRow,
+    status: string,
+    at: Date,
+    extra: { sip_code?: number; end_reason?: string | null } = {},
+  ): Promise<void> {
     const ended = call.started_at && at < call.started_at ? call.started_at : at;
     const talk = call.answered_at ? Math.max(0, Math.round((ended.getTime() - call.answered_at.getTime()) / 1000)) : 0;
     const { rows: legs } = await sql<{ id: string; member_uuid: string; joined_at: Date }>`
       SELECT id, member_uuid, joined_at FROM call_participants WHERE call_id = ${call.id} AND left_at IS NULL`.execute(this.options.db);
     await this.options.records.transaction(async (records) => {
-      await records.update(actor, 'Call', call.id, { status, ended_at: ended, duration_seconds: talk });
+      await records.update(actor, 'Call', call.id, { status, ended_at: ended, duration_seconds: talk, ...extra });
       for (const leg of legs) {
         await records.update(actor, 'CallParticipant', leg.id, { left_at: ended < leg.joined_at ? leg.joined_at : ended });
       }

@@ -3,9 +3,20 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+export interface SipListen {
+  proto: 'udp' | 'tcp' | 'tls';
+  host: string;
+  port: number;
+}
+
 export interface SipSettings {
-  /** Kamailio `listen` value: `udp:host:port`. */
+  /** SIP_LISTEN as given: one or more `udp|tcp|tls:<IP address>:<port>`, comma-separated. */
   listen: string;
+  /** Each Kamailio `listen` address. */
+  listens: SipListen[];
+  /** PEM certificate chain and private key for the TLS listen addresses (SIP_TLS_CERT, SIP_TLS_KEY). */
+  tlsCert: string | undefined;
+  tlsKey: string | undefined;
   /** The one SIP domain users register in: `<sip_username>@<domain>`. */
   domain: string;
   /** Ring timeout before an unanswered call ends as no_answer. */
@@ -32,6 +43,53 @@ export interface SipSettings {
   kamcmdBinary: string;
   /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
   kamailioDebug: number;
+  /** E.164 prefixes (`+` and digits) no outbound call may dial: premium-rate ranges by default (toll fraud). */
+  outboundDenyPrefixes: string[];
+  /** Outbound calls one organisation may have at once through its gateway. */
+  outboundMaxCalls: number;
+}
+
+/**
+ * Premium-rate and similar ranges that toll fraud dials (the default of SIP_OUTBOUND_DENY_PREFIXES): North
+ * America 900/976, UK 09 and 0871-3, Germany 0900 and 0137, France 089, Italy 899/892, Spain 803/806/807/905,
+ * Australia 190, and the international premium and satellite codes (+979, +881, +882, +883, +870).
+ */
+export const DEFAULT_OUTBOUND_DENY_PREFIXES = [
+  '+1900',
+  '+1976',
+  '+449',
+  '+44871',
+  '+44872',
+  '+44873',
+  '+49900',
+  '+49137',
+  '+3389',
+  '+39899',
+  '+39892',
+  '+34803',
+  '+34806',
+  '+34807',
+  '+34905',
+  '+61190',
+  '+979',
+  '+881',
+  '+882',
+  '+883',
+  '+870',
+];
+
+function prefixes(env: NodeJS.ProcessEnv): string[] {
+  const raw = env.SIP_OUTBOUND_DENY_PREFIXES;
+  if (raw === undefined) return DEFAULT_OUTBOUND_DENY_PREFIXES;
+  const list = raw
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean);
+  for (const prefix of list) {
+    if (!/^\+[0-9]{1,15}$/.test(prefix))
+      throw new Error(`SIP_OUTBOUND_DENY_PREFIXES must list + and digits, comma-separated; got "${prefix}"`);
+  }
+  return list;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): number {
@@ -42,19 +100,43 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): n
   return value;
 }
 
-const LISTEN = /^udp:(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
+const LISTEN = /^(udp|tcp|tls):(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
 const DOMAIN = /^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
+
+/** SIP_LISTEN's addresses (`udp:0.0.0.0:5060,tls:0.0.0.0:5061`); an IPv6 host keeps its brackets. */
+export function parseSipListen(listen: string): SipListen[] {
+  return listen.split(',').map((one) => {
+    const match = LISTEN.exec(one.trim());
+    if (!match || Number(match[4]) < 1 || Number(match[4]) > 65535) {
+      throw new Error(
+        `SIP_LISTEN must be one or more udp|tcp|tls:<IP address>:<port>, comma-separated (udp:0.0.0.0:5060,tls:0.0.0.0:5061), got "${listen}"`,
+      );
+    }
+    return { proto: match[1] as SipListen['proto'], host: match[2], port: Number(match[4]) };
+  });
+}
 
 export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettings {
   const listen = env.SIP_LISTEN || 'udp:127.0.0.1:5060';
-  const match = LISTEN.exec(listen);
-  if (!match || Number(match[3]) < 1 || Number(match[3]) > 65535) {
-    throw new Error(`SIP_LISTEN must look like udp:<IP address>:<port>, got "${listen}"`);
+  const listens = parseSipListen(listen);
+  const tlsCert = env.SIP_TLS_CERT || undefined;
+  const tlsKey = env.SIP_TLS_KEY || undefined;
+  if (listens.some((l) => l.proto === 'tls')) {
+    for (const [name, file] of [
+      ['SIP_TLS_CERT', tlsCert],
+      ['SIP_TLS_KEY', tlsKey],
+    ] as const) {
+      if (!file) throw new Error(`${name} must name a PEM file when SIP_LISTEN has a tls: address`);
+      if (!fs.existsSync(file)) throw new Error(`${name}: ${file} does not exist`);
+    }
   }
   const domain = env.SIP_DOMAIN || 'parley.local';
   if (!DOMAIN.test(domain)) throw new Error(`SIP_DOMAIN must be a host name, got "${domain}"`);
   return {
     listen,
+    listens,
+    tlsCert,
+    tlsKey,
     domain,
     ringTimeoutSeconds: int(env, 'SIP_RING_TIMEOUT_SECONDS', 30, 1),
     floodRequests: int(env, 'SIP_FLOOD_REQUESTS', 200),
@@ -68,12 +150,15 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
     kamailioBinary: env.KAMAILIO_BIN || 'kamailio',
     kamcmdBinary: env.KAMCMD_BIN || 'kamcmd',
     kamailioDebug: int(env, 'SIP_KAMAILIO_DEBUG', 1, 0),
+    outboundDenyPrefixes: prefixes(env),
+    outboundMaxCalls: int(env, 'SIP_OUTBOUND_MAX_CALLS', 10, 0),
   };
 }
 
-/** `udp:127.0.0.1:5060` -> `127.0.0.1:5060` (the address trunk registrations give as Contact). */
-export function contactAddress(listen: string): string {
-  return listen.replace(/^udp:/, '');
+/** The address trunk registrations give as Contact: the first UDP listen address (else the first), `host:port`. */
+export function contactAddress(listens: SipListen[]): string {
+  const first = listens.find((l) => l.proto === 'udp') ?? listens[0];
+  return `${first.host}:${first.port}${first.proto === 'udp' ? '' : `;transport=${first.proto}`}`;
 }
 
 /**
@@ -107,20 +192,33 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     LOG_LEVEL: String(settings.kamailioDebug),
     LOG_PREFIX: 'kamailio ',
     CHILDREN: String(settings.children),
-    LISTEN: settings.listen,
+    LISTENS: settings.listens.map((l) => `listen=${l.proto}:${l.host}:${l.port}`).join('\n'),
+    DISABLE_TCP: settings.listens.some((l) => l.proto !== 'udp') ? 'no' : 'yes',
+    // TLS (RFC 3261 section 26.2) is Kamailio's tls module, loaded only when a tls: address is listened on.
+    TLS_DEFINE: settings.listens.some((l) => l.proto === 'tls') ? '#!define WITH_TLS' : '',
+    TLS_CERT: settings.tlsCert ?? '',
+    TLS_KEY: settings.tlsKey ?? '',
     RUN_DIR: input.runDir,
     RING_TIMEOUT_MS: String(settings.ringTimeoutSeconds * 1000),
     BAN_SECONDS: String(settings.banSeconds),
     AUTH_FAILURES: String(settings.authFailures),
     PIKE_DENSITY: String(settings.floodRequests),
     PIKE_PARAM: String(Math.max(1, settings.floodRequests)),
-    CONTACT_ADDR: contactAddress(settings.listen),
+    CONTACT_ADDR: contactAddress(settings.listens),
+    // A regular expression over the E.164 number; an empty list matches nothing (no E.164 number starts with +0).
+    OUTBOUND_DENY: settings.outboundDenyPrefixes.length
+      ? `^[+](${settings.outboundDenyPrefixes.map((p) => p.slice(1)).join('|')})`
+      : '^[+]0',
+    OUTBOUND_MAX_CALLS: String(settings.outboundMaxCalls),
     KEEPALIVE_SECONDS: String(settings.keepaliveSeconds),
     EVENT_QUEUE_SIZE: String(settings.eventQueueSize),
   };
   for (const [name, value] of Object.entries(values)) {
     // Values land inside double-quoted strings of the configuration language: refuse what would end one.
-    if (/["\r\n]/.test(value)) throw new Error(`${name} must not contain quotes or line breaks`);
+    // The listen lines are one per address, each built from validated parts above.
+    if (/["\r]/.test(value) || (name !== 'LISTENS' && value.includes('\n'))) {
+      throw new Error(`${name} must not contain quotes or line breaks`);
+    }
   }
   const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (whole, name: string) => {
     const value = values[name];

@@ -5,6 +5,7 @@
  * See docs/sip.md.
  */
 import dgram from 'node:dgram';
+import net from 'node:net';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,7 +14,7 @@ import type { Db } from '../db/schema.js';
 import type { Records } from '../jsonapi/records.js';
 import { CallEvents } from './call-events.js';
 import { CallEventQueue, type Listen } from './call-queue.js';
-import { renderKamailioConfig, type SipSettings } from './config.js';
+import { parseSipListen, renderKamailioConfig, type SipListen, type SipSettings } from './config.js';
 import { haveProgram, startKamailio, type KamailioProcess } from './kamailio.js';
 import { reconcileCalls } from './reconcile.js';
 
@@ -56,40 +57,52 @@ export function sipEdgeUnavailable(databaseUrl: string | undefined, settings: Si
   return undefined;
 }
 
-/** The UDP address of SIP_LISTEN (`udp:host:port`). */
-function listenAddress(listen: string): { host: string; port: number } {
-  const at = listen.lastIndexOf(':');
-  return { host: listen.slice(listen.indexOf(':') + 1, at).replace(/^\[|\]$/g, ''), port: Number(listen.slice(at + 1)) };
-}
-
 /**
  * Refuses to start on a SIP port another process holds. Kamailio binds UDP with SO_REUSEADDR, so a second
  * Kamailio (or the workers a killed one left behind) would share the port without an error and take half the
- * traffic; a plain bind without that option fails while anyone holds the port.
+ * traffic; a plain bind without that option fails while anyone holds the port. Every address of SIP_LISTEN is
+ * tried: UDP with a datagram socket, TCP and TLS with a listening one.
  */
 export async function assertSipPortFree(listen: string): Promise<void> {
-  const { host, port } = listenAddress(listen);
-  const socket = dgram.createSocket({ type: host.includes(':') ? 'udp6' : 'udp4', reuseAddr: false });
+  for (const address of parseSipListen(listen)) await assertAddressFree(address, listen);
+}
+
+async function assertAddressFree({ proto, host: bracketed, port }: SipListen, listen: string): Promise<void> {
+  const label = `${proto}:${bracketed}:${port}`;
+  const host = bracketed.replace(/^\[|\]$/g, '');
+  let close: () => Promise<void> = async () => {};
   try {
-    await new Promise<void>((resolve, reject) => {
-      socket.once('error', reject);
-      socket.bind(port, host, () => resolve());
-    });
+    if (proto === 'udp') {
+      const socket = dgram.createSocket({ type: host.includes(':') ? 'udp6' : 'udp4', reuseAddr: false });
+      close = () =>
+        new Promise<void>((resolve) => {
+          try {
+            socket.close(() => resolve());
+          } catch {
+            resolve();
+          }
+        });
+      await new Promise<void>((resolve, reject) => {
+        socket.once('error', reject);
+        socket.bind(port, host, () => resolve());
+      });
+    } else {
+      const server = net.createServer();
+      close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen({ port, host, exclusive: true }, () => resolve());
+      });
+    }
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code === 'EADDRINUSE')
       throw new Error(
-        `the SIP port ${listen} is taken by another process (another Kamailio, or one left by an earlier run): stop it, or set SIP_LISTEN to a free port`,
+        `the SIP port ${label} is taken by another process (another Kamailio, or one left by an earlier run): stop it, or set SIP_LISTEN (${listen}) to a free port`,
       );
-    throw new Error(`cannot listen on ${listen}: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`cannot listen on ${label}: ${error instanceof Error ? error.message : String(error)}`);
   } finally {
-    await new Promise<void>((resolve) => {
-      try {
-        socket.close(() => resolve());
-      } catch {
-        resolve();
-      }
-    });
+    await close();
   }
 }
 
@@ -99,6 +112,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   const unavailable = sipEdgeUnavailable(options.databaseUrl, settings);
   if (unavailable) throw new Error(unavailable);
   await assertSipPortFree(settings.listen);
+
+  // The domain every organisation's SIP domain derives from (`<slug>.<SIP_DOMAIN>`), for the views Kamailio
+  // reads and for the API (Organisation sip_domain, SipUser sip_uri); migration 0012.
+  await db.updateTable('sip_settings').set({ domain: settings.domain }).where('id', '=', 1).execute();
 
   const events = new CallEvents({ db, records });
   // Events queued while no consumer ran (sip serve down, Parley's database unreachable) are applied first.
@@ -139,7 +156,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
       const now = await viewFingerprint(db, view);
       if (now === loaded[key]) continue;
       try {
-        await kamailio.rpc(command);
+        // kamcmd exits 0 on an RPC fault too and prints `error: <code> - <text>` (a reload refused as too soon
+        // answers "error: 500 - ongoing reload"): only an answer without one is a reload done.
+        const answer = await kamailio.rpc(command);
+        if (/^error: \d+/m.test(answer)) throw new Error(answer.trim());
         loaded[key] = now;
         log('info', `gateways changed: ${command} done`);
       } catch (error) {

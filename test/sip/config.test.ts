@@ -17,12 +17,27 @@ describe('SIP settings', () => {
   });
 
   it('refuses a malformed listen address, domain or number, naming the variable', () => {
-    expect(() => loadSipSettings({ SIP_LISTEN: 'tcp:127.0.0.1:5060' })).toThrow(/SIP_LISTEN/);
+    expect(() => loadSipSettings({ SIP_LISTEN: 'sctp:127.0.0.1:5060' })).toThrow(/SIP_LISTEN/);
+    expect(() => loadSipSettings({ SIP_LISTEN: 'udp:127.0.0.1:5060,tcp:localhost:5060' })).toThrow(/SIP_LISTEN/);
+    expect(() => loadSipSettings({ SIP_LISTEN: 'tls:127.0.0.1:5061' })).toThrow(/SIP_TLS_CERT/);
+    expect(() => loadSipSettings({ SIP_OUTBOUND_DENY_PREFIXES: '+1900,1976' })).toThrow(/SIP_OUTBOUND_DENY_PREFIXES/);
     expect(() => loadSipSettings({ SIP_LISTEN: 'udp:127.0.0.1:70000' })).toThrow(/SIP_LISTEN/);
     expect(() => loadSipSettings({ SIP_DOMAIN: 'bad domain"' })).toThrow(/SIP_DOMAIN/);
     expect(() => loadSipSettings({ SIP_RING_TIMEOUT_SECONDS: '0' })).toThrow(/SIP_RING_TIMEOUT_SECONDS/);
     // The dialog module refuses keep-alive intervals under 30 s.
     expect(() => loadSipSettings({ SIP_KEEPALIVE_SECONDS: '10' })).toThrow(/SIP_KEEPALIVE_SECONDS/);
+  });
+
+  it('takes a list of transports, and a deny list of outbound prefixes (premium rate by default)', () => {
+    const settings = loadSipSettings({ SIP_LISTEN: 'udp:127.0.0.1:5060, tcp:127.0.0.1:5060,tcp:[::1]:5070' });
+    expect(settings.listens).toEqual([
+      { proto: 'udp', host: '127.0.0.1', port: 5060 },
+      { proto: 'tcp', host: '127.0.0.1', port: 5060 },
+      { proto: 'tcp', host: '[::1]', port: 5070 },
+    ]);
+    expect(loadSipSettings({}).outboundDenyPrefixes).toContain('+1900');
+    expect(loadSipSettings({ SIP_OUTBOUND_DENY_PREFIXES: '' }).outboundDenyPrefixes).toEqual([]);
+    expect(loadSipSettings({ SIP_OUTBOUND_DENY_PREFIXES: '+1900, +449' }).outboundDenyPrefixes).toEqual(['+1900', '+449']);
   });
 
   it('gives Kamailio a plain postgres:// URL (no query, explicit port)', () => {
@@ -51,6 +66,27 @@ describe('the Kamailio configuration', () => {
     // Nothing in the call path waits on Parley: no HTTP client at all.
     expect(rendered).not.toContain('http_client');
     expect(rendered).toContain('modparam("tm", "fr_inv_timer", 30000)');
+  });
+
+  it('renders TCP and TLS listen addresses, with the tls module and the certificate only when TLS is listed', () => {
+    const plain = renderKamailioConfig(input);
+    expect(plain).toContain('disable_tcp=yes');
+    expect(plain).not.toMatch(/^#!define WITH_TLS/m);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-siptls-'));
+    const [cert, key] = ['cert.pem', 'key.pem'].map((f) => path.join(dir, f));
+    for (const f of [cert, key]) fs.writeFileSync(f, '');
+    const settings = loadSipSettings({
+      SIP_LISTEN: 'udp:127.0.0.1:25999,tcp:127.0.0.1:25999,tls:127.0.0.1:26000',
+      SIP_TLS_CERT: cert,
+      SIP_TLS_KEY: key,
+    });
+    const rendered = renderKamailioConfig({ ...input, settings });
+    expect(rendered).toContain('listen=udp:127.0.0.1:25999\nlisten=tcp:127.0.0.1:25999\nlisten=tls:127.0.0.1:26000');
+    expect(rendered).toContain('disable_tcp=no');
+    expect(rendered).toMatch(/^#!define WITH_TLS$/m);
+    expect(rendered).toContain(`modparam("tls", "certificate", "${cert}")`);
+    expect(rendered).toContain('modparam("uac", "reg_contact_addr", "127.0.0.1:25999")');
+    fs.rmSync(dir, { recursive: true, force: true });
   });
 
   it('refuses values that would break out of a quoted string, and unknown placeholders', () => {

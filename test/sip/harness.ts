@@ -2,6 +2,7 @@
 import { execFile } from 'node:child_process';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,6 +32,22 @@ export async function freeUdpPort(): Promise<number> {
   return port;
 }
 
+/** A port free for both UDP and TCP on 127.0.0.1 (a SIP edge listening on both with one number). */
+export async function freeUdpTcpPort(): Promise<number> {
+  for (;;) {
+    const port = await freeUdpPort();
+    const server = net.createServer();
+    const free = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (free) {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      return port;
+    }
+  }
+}
+
 export interface SipStack {
   edge: SipEdge;
   port: number;
@@ -38,12 +55,13 @@ export interface SipStack {
   stop(): Promise<void>;
 }
 
-/** Kamailio (through the SIP edge) on `port` (a free one when absent). */
+/** Kamailio (through the SIP edge) on `port` (a free one when absent: UDP and TCP when SIP_LISTEN names tcp:). */
 export async function startSipStack(t: TestApp, env: Record<string, string> = {}, port?: number): Promise<SipStack> {
-  port ??= await freeUdpPort();
+  port ??= env.SIP_LISTEN?.includes('tcp:') ? await freeUdpTcpPort() : await freeUdpPort();
   const kamailioLog: string[] = [];
   const settings = loadSipSettings({
-    SIP_LISTEN: `udp:127.0.0.1:${port}`,
+    // `PORT` in a given SIP_LISTEN is the port chosen here (`udp:127.0.0.1:PORT,tcp:127.0.0.1:PORT`).
+    SIP_LISTEN: env.SIP_LISTEN?.replaceAll('PORT', String(port)) ?? `udp:127.0.0.1:${port}`,
     SIP_DOMAIN: DOMAIN,
     SIP_RING_TIMEOUT_SECONDS: '2',
     SIP_RELOAD_INTERVAL_MS: '300',
@@ -51,6 +69,7 @@ export async function startSipStack(t: TestApp, env: Record<string, string> = {}
     SIP_CHILDREN: '2',
     SIP_KAMAILIO_DEBUG: '2',
     ...env,
+    ...(env.SIP_LISTEN ? { SIP_LISTEN: env.SIP_LISTEN.replaceAll('PORT', String(port)) } : {}),
   });
   const edge = await startSipEdge({
     settings,
@@ -110,8 +129,10 @@ export function sipp(scenario: string, remotePort: number | undefined, options: 
     '-trace_logs',
     '-key',
     'domain',
-    DOMAIN,
-    ...Object.entries(options.keys ?? {}).flatMap(([k, v]) => ['-key', k, v]),
+    options.keys?.domain ?? DOMAIN,
+    ...Object.entries(options.keys ?? {})
+      .filter(([k]) => k !== 'domain')
+      .flatMap(([k, v]) => ['-key', k, v]),
     ...(options.args ?? []),
   ];
   return new Promise((resolve) => {
@@ -133,9 +154,14 @@ export function sipp(scenario: string, remotePort: number | undefined, options: 
   });
 }
 
-/** REGISTERs `user` with `password` from `localPort`; the SIPp exit code (0: 200 OK). */
-export async function register(stack: SipStack, user: string, password: string, localPort: number, localIp?: string) {
-  return sipp('register', stack.port, { localPort, localIp, args: ['-s', user, '-au', user, '-ap', password] });
+/** REGISTERs `user` (in `domain`, SIP_DOMAIN by default) with `password` from `localPort`; the SIPp exit code (0: 200 OK). */
+export async function register(stack: SipStack, user: string, password: string, localPort: number, localIp?: string, domain?: string) {
+  return sipp('register', stack.port, {
+    localPort,
+    localIp,
+    keys: domain ? { domain } : {},
+    args: ['-s', user, '-au', user, '-ap', password],
+  });
 }
 
 export async function until<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 10_000): Promise<T> {

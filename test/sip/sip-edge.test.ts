@@ -22,7 +22,8 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
 
   beforeAll(async () => {
     // Five failed authentications from one address get it banned (tested below from 127.0.0.9).
-    t = await startTestApp();
+    // SIPp plays the carriers on loopback addresses.
+    t = await startTestApp({ SIP_ALLOW_PRIVATE_GATEWAYS: 'true' });
     tenant = await seedTenant(t, 'Voice');
     admin = client(t.app, tenant.admin.token);
     stack = await startSipStack(t, { SIP_AUTH_FAILURES: '5', SIP_BAN_SECONDS: '60' });
@@ -279,8 +280,11 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       expect(result.code).toBe(0);
     });
 
-    it("accepts an inbound INVITE from a gateway ACL as that organisation's call, refuses others (403)", async () => {
+    it("accepts an inbound INVITE from a gateway ACL to one of that organisation's numbers, refuses others (403)", async () => {
       const callee = await sipUser();
+      const did = `+4420794600${String(n++).padStart(2, '0')}`;
+      const number = await admin.post('/api/phone_numbers', resourceDocument('PhoneNumber', { number: did, sip_user_id: callee.id }));
+      expect(number.status).toBe(201);
       const created = await admin.post(
         '/api/gateways',
         resourceDocument('Gateway', {
@@ -300,12 +304,12 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       const inbound = await sipp('trunk_caller', stack.port, {
         localPort: await freeUdpPort(),
         localIp: '127.0.0.2',
-        args: ['-s', callee.name],
+        args: ['-s', did],
       });
       expect(inbound.errors).toBe('');
       expect(inbound.code).toBe(0);
       expect((await answering).code).toBe(0);
-      const record = await callWhenTerminal('+15551234', callee.name);
+      const record = await callWhenTerminal('+15551234', did);
       expect(record.attributes).toMatchObject({
         status: 'completed',
         direction: 'inbound',
@@ -316,7 +320,7 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       const refused = await sipp('trunk_refused', stack.port, {
         localPort: await freeUdpPort(),
         localIp: '127.0.0.3',
-        args: ['-s', callee.name],
+        args: ['-s', did],
       });
       expect(refused.errors).toBe('');
       expect(refused.code).toBe(0);

@@ -103,7 +103,7 @@ export interface paths {
         put?: never;
         /**
          * Sign in with e-mail and password; returns the user and an access token in meta.token
-         * @description Sign in with e-mail and password; returns the user and an access token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description Sign in with e-mail and password; returns the user and an access token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
          */
         post: operations["login"];
         delete?: never;
@@ -123,7 +123,7 @@ export interface paths {
         put?: never;
         /**
          * Accept an invitation (with the inviting organisation's publishable key): join with your account's password, or, for an address without an account, a new one with the password given; returns the user and an access token in meta.token
-         * @description Accept an invitation (with the inviting organisation's publishable key): join with your account's password, or, for an address without an account, a new one with the password given; returns the user and an access token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description Accept an invitation (with the inviting organisation's publishable key): join with your account's password, or, for an address without an account, a new one with the password given; returns the user and an access token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
          */
         post: operations["accept_invitation"];
         delete?: never;
@@ -271,7 +271,7 @@ export interface paths {
         put?: never;
         /**
          * With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token
-         * @description With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts are limited per organisation and e-mail and per client address (429 with Retry-After); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
          */
         post: operations["visitorSession"];
         delete?: never;
@@ -716,6 +716,138 @@ export interface paths {
          * @description The SipUser's `user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the SipUser is not visible. Roles: owner, admin, operator.
          */
         get: operations["getSipUserUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/phone_numbers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List PhoneNumber records
+         * @description The PhoneNumber records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listPhoneNumbers"];
+        put?: never;
+        /**
+         * Create a PhoneNumber
+         * @description Creates a PhoneNumber in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createPhoneNumber"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/phone_numbers/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one PhoneNumber
+         * @description One PhoneNumber of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getPhoneNumber"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a PhoneNumber
+         * @description Removes the PhoneNumber and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deletePhoneNumber"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a PhoneNumber
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin.
+         */
+        patch: operations["updatePhoneNumber"];
+        trace?: never;
+    };
+    "/api/phone_numbers/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one PhoneNumber
+         * @description The PhoneNumber's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the PhoneNumber is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getPhoneNumberOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/phone_numbers/{id}/gateway": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the gateway of one PhoneNumber
+         * @description The PhoneNumber's `gateway` (its related link): the Gateway, or `data: null` when there is none or the caller may not see it. 404 when the PhoneNumber is not visible. Roles: owner, admin.
+         */
+        get: operations["getPhoneNumberGateway"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/phone_numbers/{id}/ai_agent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the ai_agent of one PhoneNumber
+         * @description The PhoneNumber's `ai_agent` (its related link): the AiAgent, or `data: null` when there is none or the caller may not see it. 404 when the PhoneNumber is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getPhoneNumberAiAgent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/phone_numbers/{id}/sip_user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the sip_user of one PhoneNumber
+         * @description The PhoneNumber's `sip_user` (its related link): the SipUser, or `data: null` when there is none or the caller may not see it. 404 when the PhoneNumber is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getPhoneNumberSipUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1209,7 +1341,11 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update a Organisation
+         * @description Changes the attributes given; others keep their values. `data.id` must equal the path's id (409 otherwise). Roles: owner, admin. Operators change only their own record (403 for others).
+         */
+        patch: operations["updateOrganisation"];
         trace?: never;
     };
     "/api/webhook_endpoints": {
@@ -1441,7 +1577,7 @@ export interface paths {
         };
         /**
          * Stream the organisation's events (server-sent events)
-         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted, Invitation.created, Invitation.updated, Invitation.deleted.
+         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, PhoneNumber.created, PhoneNumber.updated, PhoneNumber.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted, Invitation.created, Invitation.updated, Invitation.deleted.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -1992,6 +2128,8 @@ export interface components {
             sip_password?: string;
             /** Format: uuid */
             user_id?: string | null;
+            /** @description `sip:<sip_username>@<the organisation's SIP domain>`. */
+            sip_uri?: string;
             registered?: boolean;
             /**
              * Format: date-time
@@ -2052,6 +2190,95 @@ export interface components {
         };
         SipUserListDocument: {
             data: components["schemas"]["SipUserResource"][];
+            included: components["schemas"]["Included"];
+            meta: components["schemas"]["PageMeta"];
+            links: components["schemas"]["PageLinks"];
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        PhoneNumberAttributes: {
+            /** @description E.164 (`+` and up to 15 digits); written national numbers are read with the organisation default_country. */
+            number?: string;
+            /** Format: uuid */
+            gateway_id?: string | null;
+            /** Format: uuid */
+            ai_agent_id?: string | null;
+            /** Format: uuid */
+            sip_user_id?: string | null;
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
+        };
+        PhoneNumberResource: {
+            /** Format: uuid */
+            id: string;
+            /** @constant */
+            type: "PhoneNumber";
+            attributes: components["schemas"]["PhoneNumberAttributes"];
+            relationships: {
+                organisation?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Organisation";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                gateway?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Gateway";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                ai_agent?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "AiAgent";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                sip_user?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "SipUser";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+            };
+            links?: {
+                /** Format: uri */
+                self?: string;
+            };
+            meta?: Record<string, unknown>;
+        };
+        PhoneNumberDocument: {
+            data: components["schemas"]["PhoneNumberResource"];
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        PhoneNumberRelatedDocument: {
+            data: components["schemas"]["PhoneNumberResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        PhoneNumberListDocument: {
+            data: components["schemas"]["PhoneNumberResource"][];
             included: components["schemas"]["Included"];
             meta: components["schemas"]["PageMeta"];
             links: components["schemas"]["PageLinks"];
@@ -2240,8 +2467,12 @@ export interface components {
             /** Format: date-time */
             started_at?: string | null;
             /** Format: date-time */
+            answered_at?: string | null;
+            /** Format: date-time */
             ended_at?: string | null;
             duration_seconds?: number | null;
+            sip_code?: number | null;
+            end_reason?: string | null;
             /** Format: uuid */
             conversation_id?: string | null;
             /** @description Ids of the SIP users among the call's participants. */
@@ -2462,6 +2693,12 @@ export interface components {
         };
         OrganisationAttributes: {
             name?: string;
+            /** @description Stable, unique label made from the name when created. */
+            slug?: string;
+            /** @description ISO 3166-1 alpha-2 code (GB, US...): national numbers are read as this country's. */
+            default_country?: string | null;
+            /** @description The SIP domain its phones register in: `<slug>.<SIP_DOMAIN>`. */
+            sip_domain?: string;
             /**
              * Format: date-time
              * @description When the record was created.
@@ -2834,7 +3071,7 @@ export interface components {
                 "application/vnd.api+json": components["schemas"]["ErrorDocument"];
             };
         };
-        /** @description Body too large */
+        /** @description Body too large, or too complex (more than 4,096 members in one object or array, or 16,384 values) */
         Error413: {
             headers: {
                 "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
@@ -2950,6 +3187,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3181,6 +3419,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3304,6 +3543,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3402,6 +3642,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3486,7 +3727,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3495,6 +3741,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3543,7 +3790,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -3552,6 +3804,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3614,6 +3867,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3706,6 +3960,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3802,6 +4057,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -3977,6 +4233,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4075,6 +4332,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4168,7 +4426,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4177,6 +4440,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4225,7 +4489,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4234,6 +4503,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4244,7 +4514,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -4264,6 +4541,18 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    slug?: string | {
                         eq?: string;
                         not_eq?: string;
                         in?: string | string[];
@@ -4313,7 +4602,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, name, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, name, slug, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -4363,7 +4652,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -4372,6 +4666,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4434,6 +4729,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4493,6 +4789,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4582,6 +4879,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4807,6 +5105,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4922,6 +5221,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -4984,6 +5284,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5092,7 +5393,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5101,6 +5407,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5149,7 +5456,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, answered_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "Call": "id,direction"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5158,6 +5470,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5206,7 +5519,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5215,6 +5533,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5263,7 +5582,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. ConversationItem: id, role, modality, content, metadata, item_id, content_index, occurred_at, conversation_id, organisation_id, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "ConversationItem": "id,role"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5272,6 +5596,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5282,7 +5607,14 @@ export interface operations {
                     WebhookDelivery?: string;
                     Invitation?: string;
                 };
-                /** @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, created_at, updated_at. */
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
                 filter?: {
                     id?: string | {
                         /** Format: uuid */
@@ -5403,6 +5735,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5451,7 +5784,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5460,6 +5798,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5508,7 +5847,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -5517,6 +5861,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5579,6 +5924,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5727,6 +6073,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5887,6 +6234,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -5989,6 +6337,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6087,6 +6436,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6180,7 +6530,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6189,6 +6544,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6251,6 +6607,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6435,6 +6792,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6540,6 +6898,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6638,6 +6997,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6733,7 +7093,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6742,6 +7107,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6791,7 +7157,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
                  * @example {
                  *       "SipUser": "id,sip_username"
                  *     }
@@ -6804,6 +7170,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -6954,7 +7321,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
                  * @example {
                  *       "SipUser": "id,sip_username"
                  *     }
@@ -6967,6 +7334,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7061,7 +7429,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
                  * @example {
                  *       "SipUser": "id,sip_username"
                  *     }
@@ -7074,6 +7442,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7159,7 +7528,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
                  * @example {
                  *       "SipUser": "id,sip_username"
                  *     }
@@ -7172,6 +7541,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7254,7 +7624,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7263,6 +7638,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7311,7 +7687,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7320,6 +7701,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7363,6 +7745,832 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    listPhoneNumbers: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user.
+                 * @example {
+                 *       "PhoneNumber": "id,number"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    number?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    gateway_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    ai_agent_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    sip_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createPhoneNumber: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user.
+                 * @example {
+                 *       "PhoneNumber": "id,number"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "PhoneNumber",
+                 *         "attributes": {
+                 *           "number": "example-1"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "PhoneNumber";
+                        attributes?: {
+                            /** @description E.164 (`+` and up to 15 digits); written national numbers are read with the organisation default_country. */
+                            number: string;
+                            /** Format: uuid */
+                            gateway_id?: string | null;
+                            /** Format: uuid */
+                            ai_agent_id?: string | null;
+                            /** Format: uuid */
+                            sip_user_id?: string | null;
+                        };
+                        relationships?: {
+                            /** @description The same as the attribute `gateway_id`; both may be given when they agree. */
+                            gateway?: {
+                                data: {
+                                    /** @constant */
+                                    type: "Gateway";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `ai_agent_id`; both may be given when they agree. */
+                            ai_agent?: {
+                                data: {
+                                    /** @constant */
+                                    type: "AiAgent";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `sip_user_id`; both may be given when they agree. */
+                            sip_user?: {
+                                data: {
+                                    /** @constant */
+                                    type: "SipUser";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                        };
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getPhoneNumber: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user.
+                 * @example {
+                 *       "PhoneNumber": "id,number"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deletePhoneNumber: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    updatePhoneNumber: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, gateway, gateway.organisation, ai_agent, ai_agent.organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. PhoneNumber: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at, organisation, gateway, ai_agent, sip_user.
+                 * @example {
+                 *       "PhoneNumber": "id,number"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "PhoneNumber",
+                 *         "id": "00000000-0000-7000-8000-000000000000",
+                 *         "attributes": {
+                 *           "number": "example-1"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "PhoneNumber";
+                        /** Format: uuid */
+                        id: string;
+                        attributes?: {
+                            /** @description E.164 (`+` and up to 15 digits); written national numbers are read with the organisation default_country. */
+                            number?: string;
+                            /** Format: uuid */
+                            gateway_id?: string | null;
+                            /** Format: uuid */
+                            ai_agent_id?: string | null;
+                            /** Format: uuid */
+                            sip_user_id?: string | null;
+                        };
+                        relationships?: {
+                            /** @description The same as the attribute `gateway_id`; both may be given when they agree. */
+                            gateway?: {
+                                data: {
+                                    /** @constant */
+                                    type: "Gateway";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `ai_agent_id`; both may be given when they agree. */
+                            ai_agent?: {
+                                data: {
+                                    /** @constant */
+                                    type: "AiAgent";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `sip_user_id`; both may be given when they agree. */
+                            sip_user?: {
+                                data: {
+                                    /** @constant */
+                                    type: "SipUser";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                        };
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["PhoneNumberDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getPhoneNumberOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getPhoneNumberGateway: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Gateway: id, name, provider, username, realm, proxy, register, from_domain, from_user, inbound_acl, created_at, updated_at, organisation.
+                 * @example {
+                 *       "Gateway": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["GatewayRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getPhoneNumberAiAgent: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["AiAgentRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getPhoneNumberSipUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["SipUserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listOperatorStatuss: {
         parameters: {
             query?: {
@@ -7382,6 +8590,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7596,6 +8805,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7721,6 +8931,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7769,7 +8980,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7778,6 +8994,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7826,7 +9043,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7835,6 +9057,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7883,7 +9106,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -7892,6 +9120,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -7954,6 +9183,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8219,6 +9449,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8267,7 +9498,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8276,6 +9512,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8324,7 +9561,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8333,6 +9575,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8381,7 +9624,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, registered, created_at, updated_at, organisation, user. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8390,6 +9638,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8439,7 +9688,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, answered_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
                  * @example {
                  *       "Call": "id,direction"
                  *     }
@@ -8452,6 +9701,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8463,7 +9713,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -8587,6 +9837,23 @@ export interface operations {
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
+                    answered_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     ended_at?: string | {
                         /** Format: date-time */
                         eq?: string;
@@ -8605,6 +9872,17 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     duration_seconds?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    sip_code?: string | {
                         eq?: string;
                         not_eq?: string;
                         in?: string | string[];
@@ -8675,7 +9953,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, ended_at, duration_seconds, conversation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -8722,7 +10000,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, answered_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
                  * @example {
                  *       "Call": "id,direction"
                  *     }
@@ -8735,6 +10013,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8783,7 +10062,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @example {
+                 *       "Conversation": "id,status"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8792,6 +10076,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8840,7 +10125,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -8849,6 +10139,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -8911,6 +10202,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9142,6 +10434,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9204,6 +10497,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9287,7 +10581,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, answered_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "Call": "id,direction"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9296,6 +10595,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9344,7 +10644,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9353,6 +10658,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9415,6 +10721,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9635,6 +10942,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9683,7 +10991,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: conversation, conversation.ai_agent, conversation.call, conversation.organisation, conversation.conversation_items, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, ended_at, duration_seconds, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Call: id, direction, from_number, to_number, sip_username, status, call_uuid, call_source, started_at, answered_at, ended_at, duration_seconds, sip_code, end_reason, conversation_id, participant_sip_user_ids, created_at, updated_at, conversation, organisation.
+                 * @example {
+                 *       "Call": "id,direction"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9692,6 +11005,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9740,7 +11054,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -9749,6 +11068,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9798,7 +11118,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -9811,6 +11131,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -9822,7 +11143,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -9848,6 +11169,18 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     name?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    slug?: string | {
                         eq?: string;
                         not_eq?: string;
                         in?: string | string[];
@@ -9897,7 +11230,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, name, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, name, slug, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -9944,7 +11277,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -9957,6 +11290,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10000,6 +11334,104 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    updateOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "Organisation",
+                 *         "id": "00000000-0000-7000-8000-000000000000",
+                 *         "attributes": {
+                 *           "default_country": "example-1"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "Organisation";
+                        /** Format: uuid */
+                        id: string;
+                        attributes?: {
+                            /** @description ISO 3166-1 alpha-2 code (GB, US...): national numbers are read as this country's. */
+                            default_country?: string | null;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listWebhookEndpoints: {
         parameters: {
             query?: {
@@ -10019,6 +11451,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10185,6 +11618,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10297,6 +11731,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10395,6 +11830,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10486,7 +11922,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10495,6 +11936,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10557,6 +11999,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10793,6 +12236,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10841,7 +12285,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10850,6 +12299,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10898,7 +12348,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. WebhookEndpoint: id, url, description, event_types, enabled, secret, consecutive_failures, disabled_reason, created_at, updated_at, organisation.
+                 * @example {
+                 *       "WebhookEndpoint": "id,url"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -10907,6 +12362,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -10969,6 +12425,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -11217,6 +12674,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -11331,6 +12789,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
@@ -11415,7 +12874,12 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, created_at, updated_at. */
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -11424,6 +12888,7 @@ export interface operations {
                     AiAgent?: string;
                     Gateway?: string;
                     SipUser?: string;
+                    PhoneNumber?: string;
                     OperatorStatus?: string;
                     OperatorStatusEvent?: string;
                     Call?: string;
