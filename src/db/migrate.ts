@@ -9,6 +9,7 @@ import * as agentRuntime from './migrations/0008_agent_runtime.js';
 import * as credentialCache from './migrations/0009_credential_cache.js';
 import * as eventOrder from './migrations/0010_event_order.js';
 import * as eventBarrier from './migrations/0011_event_barrier.js';
+import * as voice from './migrations/0019_voice.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -21,6 +22,7 @@ const migrations: Record<string, { up: string }> = {
   '0009_credential_cache': credentialCache,
   '0010_event_order': eventOrder,
   '0011_event_barrier': eventBarrier,
+  '0019_voice': voice,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

@@ -222,6 +222,7 @@ export class VoiceSession {
       this.failures = 0;
     } catch (error) {
       if (!(error instanceof SpeechFailure)) throw error;
+      this.o.onError?.(error);
       return this.speechTrouble(error.message);
     }
     marks.transcriptAt = performance.now();
