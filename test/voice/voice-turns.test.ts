@@ -158,7 +158,7 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
         expect(wordsHeard(metadata.request ?? '', SENTENCE.split(' ')).length, summary).toBeGreaterThanOrEqual(5);
         expect(metadata.account).toBe('42');
         const dtmf = lines.find((l) => l.speaker === 'caller' && l.content === '42');
-        expect((dtmf?.metadata as { source?: string }).source).toBe('dtmf');
+        expect((dtmf?.metadata as { source?: string } | undefined)?.source).toBe('dtmf');
         // The workflow's end step hung up, after saying goodbye.
         expect(lines.at(-1)?.content).toBe(GOODBYE);
         expect(row.status).toBe('completed');
@@ -279,7 +279,7 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
             expect(seen.speech.every((s) => s.model === 'fake-tts' && s.voice === 'nova' && s.response_format === 'wav')).toBe(true);
             const caller = lines.find((l) => l.speaker === 'caller');
             expect(caller?.content).toBe('I would like to check my order status please');
-            expect((caller?.metadata as { stt?: string }).stt).toBe('provider:fake-whisper');
+            expect((caller?.metadata as { stt?: string } | undefined)?.stt).toBe('provider:fake-whisper');
             expect((conversation.metadata as { account?: string }).account).toBe('7');
             expect(
               lines.filter((l) => l.speaker === 'agent').every((l) => (l.metadata as { tts?: string }).tts === 'provider:fake-tts'),
