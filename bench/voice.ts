@@ -81,7 +81,7 @@ async function caller(target: { port: number }, agentId: string, turns: number, 
   let firstLoudAfter: ((at: number) => void) | undefined;
   rtp.on('message', (data) => {
     const p = parseRtp(data);
-    if (!p || p.payloadType !== 0) return;
+    if (p?.payloadType !== 0) return;
     if (loud(dec.decode(p.payload))) {
       const now = performance.now();
       lastLoudIn = now;
