@@ -101,6 +101,11 @@ export class VoiceRuntime implements CallHandler {
     return this.calls.get(callId)?.session;
   }
 
+  /** The sessions of the calls in progress. */
+  sessions(): VoiceSession[] {
+    return [...this.calls.values()].flatMap((c) => (c.session ? [c.session] : []));
+  }
+
   // ------------------------------------------------------------ SIP handler
 
   async admit(info: InviteInfo): Promise<Admission> {

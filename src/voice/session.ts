@@ -128,6 +128,11 @@ export class VoiceSession {
     this.stopPlayback(true);
   }
 
+  /** The local RTP port (diagnostics, tests). */
+  get rtpPort(): number {
+    return this.o.socket.address().port;
+  }
+
   get isClosed(): boolean {
     return this.closed;
   }
