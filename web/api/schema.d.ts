@@ -1595,6 +1595,8 @@ export interface components {
             content_index?: number;
             /** Format: date-time */
             occurred_at?: string;
+            /** @description At most 16384 bytes of JSON. */
+            metadata?: Record<string, unknown>;
             /** Format: uuid */
             call_id?: string;
             /**
@@ -6612,7 +6614,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, metadata, call_id, created_at, updated_at, call, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
@@ -6819,7 +6821,7 @@ export interface operations {
             query?: {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
-                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation. */
+                /** @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, metadata, call_id, created_at, updated_at, call, organisation. */
                 fields?: {
                     ApiKey?: string;
                     User?: string;
