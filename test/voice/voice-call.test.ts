@@ -95,8 +95,15 @@ describe.skipIf(skip)('voice agent calls (SIPp to the voice endpoint)', () => {
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
 
+  /** The call and its lines once its end is recorded (that follows the BYE: a turn in flight finishes first). */
   async function transcripts(callUuid: string) {
-    const call = await t.db.selectFrom('calls').selectAll().where('call_uuid', '=', callUuid).executeTakeFirst();
+    const read = () => t.db.selectFrom('calls').selectAll().where('call_uuid', '=', callUuid).executeTakeFirst();
+    const deadline = Date.now() + 15_000;
+    let call = await read();
+    while (call?.status === 'in_progress' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      call = await read();
+    }
     const lines = call
       ? await t.db.selectFrom('call_transcripts').selectAll().where('call_id', '=', call.id).orderBy('content_index').execute()
       : [];

@@ -90,8 +90,14 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
     }
   }
 
+  /** The call's records once its end is recorded (that follows the BYE: the runtime lets a turn in flight finish first). */
   async function callRecords(callUuid: string) {
-    const call = await t.db.selectFrom('calls').selectAll().where('call_uuid', '=', callUuid).executeTakeFirstOrThrow();
+    const deadline = Date.now() + 15_000;
+    let call = await t.db.selectFrom('calls').selectAll().where('call_uuid', '=', callUuid).executeTakeFirstOrThrow();
+    while (call.status === 'in_progress' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      call = await t.db.selectFrom('calls').selectAll().where('call_uuid', '=', callUuid).executeTakeFirstOrThrow();
+    }
     const lines = await t.db.selectFrom('call_transcripts').selectAll().where('call_id', '=', call.id).orderBy('content_index').execute();
     const conversation = await t.db
       .selectFrom('conversations')
@@ -197,6 +203,44 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
       }
     });
   }, 240_000);
+
+  it('ends, at start, the calls a stopped voice runtime left open (failed, legs left, conversation closed)', async () => {
+    const actor = systemActor(tenant.organisationId, 'sip');
+    const records = t.services.records!;
+    const conversation = await records.create(actor, 'Conversation', { channel: 'voice', mode: 'voice', ai_agent_id: agentId });
+    const started = new Date(Date.now() - 60_000);
+    const open = await records.create(actor, 'Call', {
+      direction: 'inbound',
+      status: 'in_progress',
+      call_uuid: `left-open-${Date.now()}`,
+      call_source: 'voice',
+      started_at: started,
+      conversation_id: conversation.id,
+    });
+    const leg = await records.create(actor, 'CallParticipant', {
+      call_id: open.id,
+      member_uuid: 'sip:caller',
+      role: 'caller',
+      joined_at: started,
+    });
+    // A call of the SIP edge (not the voice runtime's) is not touched.
+    const other = await records.create(actor, 'Call', {
+      direction: 'inbound',
+      status: 'in_progress',
+      call_uuid: `edge-${Date.now()}`,
+      call_source: 'sip',
+    });
+    await withVoice({}, async () => {});
+    const call = await t.db.selectFrom('calls').selectAll().where('id', '=', open.id).executeTakeFirstOrThrow();
+    expect(call.status).toBe('failed');
+    expect(call.ended_at).not.toBeNull();
+    const participant = await t.db.selectFrom('call_participants').selectAll().where('id', '=', leg.id).executeTakeFirstOrThrow();
+    expect(participant.left_at).not.toBeNull();
+    const conv = await t.db.selectFrom('conversations').select('status').where('id', '=', conversation.id).executeTakeFirstOrThrow();
+    expect(conv.status).toBe('closed');
+    const untouched = await t.db.selectFrom('calls').select('status').where('id', '=', other.id).executeTakeFirstOrThrow();
+    expect(untouched.status).toBe('in_progress');
+  }, 60_000);
 
   it('answers 488 to an offer without G.722 or G.711, and 486 past VOICE_MAX_CALLS while the running call goes on', async () => {
     await withVoice({ maxCalls: 1 }, async (voice, config) => {
