@@ -164,6 +164,8 @@ export class VoiceSession {
     for (const event of this.vad.push(frame)) {
       if (event.type === 'speech_start') {
         clearTimeout(this.silenceTimer);
+        // The caller is there: the next silence gets a prompt again before the hang-up.
+        this.prompted = false;
         // Barge-in: the caller speaks over the agent, so the agent stops at the next frame.
         if (this.playing) {
           this.stats.bargeIns++;
@@ -184,6 +186,7 @@ export class VoiceSession {
     if (!event?.end || timestamp === this.lastDtmfTimestamp) return;
     this.lastDtmfTimestamp = timestamp;
     clearTimeout(this.silenceTimer);
+    this.prompted = false;
     if (this.playing) this.stopPlayback(true);
     clearTimeout(this.digitTimer);
     if (event.digit === '#') {
@@ -334,7 +337,6 @@ export class VoiceSession {
   private play(text: string, pcm: Int16Array, marks?: TurnMarks): Promise<{ spokenMs: number; interrupted: boolean }> {
     if (this.closed) return Promise.resolve({ spokenMs: 0, interrupted: true });
     this.stopPlayback(true);
-    this.prompted = false;
     return new Promise((done) => {
       this.playing = { text, pcm, offset: 0, marks, done };
     });

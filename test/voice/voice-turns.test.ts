@@ -204,6 +204,27 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
     });
   }, 240_000);
 
+  it('a silent caller is asked whether they are still there, then the agent says goodbye and hangs up', async () => {
+    await withVoice({ silenceTimeoutMs: 2500 }, async (_voice, config) => {
+      const recorder = await startRecorder();
+      try {
+        const result = await call(config, callerScenario({ codec: 'PCMU', recorderPort: recorder.port, waitBeforeMs: 0, endBy: 'agent' }));
+        expect(result.code, result.errors + result.messages).toBe(0);
+        const callId = /Call-ID: (.+)/i.exec(result.messages)?.[1]?.trim() ?? '';
+        const { lines, call: row } = await callRecords(callId);
+        expect(lines.map((l) => [l.speaker, (l.metadata as { prompt?: string }).prompt ?? null])).toEqual([
+          ['agent', null],
+          ['agent', 'silence'],
+          ['agent', 'silence_hangup'],
+        ]);
+        expect(lines[1].content).toBe('Are you still there?');
+        expect(row.status).toBe('completed');
+      } finally {
+        await recorder.close();
+      }
+    });
+  }, 120_000);
+
   it('ends, at start, the calls a stopped voice runtime left open (failed, legs left, conversation closed)', async () => {
     const actor = systemActor(tenant.organisationId, 'sip');
     const records = t.services.records!;
