@@ -82,8 +82,39 @@ export interface Config {
   agentConcurrency: number;
   /** Attempts (leases) at one user item whose turn fails to store; then it is handed to an operator. */
   agentMaxAttempts: number;
+  voice: VoiceConfig;
   /** Live events: the outbox, GET /api/events and webhooks (docs/events.md). */
   events: EventsConfig;
+}
+
+/** The voice runtime (docs/voice.md): the SIP endpoint for agent calls, its media ports and speech engines. */
+export interface VoiceConfig {
+  /** Where the SIP user agent for agent calls listens (UDP). */
+  sipHost: string;
+  sipPort: number;
+  /** The address written into SDP and Contact (default: sipHost). */
+  advertisedAddress: string | undefined;
+  rtpPortMin: number;
+  rtpPortMax: number;
+  /** Concurrent agent calls; more get 486 Busy Here. */
+  maxCalls: number;
+  /** Caller silence before the agent prompts (ms); the same again, and it hangs up. */
+  silenceTimeoutMs: number;
+  /** An utterance is cut (and answered) after this long (ms). */
+  maxUtteranceMs: number;
+  /** Quiet after speech that ends an utterance (ms). */
+  endpointMs: number;
+  /** OpenAI-compatible speech-to-text (POST /v1/audio/transcriptions); unset: local pocketsphinx. */
+  sttBaseUrl: string | undefined;
+  sttApiKey: string | undefined;
+  sttModel: string;
+  /** OpenAI-compatible text-to-speech (POST /v1/audio/speech); unset: local festival (espeak-ng without it). */
+  ttsBaseUrl: string | undefined;
+  ttsApiKey: string | undefined;
+  ttsModel: string;
+  /** Per request to a speech provider, and retries after the first attempt. */
+  speechTimeoutMs: number;
+  speechMaxRetries: number;
 }
 
 export interface EventsConfig {
@@ -213,6 +244,25 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentLeaseMs: int(env, 'AGENT_LEASE_MS', 60_000),
     agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
     agentMaxAttempts: Math.max(1, int(env, 'AGENT_MAX_ATTEMPTS', 3)),
+    voice: {
+      sipHost: text(env, 'VOICE_SIP_HOST') ?? '127.0.0.1',
+      sipPort: int(env, 'VOICE_SIP_PORT', 5070),
+      advertisedAddress: text(env, 'VOICE_ADVERTISED_ADDRESS'),
+      rtpPortMin: int(env, 'VOICE_RTP_PORT_MIN', 40000),
+      rtpPortMax: int(env, 'VOICE_RTP_PORT_MAX', 40999),
+      maxCalls: Math.max(1, int(env, 'VOICE_MAX_CALLS', 20)),
+      silenceTimeoutMs: Math.max(1000, int(env, 'VOICE_SILENCE_TIMEOUT_MS', 10_000)),
+      maxUtteranceMs: Math.max(1000, int(env, 'VOICE_MAX_UTTERANCE_MS', 15_000)),
+      endpointMs: Math.max(100, int(env, 'VOICE_ENDPOINT_MS', 600)),
+      sttBaseUrl: text(env, 'STT_BASE_URL')?.replace(/\/+$/, ''),
+      sttApiKey: text(env, 'STT_API_KEY'),
+      sttModel: text(env, 'STT_MODEL') ?? 'whisper-1',
+      ttsBaseUrl: text(env, 'TTS_BASE_URL')?.replace(/\/+$/, ''),
+      ttsApiKey: text(env, 'TTS_API_KEY'),
+      ttsModel: text(env, 'TTS_MODEL') ?? 'tts-1',
+      speechTimeoutMs: Math.max(100, int(env, 'SPEECH_TIMEOUT_MS', 10_000)),
+      speechMaxRetries: Math.max(0, int(env, 'SPEECH_MAX_RETRIES', 1)),
+    },
     events: {
       retentionDays: Math.max(1, int(env, 'EVENTS_RETENTION_DAYS', 7)),
       heartbeatSeconds: Math.max(1, int(env, 'EVENTS_HEARTBEAT_SECONDS', 15)),

@@ -210,6 +210,7 @@ export const tables = {
     content_index: integer(),
     item_id: text(),
     occurred_at: timestamptz(),
+    metadata: jsonb().default(),
     ...stamps(),
   },
   // Kamailio's own tables (migration 0005): its table versions and the registrations it writes through.

@@ -14,6 +14,8 @@ export default defineResource({
     item_id: attr.string({ sortable: true, filterable: true }),
     content_index: attr.integer({ sortable: true, filterable: true }),
     occurred_at: attr.timestamp({ sortable: true, filterable: true }),
+    /** Voice runtime notes: an agent line's latency budget and how much was spoken (docs/voice.md). */
+    metadata: attr.object({ maxBytes: 16 * 1024, default: () => ({}) }),
     call_id: attr.uuid({ sortable: true, filterable: true, references: 'Call' }),
     ...timestamps,
   },

@@ -2625,6 +2625,8 @@ export interface components {
             content_index?: number;
             /** Format: date-time */
             occurred_at?: string;
+            /** @description At most 16384 bytes of JSON. */
+            metadata?: Record<string, unknown>;
             /** Format: uuid */
             call_id?: string;
             /**
@@ -10708,7 +10710,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation.
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, metadata, call_id, created_at, updated_at, call, organisation.
                  * @example {
                  *       "CallTranscript": "id,content"
                  *     }
@@ -10929,7 +10931,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: call, call.conversation, call.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at, call, organisation.
+                 * @description Sparse fieldsets, fields[Type]=a,b. CallTranscript: id, content, speaker, item_id, content_index, occurred_at, metadata, call_id, created_at, updated_at, call, organisation.
                  * @example {
                  *       "CallTranscript": "id,content"
                  *     }

@@ -1,0 +1,397 @@
+/**
+ * The voice runtime: agent calls answered by Parley. The SIP endpoint (sip-endpoint.ts) takes calls to
+ * `agent-<ai agent id>`; each call gets its voice Conversation (mode `voice`), its Call and participants,
+ * written through the records service as the SIP edge writes calls (system actor, source `sip`), and a
+ * session (session.ts) that hears and speaks. The agent answers through the agent runtime, exactly as
+ * in chat: a caller's utterance is a `user` item, and the runtime's turn (workflow, guardrails, model,
+ * handoff, its lease and exactly-once commit) writes the `assistant` reply, which is then spoken. One code
+ * path for chat and voice; this file only waits for the reply the turn committed.
+ */
+import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
+import type { Logger } from 'pino';
+import { handOff } from '../agents/routing.js';
+import { HANDOFF_TEXT, type WorkflowState } from '../agents/workflow.js';
+import type { Config } from '../config/index.js';
+import { inTransaction } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
+import { systemActor } from '../jsonapi/actor.js';
+import { createRecords, type Records } from '../jsonapi/records.js';
+import { buildRegistry } from '../jsonapi/routes.js';
+import type { AppServices } from '../jsonapi/services.js';
+import { resources } from '../resources/index.js';
+import { type Admission, type CallHandler, type DialogHandle, type InviteInfo, SipEndpoint } from './sip-endpoint.js';
+import { type CallSink, type Reply, VoiceSession } from './session.js';
+import { createStt, type SpeechToText } from './stt.js';
+import { createTts, LocalTts, type TextToSpeech } from './tts.js';
+
+const AGENT_USER = /^agent-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i;
+
+export interface VoiceRuntimeOptions {
+  db: Db;
+  services: AppServices;
+  config: Config;
+  logger?: Logger;
+  /** The agent runtime in this process, woken at once when a caller's utterance is stored (else it polls). */
+  agents?: { wake(): void };
+  stt?: SpeechToText;
+  tts?: TextToSpeech;
+  /** Benchmarks: each RTP packet sent, with its due time. */
+  onPacketSent?: (callId: string, at: number, due: number) => void;
+}
+
+interface ActiveCall {
+  callId: string;
+  organisationId: string;
+  agent: { id: string; voice: string | null; languages: string[] };
+  info: InviteInfo;
+  /** Resolves when the Call, Conversation and participants are stored. */
+  stored?: Promise<{ callRowId: string; conversationId: string; participantIds: string[]; startedAt: Date }>;
+  session?: VoiceSession;
+  transcriptIndex: number;
+  /** The last user item's content_index (the agent runtime's cursor must pass it). */
+  lastUserIndex: number;
+}
+
+export class VoiceRuntime implements CallHandler {
+  readonly endpoint: SipEndpoint;
+  private readonly calls = new Map<string, ActiveCall>();
+  private readonly stt: SpeechToText;
+  private readonly tts: TextToSpeech;
+  private readonly fallbackTts = new LocalTts();
+  private readonly registry = buildRegistry(resources);
+  private readonly endings = new Set<Promise<void>>();
+
+  constructor(private readonly o: VoiceRuntimeOptions) {
+    const v = o.config.voice;
+    this.stt = o.stt ?? createStt(v);
+    this.tts = o.tts ?? createTts(v);
+    this.endpoint = new SipEndpoint({
+      host: v.sipHost,
+      port: v.sipPort,
+      advertisedAddress: v.advertisedAddress,
+      rtpPortMin: v.rtpPortMin,
+      rtpPortMax: v.rtpPortMax,
+      handler: this,
+      logger: o.logger,
+    });
+  }
+
+  private get records(): Records {
+    return this.o.services.records!;
+  }
+
+  /** Ends calls a previous run left open (the process stopped mid-call), then takes calls. */
+  async start(): Promise<void> {
+    await this.reconcile();
+    await this.endpoint.start();
+  }
+
+  /** Hangs up every call (BYE), records their end, and stops listening. */
+  async stop(): Promise<void> {
+    await this.endpoint.stop();
+    await Promise.all([...this.endings]);
+  }
+
+  get activeCalls(): number {
+    return this.calls.size;
+  }
+
+  session(callId: string): VoiceSession | undefined {
+    return this.calls.get(callId)?.session;
+  }
+
+  /** The sessions of the calls in progress. */
+  sessions(): VoiceSession[] {
+    return [...this.calls.values()].flatMap((c) => (c.session ? [c.session] : []));
+  }
+
+  // ------------------------------------------------------------ SIP handler
+
+  async admit(info: InviteInfo): Promise<Admission> {
+    const match = AGENT_USER.exec(info.user ?? '');
+    if (!match) return { reject: 404, reason: 'Not Found' };
+    // Past VOICE_MAX_CALLS new calls are refused, so that the running ones keep their pace (486: the
+    // agent is busy; the caller may try again).
+    if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
+    const agent = await this.o.db
+      .selectFrom('ai_agents')
+      .select(['id', 'organisation_id', 'published', 'voice', 'languages'])
+      .where('id', '=', match[1].toLowerCase())
+      .executeTakeFirst();
+    if (!agent) return { reject: 404, reason: 'Not Found' };
+    if (!agent.published) return { reject: 480, reason: 'Temporarily Unavailable' };
+    if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
+    this.calls.set(info.callId, {
+      callId: info.callId,
+      organisationId: agent.organisation_id,
+      agent: { id: agent.id, voice: agent.voice, languages: agent.languages },
+      info,
+      transcriptIndex: 0,
+      lastUserIndex: -1,
+    });
+    return { accept: true };
+  }
+
+  started(info: InviteInfo, dialog: DialogHandle): void {
+    const call = this.calls.get(info.callId);
+    if (!call) return;
+    call.stored = this.storeCall(call);
+    call.stored.catch((error) => {
+      this.o.logger?.error({ err: error, callId: info.callId }, 'voice: storing the call failed');
+      void dialog.hangup();
+    });
+    const v = this.o.config.voice;
+    const session = new VoiceSession({
+      socket: dialog.rtp,
+      negotiated: dialog.negotiated,
+      remote: { address: dialog.offer.address, port: dialog.offer.port },
+      stt: this.stt,
+      tts: this.tts,
+      fallbackTts: this.fallbackTts,
+      sink: this.sink(call),
+      voice: call.agent.voice,
+      language: call.agent.languages[0],
+      silenceTimeoutMs: v.silenceTimeoutMs,
+      maxUtteranceMs: v.maxUtteranceMs,
+      endpointMs: v.endpointMs,
+      hangup: () => dialog.hangup(),
+      onPacketSent: this.o.onPacketSent ? (at, due) => this.o.onPacketSent?.(info.callId, at, due) : undefined,
+      onError: (error) => this.o.logger?.error({ err: error, callId: info.callId }, 'voice: turn failed'),
+    });
+    call.session = session;
+    this.o.logger?.info({ callId: info.callId, agent: call.agent.id, codec: dialog.negotiated.codec }, 'voice: call answered');
+    session.start();
+  }
+
+  ended(callId: string, by: 'caller' | 'agent' | 'timeout'): void {
+    const call = this.calls.get(callId);
+    if (!call) return;
+    this.o.logger?.info({ callId, by }, 'voice: call ended');
+    call.session?.close();
+    const ending = this.finish(call, by)
+      .catch((error) => this.o.logger?.error({ err: error, callId }, 'voice: recording the end of a call failed'))
+      .finally(() => {
+        this.calls.delete(callId);
+        this.endings.delete(ending);
+      });
+    this.endings.add(ending);
+  }
+
+  // ------------------------------------------------------------ records
+
+  private async storeCall(call: ActiveCall) {
+    const actor = systemActor(call.organisationId, 'sip');
+    const startedAt = new Date();
+    return this.records.transaction(async (records) => {
+      const conversation = await records.create(actor, 'Conversation', {
+        channel: 'voice',
+        mode: 'voice',
+        status: 'active',
+        ai_agent_id: call.agent.id,
+        metadata: { sip: { call_id: call.callId, from: call.info.from, to: call.info.to } },
+      });
+      const row = await records.create(actor, 'Call', {
+        direction: 'inbound',
+        from_number: call.info.from.slice(0, 255),
+        to_number: call.info.to.slice(0, 255),
+        status: 'in_progress',
+        call_uuid: call.callId,
+        call_source: 'voice',
+        started_at: startedAt,
+        conversation_id: conversation.id,
+      });
+      const caller = await records.create(actor, 'CallParticipant', {
+        call_id: row.id,
+        member_uuid: `sip:${call.info.from}`.slice(0, 255),
+        role: 'caller',
+        joined_at: startedAt,
+      });
+      const agent = await records.create(actor, 'CallParticipant', {
+        call_id: row.id,
+        member_uuid: call.agent.id,
+        role: 'agent',
+        joined_at: startedAt,
+      });
+      return { callRowId: row.id, conversationId: conversation.id, participantIds: [caller.id, agent.id], startedAt };
+    });
+  }
+
+  /** The call is over: its status, its legs' end, and its conversation closed, in one transaction. */
+  private async finish(call: ActiveCall, by: 'caller' | 'agent' | 'timeout'): Promise<void> {
+    if (!call.stored) return; // never confirmed: nothing was stored
+    const stored = await call.stored;
+    // A turn still in flight is left to finish (the session is closed, so nothing more is spoken or
+    // waited for), then the agent runtime gets a moment to commit its answer before the conversation closes.
+    await Promise.race([call.session?.idle(), new Promise((r) => setTimeout(r, 3000))]);
+    await this.agentCaughtUp(stored.conversationId, call.lastUserIndex, 3000);
+    const actor = systemActor(call.organisationId, 'sip');
+    const ended = new Date();
+    // Read before the transaction: the embedded database has one connection, which the transaction holds.
+    const conv = await this.o.db.selectFrom('conversations').select('status').where('id', '=', stored.conversationId).executeTakeFirst();
+    await this.records.transaction(async (records) => {
+      await records.update(actor, 'Call', stored.callRowId, {
+        status: by === 'timeout' ? 'failed' : 'completed',
+        ended_at: ended,
+        duration_seconds: Math.max(0, Math.round((ended.getTime() - stored.startedAt.getTime()) / 1000)),
+      });
+      for (const id of stored.participantIds) await records.update(actor, 'CallParticipant', id, { left_at: ended });
+      // A handed-off conversation stays pending for its operator; an active one ends with the call.
+      if (conv?.status === 'active') await records.update(actor, 'Conversation', stored.conversationId, { status: 'closed' });
+    });
+  }
+
+  private async agentCaughtUp(conversationId: string, index: number, timeoutMs: number): Promise<void> {
+    if (index < 0) return;
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const row = await this.o.db
+        .selectFrom('agent_turns')
+        .select('last_handled_index')
+        .where('conversation_id', '=', conversationId)
+        .executeTakeFirst();
+      if (row && row.last_handled_index >= index) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** Calls a previous run of the voice runtime left open end as `failed` (the runtime stopped, not the caller). */
+  private async reconcile(): Promise<void> {
+    const open = await this.o.db
+      .selectFrom('calls')
+      .select(['id', 'organisation_id', 'conversation_id'])
+      .where('call_source', '=', 'voice')
+      .where('status', 'in', ['initiated', 'ringing', 'in_progress'])
+      .execute();
+    for (const row of open) {
+      const actor = systemActor(row.organisation_id, 'sip');
+      const ended = new Date();
+      // Reads first: the embedded database's one connection belongs to the transaction while it runs.
+      const legs = await this.o.db
+        .selectFrom('call_participants')
+        .select('id')
+        .where('call_id', '=', row.id)
+        .where('left_at', 'is', null)
+        .execute();
+      const conv = row.conversation_id
+        ? await this.o.db.selectFrom('conversations').select('status').where('id', '=', row.conversation_id).executeTakeFirst()
+        : undefined;
+      await this.records.transaction(async (records) => {
+        await records.update(actor, 'Call', row.id, { status: 'failed', ended_at: ended });
+        for (const leg of legs) await records.update(actor, 'CallParticipant', leg.id, { left_at: ended });
+        if (row.conversation_id && conv?.status === 'active')
+          await records.update(actor, 'Conversation', row.conversation_id, { status: 'closed' });
+      });
+    }
+  }
+
+  // ------------------------------------------------------------ the session's sink
+
+  private sink(call: ActiveCall): CallSink {
+    const actor = () => systemActor(call.organisationId, 'sip');
+    const transcript = (
+      records: Records,
+      speaker: 'caller' | 'agent',
+      content: string,
+      itemId: string,
+      metadata: Record<string, unknown>,
+      callRowId: string,
+    ) =>
+      records.create(actor(), 'CallTranscript', {
+        call_id: callRowId,
+        speaker,
+        content: content.slice(0, 32 * 1024),
+        item_id: itemId,
+        content_index: call.transcriptIndex++,
+        occurred_at: new Date(),
+        metadata,
+      });
+    return {
+      userTurn: async ({ text, kind, metadata = {} }) => {
+        const stored = await call.stored!;
+        const itemId = `voice_${randomUUID().replaceAll('-', '')}`;
+        // The caller's words are a user item and a caller transcript line, stored together.
+        const index = await this.records.transaction(async (records) => {
+          const item = await records.create<{ attributes: { content_index: number } }>(actor(), 'ConversationItem', {
+            conversation_id: stored.conversationId,
+            role: 'user',
+            modality: 'audio',
+            content: text.slice(0, 32 * 1024),
+            item_id: itemId,
+            metadata: { source: 'voice', input: kind, ...metadata },
+          });
+          if (kind !== 'connected') await transcript(records, 'caller', text, itemId, metadata, stored.callRowId);
+          return (item.record as unknown as { attributes: { content_index: number } }).attributes.content_index;
+        });
+        call.lastUserIndex = index;
+        this.o.logger?.debug({ callId: call.callId, text, kind }, 'voice: caller turn stored');
+        this.o.agents?.wake();
+        return this.awaitReply(call, stored.conversationId, index, itemId);
+      },
+      agentLine: async (text, metadata, itemId) => {
+        const stored = await call.stored!;
+        await this.records.transaction((records) =>
+          transcript(records, 'agent', text, itemId ?? `voice_${randomUUID().replaceAll('-', '')}`, metadata, stored.callRowId),
+        );
+      },
+      handoff: async (reason) => {
+        const stored = await call.stored!;
+        await inTransaction(this.o.db, async (trx) => {
+          const conv = await trx
+            .selectFrom('conversations')
+            .select(['metadata', 'status'])
+            .where('id', '=', stored.conversationId)
+            .executeTakeFirst();
+          if (conv?.status !== 'active') return;
+          const records = createRecords({ db: trx, registry: this.registry, services: this.o.services });
+          await handOff(
+            trx,
+            records,
+            { id: stored.conversationId, organisation_id: call.organisationId, metadata: conv.metadata as Record<string, unknown> },
+            reason,
+            `handoff_voice_${randomUUID().replaceAll('-', '')}`,
+            { rule: 'speech_failure' },
+          );
+        });
+      },
+    };
+  }
+
+  /**
+   * Waits until the agent runtime has handled the user item (its cursor passed it: the turn committed),
+   * then reads what it wrote: the assistant reply, and whether the call should end (the workflow's `end`
+   * step, a closed conversation, or a handoff, whose transfer to an operator is not built yet).
+   */
+  private async awaitReply(call: ActiveCall, conversationId: string, userIndex: number, itemId: string): Promise<Reply | undefined> {
+    const c = this.o.config;
+    const deadline = Date.now() + c.llmTimeoutMs * (c.llmMaxRetries + 1) + 10_000;
+    while (Date.now() < deadline) {
+      if (call.session?.isClosed) return undefined;
+      const { rows } = await sql<{ last_handled_index: number | null; workflow_state: WorkflowState | null; status: string }>`
+        SELECT t.last_handled_index, t.workflow_state, c.status FROM conversations c
+        LEFT JOIN agent_turns t ON t.conversation_id = c.id WHERE c.id = ${conversationId}`.execute(this.o.db);
+      const row = rows[0];
+      if (row && row.last_handled_index !== null && row.last_handled_index >= userIndex) {
+        const at = performance.now();
+        const reply = await this.o.db
+          .selectFrom('conversation_items')
+          .select(['content', 'item_id'])
+          .where('conversation_id', '=', conversationId)
+          .where('role', '=', 'assistant')
+          .where('content_index', '>', userIndex)
+          .where(sql<boolean>`metadata->>'in_reply_to' = ${itemId}`)
+          .orderBy('content_index')
+          .executeTakeFirst();
+        const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
+        this.o.logger?.debug({ callId: call.callId, reply: reply?.content, hangup }, 'voice: agent answered');
+        if (reply) return { text: reply.content, hangup, at, itemId: reply.item_id };
+        // A handoff without a reply (the model failed): say so, as chat's system item does.
+        if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at };
+        return undefined;
+      }
+      if (row && row.status !== 'active') return undefined;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return undefined;
+  }
+}

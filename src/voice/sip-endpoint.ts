@@ -1,0 +1,415 @@
+/**
+ * The voice runtime's SIP user agent server (RFC 3261) on UDP: it answers INVITEs for agent calls
+ * with an SDP answer (sdp.ts), keeps each dialog, ends it on the caller's BYE or its own, and sends
+ * the final response again until the ACK comes (13.3.1.4: timer G, doubling from T1 to T2, giving up
+ * after 64*T1 with a BYE). Requests are answered at the address they came from (RFC 3581 rport
+ * behaviour, which is what every UDP phone and Kamailio expect). Not a proxy and no registrar:
+ * Kamailio in front does routing, authentication and NAT.
+ */
+import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { buildAnswer, negotiate, parseOffer, SdpError, type Negotiated, type SdpOffer } from './sdp.js';
+import { cseqOf, header, parseSip, serialize, type SipMessage, tagOf, uriOf, userOf } from './sip-message.js';
+
+const T1 = 500;
+const T2 = 4000;
+
+export interface InviteInfo {
+  callId: string;
+  /** The Request-URI's user (`agent-<id>`). */
+  user: string | undefined;
+  from: string;
+  to: string;
+  remote: { address: string; port: number };
+}
+
+/** What the application says about a new call: refuse it with a status, or take it. */
+export type Admission = { reject: number; reason: string } | { accept: true };
+
+export interface DialogHandle {
+  callId: string;
+  negotiated: Negotiated;
+  offer: SdpOffer;
+  /** Our RTP socket, bound before the answer was sent. */
+  rtp: Socket;
+  /** Ends the call from our side (BYE). */
+  hangup(): Promise<void>;
+}
+
+export interface CallHandler {
+  /** Decides whether to take a call (before any media is set up). */
+  admit(info: InviteInfo): Admission | Promise<Admission>;
+  /** The dialog is confirmed (ACK received): media may flow. */
+  started(info: InviteInfo, dialog: DialogHandle): void;
+  /** The dialog ended (either side's BYE, a CANCEL, or no ACK). */
+  ended(callId: string, by: 'caller' | 'agent' | 'timeout'): void;
+}
+
+export interface SipEndpointOptions {
+  host: string;
+  port: number;
+  /** The address written into SDP and Contact (the host, unless behind a relay). */
+  advertisedAddress?: string;
+  rtpPortMin: number;
+  rtpPortMax: number;
+  handler: CallHandler;
+  logger?: Logger;
+}
+
+interface Dialog {
+  info: InviteInfo;
+  localTag: string;
+  remoteTarget: string;
+  /** The caller's From (our To in requests we send) and our To (our From). */
+  remoteParty: string;
+  localParty: string;
+  localSeq: number;
+  inviteResponse?: Buffer;
+  inviteBranch?: string;
+  confirmed: boolean;
+  ended: boolean;
+  handle?: DialogHandle;
+  retransmit?: NodeJS.Timeout;
+  rtp?: Socket;
+  byeDone?: () => void;
+}
+
+export class SipEndpoint {
+  private socket?: Socket;
+  private readonly dialogs = new Map<string, Dialog>();
+  private readonly usedPorts = new Set<number>();
+  private nextPort: number;
+  private draining = false;
+  port = 0;
+
+  constructor(private readonly options: SipEndpointOptions) {
+    this.nextPort = options.rtpPortMin + (options.rtpPortMin % 2);
+  }
+
+  get address(): string {
+    return this.options.advertisedAddress ?? this.options.host;
+  }
+
+  async start(): Promise<void> {
+    const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
+    socket.on('message', (data, rinfo) => this.onMessage(data, rinfo));
+    socket.on('error', (error) => this.options.logger?.error({ err: error }, 'voice: SIP socket error'));
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.bind(this.options.port, this.options.host, () => {
+        socket.off('error', reject);
+        resolve();
+      });
+    });
+    this.socket = socket;
+    this.port = socket.address().port;
+  }
+
+  /** Refuses new calls (503), hangs up the running ones, and closes the socket. */
+  async stop(): Promise<void> {
+    this.draining = true;
+    await Promise.all([...this.dialogs.values()].filter((d) => !d.ended).map((d) => this.bye(d)));
+    this.socket?.close();
+    this.socket = undefined;
+  }
+
+  private send(data: Buffer, to: { address: string; port: number }): void {
+    this.socket?.send(data, to.port, to.address);
+  }
+
+  private onMessage(data: Buffer, rinfo: RemoteInfo): void {
+    let msg: SipMessage;
+    try {
+      msg = parseSip(data);
+    } catch (error) {
+      // Unparseable: nothing to answer to (18.1.1 would need the Via we could not read); dropped.
+      this.options.logger?.debug({ err: error, from: rinfo.address }, 'voice: unparseable SIP message dropped');
+      return;
+    }
+    const remote = { address: rinfo.address, port: rinfo.port };
+    if (msg.status !== undefined) {
+      this.onResponse(msg);
+      return;
+    }
+    const callId = header(msg, 'call-id')!;
+    const dialog = this.dialogs.get(callId);
+    switch (msg.method) {
+      case 'INVITE':
+        if (dialog && tagOf(header(msg, 'to'))) {
+          // A re-INVITE (session refresh, hold): keep our media as it is and answer with the same SDP.
+          if (dialog.inviteResponse && dialog.handle)
+            this.reply(msg, remote, 200, 'OK', [['Content-Type', 'application/sdp']], this.answerFor(dialog));
+          else this.reply(msg, remote, 491, 'Request Pending');
+          return;
+        }
+        if (dialog) {
+          // A retransmission of the INVITE: the same final response again (17.2.1).
+          if (dialog.inviteResponse) this.send(dialog.inviteResponse, remote);
+          return;
+        }
+        void this.onInvite(msg, remote);
+        return;
+      case 'ACK':
+        if (dialog) {
+          dialog.confirmed = true;
+          clearTimeout(dialog.retransmit);
+          if (dialog.handle && !dialog.ended) this.options.handler.started(dialog.info, dialog.handle);
+        }
+        return;
+      case 'BYE':
+        if (!dialog || dialog.ended) {
+          this.reply(msg, remote, 481, 'Call/Transaction Does Not Exist');
+          return;
+        }
+        this.reply(msg, remote, 200, 'OK');
+        this.end(dialog, 'caller');
+        return;
+      case 'CANCEL':
+        if (!dialog) {
+          this.reply(msg, remote, 481, 'Call/Transaction Does Not Exist');
+          return;
+        }
+        this.reply(msg, remote, 200, 'OK');
+        // Our 200 to the INVITE may already be on its way; then the caller's BYE follows (9.2).
+        if (!dialog.confirmed && !dialog.inviteResponse) this.end(dialog, 'caller');
+        return;
+      case 'OPTIONS':
+        this.reply(msg, remote, 200, 'OK', [['Allow', 'INVITE, ACK, BYE, CANCEL, OPTIONS']]);
+        return;
+      default:
+        this.reply(msg, remote, 405, 'Method Not Allowed', [['Allow', 'INVITE, ACK, BYE, CANCEL, OPTIONS']]);
+        return;
+    }
+  }
+
+  private onResponse(msg: SipMessage): void {
+    const dialog = this.dialogs.get(header(msg, 'call-id') ?? '');
+    if (dialog && cseqOf(msg).method === 'BYE' && (msg.status ?? 0) >= 200) dialog.byeDone?.();
+  }
+
+  private async onInvite(msg: SipMessage, remote: { address: string; port: number }): Promise<void> {
+    const callId = header(msg, 'call-id')!;
+    const info: InviteInfo = {
+      callId,
+      user: userOf(msg.uri ?? ''),
+      from: header(msg, 'from')!,
+      to: header(msg, 'to')!,
+      remote,
+    };
+    const dialog: Dialog = {
+      info,
+      localTag: randomBytes(8).toString('hex'),
+      remoteTarget: uriOf(header(msg, 'contact') ?? header(msg, 'from')!),
+      remoteParty: header(msg, 'from')!,
+      localParty: '',
+      localSeq: Math.floor(Math.random() * 10000) + 1,
+      confirmed: false,
+      ended: false,
+    };
+    dialog.localParty = `${info.to};tag=${dialog.localTag}`;
+    this.dialogs.set(callId, dialog);
+    this.reply(msg, remote, 100, 'Trying', [], '', false);
+    const final = (status: number, reason: string, extra: [string, string][] = [], body = '') => {
+      dialog.inviteResponse = this.response(msg, status, reason, dialog.localTag, extra, body);
+      this.send(dialog.inviteResponse, remote);
+    };
+    if (this.draining) {
+      final(503, 'Service Unavailable', [['Retry-After', '5']]);
+      return this.forget(dialog);
+    }
+    let offer: SdpOffer;
+    let negotiated: Negotiated | undefined;
+    try {
+      offer = parseOffer(msg.body);
+      negotiated = negotiate(offer);
+    } catch (error) {
+      if (!(error instanceof SdpError)) throw error;
+      final(488, 'Not Acceptable Here', [['Warning', `399 parley "${error.message}"`]]);
+      return this.forget(dialog);
+    }
+    if (!negotiated) {
+      // RFC 3261 21.4.26 with a 305 warning (incompatible media format).
+      final(488, 'Not Acceptable Here', [['Warning', '305 parley "Incompatible media format: offer G722, PCMU or PCMA"']]);
+      return this.forget(dialog);
+    }
+    let admission: Admission;
+    try {
+      admission = await this.options.handler.admit(info);
+    } catch (error) {
+      this.options.logger?.error({ err: error, callId }, 'voice: admitting a call failed');
+      admission = { reject: 500, reason: 'Server Internal Error' };
+    }
+    if ('reject' in admission) {
+      final(admission.reject, admission.reason, admission.reject === 503 || admission.reject === 486 ? [['Retry-After', '5']] : []);
+      return this.forget(dialog);
+    }
+    let rtp: Socket;
+    try {
+      rtp = await this.bindRtp();
+    } catch {
+      final(503, 'Service Unavailable', [['Retry-After', '5']]);
+      return this.forget(dialog);
+    }
+    dialog.rtp = rtp;
+    dialog.handle = {
+      callId,
+      negotiated,
+      offer,
+      rtp,
+      hangup: () => this.bye(dialog),
+    };
+    final(200, 'OK', [['Content-Type', 'application/sdp']], this.answerFor(dialog));
+    // Timer G: resend the 200 until the ACK, giving up after 64*T1 (13.3.1.4).
+    let interval = T1;
+    let waited = 0;
+    const resend = () => {
+      if (dialog.confirmed || dialog.ended) return;
+      waited += interval;
+      if (waited >= 64 * T1) {
+        void this.bye(dialog, 'timeout');
+        return;
+      }
+      if (dialog.inviteResponse) this.send(dialog.inviteResponse, remote);
+      interval = Math.min(interval * 2, T2);
+      dialog.retransmit = setTimeout(resend, interval);
+    };
+    dialog.retransmit = setTimeout(resend, interval);
+  }
+
+  private answerFor(dialog: Dialog): string {
+    const handle = dialog.handle!;
+    return buildAnswer({
+      address: this.address,
+      port: handle.rtp.address().port,
+      sessionId: String(dialog.localSeq),
+      negotiated: handle.negotiated,
+      direction: handle.offer.direction,
+    });
+  }
+
+  /** Binds an even port of the configured range (RFC 3550 11: RTP on even ports), skipping ones in use. */
+  private async bindRtp(): Promise<Socket> {
+    const { rtpPortMin: min, rtpPortMax: max } = this.options;
+    if (min === 0) {
+      // No range configured: the kernel's choice (tests, and hosts where any port is reachable).
+      const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
+      await new Promise<void>((resolve, reject) => {
+        socket.once('error', reject);
+        socket.bind(0, this.options.host, () => resolve());
+      });
+      return socket;
+    }
+    const span = Math.floor((max - min) / 2) + 1;
+    for (let tries = 0; tries < span; tries++) {
+      const port = this.nextPort;
+      this.nextPort = port + 2 > max ? min + (min % 2) : port + 2;
+      if (this.usedPorts.has(port)) continue;
+      const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
+      const ok = await new Promise<boolean>((resolve) => {
+        socket.once('error', () => resolve(false));
+        socket.bind(port, this.options.host, () => resolve(true));
+      });
+      if (ok) {
+        this.usedPorts.add(port);
+        socket.on('close', () => this.usedPorts.delete(port));
+        return socket;
+      }
+      socket.close();
+    }
+    throw new Error('no free RTP port in the configured range');
+  }
+
+  private response(
+    req: SipMessage,
+    status: number,
+    reason: string,
+    localTag: string | undefined,
+    extra: [string, string][],
+    body: string,
+  ): Buffer {
+    const to = header(req, 'to')!;
+    const headers: [string, string | string[]][] = [
+      ['Via', req.headers.get('via') ?? []],
+      ['From', header(req, 'from')!],
+      ['To', localTag && !tagOf(to) && status > 100 ? `${to};tag=${localTag}` : to],
+      ['Call-ID', header(req, 'call-id')!],
+      ['CSeq', header(req, 'cseq')!],
+    ];
+    if (req.method === 'INVITE' && status >= 200 && status < 300) headers.push(['Contact', `<sip:parley@${this.hostPort()}>`]);
+    headers.push(['Server', 'parley-voice'], ...extra);
+    return serialize(`SIP/2.0 ${status} ${reason}`, headers, body);
+  }
+
+  private reply(
+    req: SipMessage,
+    to: { address: string; port: number },
+    status: number,
+    reason: string,
+    extra: [string, string][] = [],
+    body = '',
+    withTag = true,
+  ): void {
+    const dialog = this.dialogs.get(header(req, 'call-id') ?? '');
+    this.send(this.response(req, status, reason, withTag ? dialog?.localTag : undefined, extra, body), to);
+  }
+
+  private hostPort(): string {
+    const host = this.address.includes(':') ? `[${this.address}]` : this.address;
+    return `${host}:${this.port}`;
+  }
+
+  /** Sends BYE in the dialog and waits for its final response (or 64*T1), retransmitting (17.1.2.2). */
+  private async bye(dialog: Dialog, by: 'agent' | 'timeout' = 'agent'): Promise<void> {
+    if (dialog.ended) return;
+    this.end(dialog, by);
+    if (!dialog.inviteResponse || !dialog.handle) return;
+    dialog.localSeq++;
+    const branch = `z9hG4bK${randomBytes(8).toString('hex')}`;
+    const request = serialize(`BYE ${dialog.remoteTarget} SIP/2.0`, [
+      ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=${branch};rport`],
+      ['Max-Forwards', '70'],
+      ['From', dialog.localParty],
+      ['To', dialog.remoteParty],
+      ['Call-ID', dialog.info.callId],
+      ['CSeq', `${dialog.localSeq} BYE`],
+    ]);
+    await new Promise<void>((resolve) => {
+      let interval = T1;
+      let waited = 0;
+      let timer: NodeJS.Timeout | undefined;
+      dialog.byeDone = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const fire = () => {
+        if (!this.socket || waited >= 64 * T1) return dialog.byeDone?.();
+        this.send(request, dialog.info.remote);
+        waited += interval;
+        timer = setTimeout(fire, interval);
+        interval = Math.min(interval * 2, T2);
+      };
+      fire();
+    });
+  }
+
+  private end(dialog: Dialog, by: 'caller' | 'agent' | 'timeout'): void {
+    if (dialog.ended) return;
+    dialog.ended = true;
+    clearTimeout(dialog.retransmit);
+    try {
+      dialog.rtp?.close();
+    } catch {}
+    this.options.handler.ended(dialog.info.callId, by);
+    // Keep the dialog a while to answer retransmitted BYEs and INVITEs (32 s, timer J/H of 17.2).
+    setTimeout(() => this.dialogs.delete(dialog.info.callId), 32_000).unref();
+  }
+
+  private forget(dialog: Dialog): void {
+    dialog.ended = true;
+    // The final response is kept for retransmitted INVITEs until the caller has surely given up.
+    setTimeout(() => {
+      if (this.dialogs.get(dialog.info.callId) === dialog) this.dialogs.delete(dialog.info.callId);
+    }, 32_000).unref();
+  }
+}
