@@ -223,4 +223,72 @@ describe.skipIf(skip !== undefined)('SIP edge over TLS (Kamailio tls module)', (
     }, 'the call to be completed');
     expect(call.attributes).toMatchObject({ status: 'completed', from_number: caller.name, call_uuid: callId });
   });
+  /** A response to `request` copying its Via, Record-Route, From, Call-ID and CSeq lines (RFC 3261 section 8.2.6). */
+  function reply(request: SipMessage, status: string, toTag: string, contact: string, body = '') {
+    const head = request.text.split('\r\n\r\n')[0].split('\r\n');
+    const copied = head.filter((line) => /^(Via|v|Record-Route|From|f|Call-ID|i|CSeq):/i.test(line));
+    const to = head.find((line) => /^(To|t):/i.test(line))!;
+    return [
+      `SIP/2.0 ${status}`,
+      ...copied,
+      /;tag=/.test(to) ? to : `${to};tag=${toTag}`,
+      `Contact: <${contact}>`,
+      ...(body ? ['Content-Type: application/sdp'] : []),
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      '',
+      body,
+    ].join('\r\n');
+  }
+
+  it('calls a phone registered over TLS whose Contact is not its connection: reached over that connection', async () => {
+    const caller = await sipUser();
+    const callee = await sipUser();
+    const tls = await phone();
+    // Phones give their listening port (5061, or any) in Contact, not the connection's ephemeral source port;
+    // nothing listens on this one, so the call can only reach the phone over the connection it registered on.
+    const contact = `sip:${callee.name}@127.0.0.1:${await freePort()};transport=tls`;
+    const callId = `${random()}@tls-callee`;
+    const fromTag = random();
+    const uri = `sip:${domain}`;
+    const registered = await withDigest(tls, 'REGISTER', uri, callee, (cseq, auth) =>
+      [
+        `REGISTER ${uri} SIP/2.0`,
+        `Via: SIP/2.0/TLS ${tls.local};branch=z9hG4bK${random()};rport`,
+        'Max-Forwards: 70',
+        `From: <sip:${callee.name}@${domain}>;tag=${fromTag}`,
+        `To: <sip:${callee.name}@${domain}>`,
+        `Call-ID: ${callId}`,
+        `CSeq: ${cseq} REGISTER`,
+        `Contact: <${contact}>`,
+        `${auth}Expires: 300`,
+        'Content-Length: 0',
+        '',
+        '',
+      ].join('\r\n'),
+    );
+    expect(registered.status).toBe(200);
+
+    const placing = sipp('caller_call', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain },
+      args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '300'],
+    });
+    const invite = await tls.next((m) => m.method === 'INVITE', 10_000);
+    const toTag = random();
+    const sdp = ['v=0', 'o=tls 1 1 IN IP4 127.0.0.1', 's=-', 'c=IN IP4 127.0.0.1', 't=0 0', 'm=audio 4002 RTP/AVP 0', ''].join('\r\n');
+    tls.send(reply(invite, '180 Ringing', toTag, contact));
+    tls.send(reply(invite, '200 OK', toTag, contact, sdp));
+    await tls.next((m) => m.method === 'ACK');
+    const bye = await tls.next((m) => m.method === 'BYE', 10_000);
+    tls.send(reply(bye, '200 OK', toTag, contact));
+    const placed = await placing;
+    expect(placed.errors).toBe('');
+    expect(placed.code).toBe(0);
+    const call = await until(async () => {
+      const calls = await admin.get(`/api/calls?filter[to_number]=${callee.name}`);
+      const found = calls.body.data[0];
+      return found?.attributes.status === 'completed' ? found : undefined;
+    }, 'the call to be completed');
+    expect(call.attributes).toMatchObject({ status: 'completed', from_number: caller.name });
+  });
 });
