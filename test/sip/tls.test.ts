@@ -291,4 +291,109 @@ describe.skipIf(skip !== undefined)('SIP edge over TLS (Kamailio tls module)', (
     }, 'the call to be completed');
     expect(call.attributes).toMatchObject({ status: 'completed', from_number: caller.name });
   });
+  it('calls between two TLS phones whose Contacts are not their connections; the callee hangs up', async () => {
+    const caller = await sipUser();
+    const callee = await sipUser();
+    const calling = await phone();
+    const answering = await phone();
+    // Neither phone listens where its Contact says: both are reached only over their own connection.
+    const callerContact = `sip:${caller.name}@127.0.0.1:${await freePort()};transport=tls`;
+    const calleeContact = `sip:${callee.name}@127.0.0.1:${await freePort()};transport=tls`;
+    const uri = `sip:${domain}`;
+    const registration = (tls: TlsPhone, user: { name: string; password: string }, contact: string) => {
+      const callId = `${random()}@tls-phone`;
+      const fromTag = random();
+      return withDigest(tls, 'REGISTER', uri, user, (cseq, auth) =>
+        [
+          `REGISTER ${uri} SIP/2.0`,
+          `Via: SIP/2.0/TLS ${tls.local};branch=z9hG4bK${random()};rport`,
+          'Max-Forwards: 70',
+          `From: <sip:${user.name}@${domain}>;tag=${fromTag}`,
+          `To: <sip:${user.name}@${domain}>`,
+          `Call-ID: ${callId}`,
+          `CSeq: ${cseq} REGISTER`,
+          `Contact: <${contact}>`,
+          `${auth}Expires: 300`,
+          'Content-Length: 0',
+          '',
+          '',
+        ].join('\r\n'),
+      );
+    };
+    expect((await registration(answering, callee, calleeContact)).status).toBe(200);
+    expect((await registration(calling, caller, callerContact)).status).toBe(200);
+
+    const target = `sip:${callee.name}@${domain}`;
+    const callId = `${random()}@tls-to-tls`;
+    const fromTag = random();
+    const toTag = random();
+    const sdp = ['v=0', 'o=tls 1 1 IN IP4 127.0.0.1', 's=-', 'c=IN IP4 127.0.0.1', 't=0 0', 'm=audio 4004 RTP/AVP 0', ''].join('\r\n');
+    const answered = withDigest(calling, 'INVITE', target, caller, (cseq, auth) =>
+      [
+        `INVITE ${target} SIP/2.0`,
+        `Via: SIP/2.0/TLS ${calling.local};branch=z9hG4bK${random()};rport`,
+        'Max-Forwards: 70',
+        `From: <sip:${caller.name}@${domain}>;tag=${fromTag}`,
+        `To: <sip:${callee.name}@${domain}>`,
+        `Call-ID: ${callId}`,
+        `CSeq: ${cseq} INVITE`,
+        `Contact: <${callerContact}>`,
+        `${auth}Content-Type: application/sdp`,
+        `Content-Length: ${Buffer.byteLength(sdp)}`,
+        '',
+        sdp,
+      ].join('\r\n'),
+    );
+    const invite = await answering.next((m) => m.method === 'INVITE', 10_000);
+    answering.send(reply(invite, '200 OK', toTag, calleeContact, sdp));
+    const ok = await answered;
+    expect(ok.status).toBe(200);
+    const callerRoutes = ok.headers('Record-Route').reverse();
+    const calleeTarget = /<([^>]+)>/.exec(ok.header('Contact')!)![1];
+    calling.send(
+      [
+        `ACK ${calleeTarget} SIP/2.0`,
+        `Via: SIP/2.0/TLS ${calling.local};branch=z9hG4bK${random()};rport`,
+        'Max-Forwards: 70',
+        ...callerRoutes.map((route) => `Route: ${route}`),
+        `From: <sip:${caller.name}@${domain}>;tag=${fromTag}`,
+        `To: ${ok.header('To')}`,
+        `Call-ID: ${callId}`,
+        `CSeq: 2 ACK`,
+        'Content-Length: 0',
+        '',
+        '',
+      ].join('\r\n'),
+    );
+    await answering.next((m) => m.method === 'ACK');
+    // The callee hangs up: its BYE goes to the caller's Contact as the edge relayed it (with the alias of the
+    // caller's connection), along the Record-Route as received (RFC 3261 section 12.1.1).
+    const callerTarget = /<([^>]+)>/.exec(invite.header('Contact')!)![1];
+    expect(callerTarget).toContain('alias=');
+    answering.send(
+      [
+        `BYE ${callerTarget} SIP/2.0`,
+        `Via: SIP/2.0/TLS ${answering.local};branch=z9hG4bK${random()};rport`,
+        'Max-Forwards: 70',
+        ...invite.headers('Record-Route').map((route) => `Route: ${route}`),
+        `From: <sip:${callee.name}@${domain}>;tag=${toTag}`,
+        `To: <sip:${caller.name}@${domain}>;tag=${fromTag}`,
+        `Call-ID: ${callId}`,
+        'CSeq: 1 BYE',
+        'Content-Length: 0',
+        '',
+        '',
+      ].join('\r\n'),
+    );
+    const bye = await calling.next((m) => m.method === 'BYE', 10_000);
+    expect(bye.text.split('\r\n')[0]).not.toContain('alias=');
+    calling.send(reply(bye, '200 OK', fromTag, callerContact));
+    expect((await answering.next((m) => m.status >= 200 && m.header('CSeq') === '1 BYE')).status).toBe(200);
+    const call = await until(async () => {
+      const calls = await admin.get(`/api/calls?filter[to_number]=${callee.name}`);
+      const found = calls.body.data[0];
+      return found?.attributes.status === 'completed' ? found : undefined;
+    }, 'the call to be completed');
+    expect(call.attributes).toMatchObject({ status: 'completed', from_number: caller.name, call_uuid: callId });
+  });
 });
