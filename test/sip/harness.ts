@@ -23,6 +23,23 @@ export function sipSkipReason(): string | undefined {
   return undefined;
 }
 
+/**
+ * Why the SIP-over-TLS tests cannot run here, or undefined: Kamailio's tls module is a package of its own
+ * (Debian: kamailio-tls-modules), and openssl makes the test certificate.
+ */
+export function tlsSkipReason(): string | undefined {
+  const sip = sipSkipReason();
+  if (sip) return sip;
+  if (!haveProgram('openssl')) return 'openssl not installed (it makes the test certificate)';
+  const dirs = ['/usr/lib', '/usr/lib64', '/usr/local/lib', '/usr/local/lib64'].flatMap((lib) => [
+    path.join(lib, 'kamailio/modules'),
+    ...(fs.existsSync(lib) ? fs.readdirSync(lib).map((arch) => path.join(lib, arch, 'kamailio/modules')) : []),
+  ]);
+  if (!dirs.some((dir) => fs.existsSync(path.join(dir, 'tls.so'))))
+    return "Kamailio's tls module (tls.so) is not installed (Debian: kamailio-tls-modules)";
+  return undefined;
+}
+
 /** A free UDP port on 127.0.0.1 (the kernel's choice, released just before use). */
 export async function freeUdpPort(): Promise<number> {
   const socket = dgram.createSocket('udp4');
