@@ -250,16 +250,17 @@ describe('RTP', () => {
     });
     clock.start();
     const origin = clock.dueTime(0);
-    await new Promise((r) => setTimeout(r, 250));
+    // Until 13 ticks have run (about 260 ms; longer on a loaded machine: the property holds either way).
+    for (let waited = 0; ticks.length < 13 && waited < 5000; waited += 20) await new Promise((r) => setTimeout(r, 20));
     clock.stop();
-    expect(ticks.length).toBeGreaterThanOrEqual(10);
+    expect(ticks.length).toBeGreaterThanOrEqual(13);
     ticks.forEach((t, i) => {
       expect(t.index).toBe(i);
       expect(t.due).toBeCloseTo(origin + i * 20, 6);
       expect(t.now).toBeGreaterThanOrEqual(t.due);
     });
     // After the stall the clock catches up: tick 12 is due at origin + 240 whatever happened before.
-    expect(clock.dueTime(12) - origin).toBe(240);
+    expect(clock.dueTime(12) - origin).toBeCloseTo(240, 6);
   });
 });
 
