@@ -32,8 +32,11 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
           runDir: process.env.SIP_RUN_DIR || undefined,
           log,
           onKamailioLog: (line) => console.error(line),
+          onRtpengineLog: (line) => console.error(`rtpengine ${line}`),
         });
-        console.log(`Parley SIP edge: Kamailio on ${settings.listen}, SIP domain ${settings.domain} (run directory ${edge.runDir})`);
+        console.log(
+          `Parley SIP edge: Kamailio on ${settings.listen}, SIP domain ${settings.domain}, media on rtpengine (RTP ${settings.media.rtpPortMin}-${settings.media.rtpPortMax}) (run directory ${edge.runDir})`,
+        );
         let stopping = false;
         const stop = async (signal: string) => {
           if (stopping) return;
@@ -48,9 +51,14 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
         // sees its pipe close and stops Kamailio's whole process group (src/sip/kamailio.ts).
         process.on('SIGTERM', () => void stop('SIGTERM'));
         process.on('SIGINT', () => void stop('SIGINT'));
-        const exit = await edge.kamailio.exited;
+        // Either process ending by itself ends `sip serve` (status 1), so that the service manager restarts the
+        // whole edge: Kamailio without rtpengine would refuse every call, rtpengine without Kamailio gets none.
+        const exit = await Promise.race([
+          edge.kamailio.exited.then((code) => ({ process: 'Kamailio', code })),
+          edge.rtpengine.exited.then((code) => ({ process: 'rtpengine', code })),
+        ]);
         if (!stopping) {
-          log('error', 'Kamailio exited', { exit });
+          log('error', `${exit.process} exited`, { exit: exit.code });
           await edge.stop().catch(() => {});
           await database.close();
           process.exit(1);

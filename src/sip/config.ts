@@ -1,7 +1,9 @@
 /** Settings of the SIP edge and the rendering of Kamailio's configuration from the template in `sip/`. */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadMediaSettings, type MediaSettings } from '../config/media.js';
 
 export interface SipListen {
   proto: 'udp' | 'tcp' | 'tls';
@@ -47,6 +49,8 @@ export interface SipSettings {
   outboundDenyPrefixes: string[];
   /** Outbound calls one organisation may have at once through its gateway. */
   outboundMaxCalls: number;
+  /** rtpengine, the media plane (RTP_PORT_MIN/MAX, MEDIA_ADVERTISED_ADDRESS; src/config/media.ts). */
+  media: MediaSettings;
 }
 
 /**
@@ -152,7 +156,24 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
     kamailioDebug: int(env, 'SIP_KAMAILIO_DEBUG', 1, 0),
     outboundDenyPrefixes: prefixes(env),
     outboundMaxCalls: int(env, 'SIP_OUTBOUND_MAX_CALLS', 10, 0),
+    media: loadMediaSettings(env),
   };
+}
+
+/**
+ * The local address rtpengine binds RTP on: MEDIA_LISTEN_ADDRESS; else the first concrete SIP_LISTEN address
+ * (media beside signalling); else, when SIP listens on a wildcard, the host's first non-internal IPv4 address
+ * (rtpengine writes the address it binds into SDP, and a wildcard names no host), loopback as the last resort.
+ */
+export function mediaListenAddress(settings: SipSettings, interfaces = os.networkInterfaces()): string {
+  if (settings.media.listenAddress) return settings.media.listenAddress;
+  const concrete = settings.listens.map((l) => l.host.replace(/^\[|\]$/g, '')).find((h) => h !== '0.0.0.0' && h !== '::');
+  if (concrete) return concrete;
+  for (const list of Object.values(interfaces)) {
+    const found = list?.find((i) => i.family === 'IPv4' && !i.internal);
+    if (found) return found.address;
+  }
+  return '127.0.0.1';
 }
 
 /** The address trunk registrations give as Contact: the first UDP listen address (else the first), `host:port`. */
@@ -181,6 +202,11 @@ export interface RenderInput {
   settings: SipSettings;
   databaseUrl: string;
   runDir: string;
+  /**
+   * rtpengine's ng control socket (`udp:127.0.0.1:<port>`): with it every call's media is anchored
+   * (WITH_MEDIA in the template); without it (a benchmark's bare Kamailio) SDP passes untouched.
+   */
+  rtpengineSocket?: string;
 }
 
 /** Fills every `{{NAME}}` of the template; a name left unfilled is a bug in this function, so it throws. */
@@ -212,6 +238,8 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     OUTBOUND_MAX_CALLS: String(settings.outboundMaxCalls),
     KEEPALIVE_SECONDS: String(settings.keepaliveSeconds),
     EVENT_QUEUE_SIZE: String(settings.eventQueueSize),
+    MEDIA_DEFINE: input.rtpengineSocket ? '#!define WITH_MEDIA' : '',
+    RTPENGINE_SOCK: input.rtpengineSocket ?? '',
   };
   for (const [name, value] of Object.entries(values)) {
     // Values land inside double-quoted strings of the configuration language: refuse what would end one.

@@ -1,6 +1,6 @@
 /**
- * The SIP edge as one supervised unit (`parley sip serve`): Kamailio (rendered configuration, its own
- * process group, ended with `sip serve`), the consumer of the call event queue Kamailio writes, and two
+ * The SIP edge as one supervised unit (`parley sip serve`): rtpengine (the media plane: every call's RTP),
+ * Kamailio (rendered configuration, each in its own process group, ended with `sip serve`), the consumer of the call event queue Kamailio writes, and two
  * timers: gateway edits reloaded into Kamailio, and calls whose dialog is gone ended (reconciliation).
  * See docs/sip.md.
  */
@@ -14,9 +14,10 @@ import type { Db } from '../db/schema.js';
 import type { Records } from '../jsonapi/records.js';
 import { CallEvents } from './call-events.js';
 import { CallEventQueue, type Listen } from './call-queue.js';
-import { parseSipListen, renderKamailioConfig, type SipListen, type SipSettings } from './config.js';
+import { mediaListenAddress, parseSipListen, renderKamailioConfig, type SipListen, type SipSettings } from './config.js';
 import { haveProgram, startKamailio, type KamailioProcess } from './kamailio.js';
 import { reconcileCalls } from './reconcile.js';
+import { assertRtpRangeFree, startRtpengine, type RtpengineProcess } from './rtpengine.js';
 
 export interface SipEdgeOptions {
   settings: SipSettings;
@@ -29,10 +30,13 @@ export interface SipEdgeOptions {
   runDir?: string;
   log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
   onKamailioLog?: (line: string) => void;
+  onRtpengineLog?: (line: string) => void;
 }
 
 export interface SipEdge {
   kamailio: KamailioProcess;
+  /** The media plane; Kamailio anchors every call's media in it. */
+  rtpengine: RtpengineProcess;
   runDir: string;
   events: CallEvents;
   /** The consumer of `sip_call_events` (stopped and started again by tests that take Parley away). */
@@ -54,6 +58,8 @@ export function sipEdgeUnavailable(databaseUrl: string | undefined, settings: Si
   if (!haveProgram(settings.kamailioBinary))
     return `Kamailio not found (${settings.kamailioBinary}): install Debian's kamailio, kamailio-postgres-modules, kamailio-extra-modules and kamailio-utils-modules`;
   if (!haveProgram(settings.kamcmdBinary)) return `kamcmd not found (${settings.kamcmdBinary}): it comes with Debian's kamailio package`;
+  if (!haveProgram(settings.media.rtpengineBinary))
+    return `rtpengine not found (${settings.media.rtpengineBinary}): install Debian's rtpengine-daemon (the media plane; its system service is not needed)`;
   return undefined;
 }
 
@@ -112,6 +118,12 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   const unavailable = sipEdgeUnavailable(options.databaseUrl, settings);
   if (unavailable) throw new Error(unavailable);
   await assertSipPortFree(settings.listen);
+  const mediaAddress = mediaListenAddress(settings);
+  const range = await assertRtpRangeFree(mediaAddress, settings.media.rtpPortMin, settings.media.rtpPortMax);
+  if (range.taken.length)
+    log('warn', `${range.taken.length} of the ${range.total} RTP ports are taken by other processes; rtpengine skips them`, {
+      first: range.taken.slice(0, 10),
+    });
 
   // The domain every organisation's SIP domain derives from (`<slug>.<SIP_DOMAIN>`), for the views Kamailio
   // reads and for the API (Organisation sip_domain, SipUser sip_uri); migration 0012.
@@ -124,9 +136,39 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
 
   const runDir = options.runDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sip-'));
   fs.mkdirSync(runDir, { recursive: true });
+
+  // rtpengine first: Kamailio's rtpengine module pings it when it starts.
+  let rtpengine: RtpengineProcess;
+  try {
+    rtpengine = await startRtpengine({
+      binary: settings.media.rtpengineBinary,
+      runDir,
+      listenAddress: mediaAddress,
+      advertisedAddress: settings.media.advertisedAddress,
+      portMin: settings.media.rtpPortMin,
+      portMax: settings.media.rtpPortMax,
+      timeoutSeconds: settings.media.timeoutSeconds,
+      logLevel: settings.media.logLevel,
+      onLog: options.onRtpengineLog,
+    });
+  } catch (error) {
+    await queue.stop();
+    throw error;
+  }
+  log('info', 'rtpengine is running', {
+    rtp: `${mediaAddress}:${settings.media.rtpPortMin}-${settings.media.rtpPortMax}`,
+    advertised: settings.media.advertisedAddress ?? mediaAddress,
+    ng: rtpengine.ngSocket,
+    pid: rtpengine.pid(),
+  });
+
   const configFile = path.join(runDir, 'kamailio.cfg');
   // The file holds the database URL: readable by this user only.
-  fs.writeFileSync(configFile, renderKamailioConfig({ settings, databaseUrl: options.databaseUrl!, runDir }), { mode: 0o600 });
+  fs.writeFileSync(
+    configFile,
+    renderKamailioConfig({ settings, databaseUrl: options.databaseUrl!, runDir, rtpengineSocket: rtpengine.ngSocket }),
+    { mode: 0o600 },
+  );
 
   let kamailio: KamailioProcess;
   try {
@@ -138,6 +180,7 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
       onLog: options.onKamailioLog,
     });
   } catch (error) {
+    await rtpengine.stop();
     await queue.stop();
     throw error;
   }
@@ -197,6 +240,7 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
 
   return {
     kamailio,
+    rtpengine,
     runDir,
     events,
     queue,
@@ -208,6 +252,9 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
       // Kamailio writes its dialogs and the events still in its memory before it exits; calls still talking
       // stay open, and the next start finds their dialogs (or their end) in the database.
       await kamailio.stop();
+      // After Kamailio: no offer can arrive for a stopped engine. Calls still talking lose their media here
+      // (rtpengine keeps its sessions in memory only); their dialogs outlive the restart (docs/sip.md).
+      await rtpengine.stop();
       await queue.drain().catch(() => 0);
       await queue.stop();
     },

@@ -1,0 +1,306 @@
+/**
+ * rtpengine under `sip serve`: the media plane (docs/sip.md, "Media plane"). Debian's `rtpengine-daemon`
+ * runs in the foreground, userspace only (`--table=-1`: no kernel module, nothing to load as root), under the
+ * same supervisor as Kamailio (src/sip/kamailio.ts, SUPERVISOR): its own process group, killed when `sip serve`
+ * goes, even by SIGKILL. Kamailio's rtpengine module talks to it over the ng control protocol (bencoded
+ * dictionaries over UDP) on a loopback port chosen free at start; `sip serve` uses the same protocol to wait
+ * until it is ready and to ask about sessions.
+ */
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import dgram from 'node:dgram';
+import fs from 'node:fs';
+import path from 'node:path';
+import { SUPERVISOR } from './kamailio.js';
+
+// ---------------------------------------------------------------------------------------------------------
+// Bencode (the ng protocol's encoding): integers, byte strings, lists, dictionaries with sorted keys.
+
+export type Bencoded = number | string | Bencoded[] | { [key: string]: Bencoded };
+
+export function bencode(value: Bencoded): Buffer {
+  if (typeof value === 'number') {
+    if (!Number.isInteger(value)) throw new Error(`bencode takes integers only, got ${value}`);
+    return Buffer.from(`i${value}e`);
+  }
+  if (typeof value === 'string') {
+    const bytes = Buffer.from(value, 'utf8');
+    return Buffer.concat([Buffer.from(`${bytes.length}:`), bytes]);
+  }
+  if (Array.isArray(value)) return Buffer.concat([Buffer.from('l'), ...value.map(bencode), Buffer.from('e')]);
+  const keys = Object.keys(value).sort();
+  return Buffer.concat([Buffer.from('d'), ...keys.flatMap((k) => [bencode(k), bencode(value[k])]), Buffer.from('e')]);
+}
+
+/** Decodes one bencoded value; byte strings come back as UTF-8 text (SDP and the ng protocol's words are text). */
+export function bdecode(input: Buffer): Bencoded {
+  let at = 0;
+  const fail = (why: string): never => {
+    throw new Error(`malformed bencode at byte ${at}: ${why}`);
+  };
+  const item = (): Bencoded => {
+    const c = input[at];
+    if (c === undefined) return fail('unexpected end');
+    if (c === 0x69 /* i */) {
+      const end = input.indexOf(0x65, at);
+      if (end < 0) fail('unterminated integer');
+      const text = input.toString('latin1', at + 1, end);
+      if (!/^-?\d+$/.test(text)) fail(`bad integer "${text}"`);
+      at = end + 1;
+      return Number(text);
+    }
+    if (c === 0x6c /* l */) {
+      at++;
+      const list: Bencoded[] = [];
+      while (input[at] !== 0x65) list.push(item());
+      at++;
+      return list;
+    }
+    if (c === 0x64 /* d */) {
+      at++;
+      const dict: Record<string, Bencoded> = {};
+      while (input[at] !== 0x65) {
+        const key = item();
+        if (typeof key !== 'string') fail('dictionary key is not a string');
+        dict[key as string] = item();
+      }
+      at++;
+      return dict;
+    }
+    const colon = input.indexOf(0x3a, at);
+    if (colon < 0) return fail('bad string length');
+    const length = Number(input.toString('latin1', at, colon));
+    if (!Number.isInteger(length) || length < 0 || colon + 1 + length > input.length) fail('bad string length');
+    const text = input.toString('utf8', colon + 1, colon + 1 + length);
+    at = colon + 1 + length;
+    return text;
+  };
+  const value = item();
+  if (at !== input.length) fail('trailing bytes');
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The ng control protocol: `<cookie> <bencoded dictionary>` over UDP, answered with the same cookie.
+
+export type NgAnswer = Record<string, Bencoded>;
+
+/** One ng request to rtpengine at `host:port`; rejects on timeout or an undecodable answer. */
+export async function ngRequest(host: string, port: number, command: Record<string, Bencoded>, timeoutMs = 2000): Promise<NgAnswer> {
+  const cookie = crypto.randomBytes(8).toString('hex');
+  const socket = dgram.createSocket(host.includes(':') ? 'udp6' : 'udp4');
+  try {
+    return await new Promise<NgAnswer>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`rtpengine did not answer ${String(command.command)} within ${timeoutMs} ms`)), timeoutMs);
+      socket.on('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+      socket.on('message', (message) => {
+        const space = message.indexOf(0x20);
+        if (space < 0 || message.toString('latin1', 0, space) !== cookie) return;
+        clearTimeout(timer);
+        try {
+          const answer = bdecode(message.subarray(space + 1));
+          if (typeof answer !== 'object' || Array.isArray(answer)) throw new Error('the answer is not a dictionary');
+          resolve(answer);
+        } catch (error) {
+          reject(error);
+        }
+      });
+      socket.send(Buffer.concat([Buffer.from(`${cookie} `), bencode(command)]), port, host);
+    });
+  } finally {
+    socket.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The RTP port range: rtpengine binds ports lazily, one pair per stream, so a range another process holds
+// only shows when calls fail. It is checked at start instead.
+
+export interface PortRangeReport {
+  total: number;
+  free: number;
+  taken: number[];
+}
+
+/** Binds (without SO_REUSEADDR) every UDP port of `min..max` on `address`, a few hundred at a time; what is free. */
+export async function probePortRange(address: string, min: number, max: number): Promise<PortRangeReport> {
+  const taken: number[] = [];
+  const type = address.includes(':') ? 'udp6' : 'udp4';
+  const probe = (port: number) =>
+    new Promise<void>((resolve) => {
+      const socket = dgram.createSocket({ type, reuseAddr: false });
+      socket.once('error', (error: NodeJS.ErrnoException) => {
+        // Only a port in use counts as taken; another failure (no such address) is reported by rtpengine itself.
+        if (error.code === 'EADDRINUSE' || error.code === 'EACCES') taken.push(port);
+        try {
+          socket.close();
+        } catch {}
+        resolve();
+      });
+      socket.bind(port, address, () => socket.close(() => resolve()));
+    });
+  for (let start = min; start <= max; start += 256) {
+    const batch: Promise<void>[] = [];
+    for (let port = start; port <= Math.min(max, start + 255); port++) batch.push(probe(port));
+    await Promise.all(batch);
+  }
+  taken.sort((a, b) => a - b);
+  return { total: max - min + 1, free: max - min + 1 - taken.length, taken };
+}
+
+/**
+ * Refuses to start on an RTP range that is taken: fewer than two free RTP/RTCP pairs (even port and the odd one
+ * above it, RFC 3550 section 11) means no call could get media. A partly taken range is returned for a warning.
+ */
+export async function assertRtpRangeFree(address: string, min: number, max: number): Promise<PortRangeReport> {
+  const report = await probePortRange(address, min, max);
+  const taken = new Set(report.taken);
+  let pairs = 0;
+  for (let port = min + (min % 2); port < max; port += 2) if (!taken.has(port) && !taken.has(port + 1)) pairs++;
+  if (pairs < 2) {
+    const sample = report.taken.slice(0, 5).join(', ');
+    throw new Error(
+      `the RTP port range ${address}:${min}-${max} (RTP_PORT_MIN..RTP_PORT_MAX) is taken: ${report.taken.length} of ${report.total} ports are in use by other processes (${sample}${report.taken.length > 5 ? ', ...' : ''}), ${pairs} RTP/RTCP pair(s) free. Stop what holds them (another rtpengine or media server), or set RTP_PORT_MIN/RTP_PORT_MAX to a free range`,
+    );
+  }
+  return report;
+}
+
+/** A UDP port on `address` that is free now (the kernel's choice), for the ng control socket. */
+export async function freeLoopbackUdpPort(address = '127.0.0.1'): Promise<number> {
+  const socket = dgram.createSocket(address.includes(':') ? 'udp6' : 'udp4');
+  await new Promise<void>((resolve) => socket.bind(0, address, resolve));
+  const { port } = socket.address();
+  await new Promise<void>((resolve) => socket.close(() => resolve()));
+  return port;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The process.
+
+export interface RtpengineOptions {
+  binary: string;
+  runDir: string;
+  /** Local address RTP is bound on. */
+  listenAddress: string;
+  /** Address written into SDP, when it differs from `listenAddress`. */
+  advertisedAddress?: string;
+  portMin: number;
+  portMax: number;
+  timeoutSeconds: number;
+  logLevel: number;
+  /** ng control port on 127.0.0.1; a free one when absent. */
+  ngPort?: number;
+  onLog?: (line: string) => void;
+  readyTimeoutMs?: number;
+}
+
+export interface RtpengineProcess {
+  /** `udp:127.0.0.1:<port>`, as Kamailio's rtpengine module names it (`rtpengine_sock`). */
+  ngSocket: string;
+  ngPort: number;
+  /** rtpengine's pid (also its process group id). */
+  pid(): number | undefined;
+  exited: Promise<number | string>;
+  /** One ng command (`ping`, `query`, `list`, `statistics`...), with `command` filled in. */
+  ng(command: string, args?: Record<string, Bencoded>): Promise<NgAnswer>;
+  /** Closes the watchdog's pipe: SIGTERM, then SIGKILL to the group after the grace. */
+  stop(): Promise<void>;
+}
+
+/** The command line: every setting explicit, and Debian's /etc/rtpengine/rtpengine.conf (kernel table 0) not read. */
+export function rtpengineArguments(options: RtpengineOptions & { ngPort: number }): string[] {
+  const advertised = options.advertisedAddress && options.advertisedAddress !== options.listenAddress ? `!${options.advertisedAddress}` : '';
+  return [
+    '--config-file=none',
+    // Userspace forwarding only: no kernel module, no iptables rule, no root needed.
+    '--table=-1',
+    `--interface=${options.listenAddress}${advertised}`,
+    `--listen-ng=127.0.0.1:${options.ngPort}`,
+    `--port-min=${options.portMin}`,
+    `--port-max=${options.portMax}`,
+    // A session whose BYE was never seen (both phones gone) is ended after this long without RTP.
+    `--timeout=${options.timeoutSeconds}`,
+    // A deleted session is gone at once (no 30 s of lingering ports): `query` after BYE answers "not found".
+    '--delete-delay=0',
+    // Symmetric RTP (RFC 4961) behind NAT: the address media really comes from is learnt from the first packets
+    // (3 s, during which packets from the SDP address are taken too) rather than trusted from the SDP.
+    '--endpoint-learning=heuristic',
+    '--foreground',
+    '--log-stderr',
+    '--no-log-timestamps',
+    `--log-level=${options.logLevel}`,
+  ];
+}
+
+export async function startRtpengine(options: RtpengineOptions): Promise<RtpengineProcess> {
+  const ngPort = options.ngPort ?? (await freeLoopbackUdpPort());
+  const pidFile = path.join(options.runDir, 'rtpengine.pid');
+  fs.rmSync(pidFile, { force: true });
+  const child = spawn(
+    '/bin/sh',
+    ['-c', SUPERVISOR, 'parley-media-supervisor', pidFile, '5', options.binary, ...rtpengineArguments({ ...options, ngPort })],
+    { stdio: ['pipe', 'pipe', 'pipe'] },
+  );
+  child.stdin!.on('error', () => {});
+  const recent: string[] = [];
+  const lines = (chunk: Buffer) => {
+    for (const line of chunk.toString('utf8').split('\n')) {
+      if (!line.trim()) continue;
+      recent.push(line);
+      if (recent.length > 20) recent.shift();
+      options.onLog?.(line);
+    }
+  };
+  child.stdout!.on('data', lines);
+  child.stderr!.on('data', lines);
+  const exited = new Promise<number | string>((resolve) => {
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
+    child.on('error', () => resolve('spawn failed'));
+  });
+  const ng = (command: string, args: Record<string, Bencoded> = {}) => ngRequest('127.0.0.1', ngPort, { ...args, command });
+  const handle: RtpengineProcess = {
+    ngSocket: `udp:127.0.0.1:${ngPort}`,
+    ngPort,
+    exited,
+    ng,
+    pid() {
+      try {
+        const pid = Number(fs.readFileSync(pidFile, 'utf8').trim());
+        return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+      } catch {
+        return undefined;
+      }
+    },
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.stdin!.end();
+      await exited;
+    },
+  };
+
+  // Ready when the ng socket answers a ping.
+  const deadline = Date.now() + (options.readyTimeoutMs ?? 10_000);
+  let ended: number | string | undefined;
+  void exited.then((code) => (ended = code));
+  for (;;) {
+    if (ended !== undefined) {
+      const log = recent.join('\n');
+      if (/address already in use/i.test(log))
+        throw new Error(`rtpengine could not bind its control port 127.0.0.1:${ngPort} (in use by another process); its log:\n${log}`);
+      throw new Error(`rtpengine exited during start-up (${ended}); its log:\n${log}`);
+    }
+    try {
+      const answer = await ngRequest('127.0.0.1', ngPort, { command: 'ping' }, 300);
+      if (answer.result === 'pong') return handle;
+    } catch {}
+    if (Date.now() > deadline) {
+      await handle.stop();
+      throw new Error('rtpengine did not answer on its control socket in time');
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
