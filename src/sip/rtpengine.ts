@@ -202,6 +202,8 @@ export interface RtpengineProcess {
   /** `udp:127.0.0.1:<port>`, as Kamailio's rtpengine module names it (`rtpengine_sock`). */
   ngSocket: string;
   ngPort: number;
+  /** Where RTP is bound (`address`, ports `min..max`) and the address SDP names. */
+  media: { address: string; advertised: string; min: number; max: number };
   /** rtpengine's pid (also its process group id). */
   pid(): number | undefined;
   exited: Promise<number | string>;
@@ -265,6 +267,12 @@ export async function startRtpengine(options: RtpengineOptions): Promise<Rtpengi
   const handle: RtpengineProcess = {
     ngSocket: `udp:127.0.0.1:${ngPort}`,
     ngPort,
+    media: {
+      address: options.listenAddress,
+      advertised: options.advertisedAddress ?? options.listenAddress,
+      min: options.portMin,
+      max: options.portMax,
+    },
     exited,
     ng,
     pid() {

@@ -16,9 +16,9 @@ export const DOMAIN = 'parley.test';
 
 /** Why the end-to-end SIP tests cannot run here (they are skipped with this reason), or undefined. */
 export function sipSkipReason(): string | undefined {
-  const missing = ['kamailio', 'kamcmd', 'sipp'].filter((p) => !haveProgram(p));
+  const missing = ['kamailio', 'kamcmd', 'sipp', 'rtpengine'].filter((p) => !haveProgram(p));
   if (missing.length)
-    return `${missing.join(', ')} not installed (Debian: kamailio kamailio-postgres-modules kamailio-extra-modules kamailio-utils-modules sip-tester)`;
+    return `${missing.join(', ')} not installed (Debian: kamailio kamailio-postgres-modules kamailio-extra-modules kamailio-utils-modules sip-tester rtpengine-daemon)`;
   if (!process.env.DATABASE_URL?.startsWith('postgres')) return 'the SIP edge needs PostgreSQL: DATABASE_URL is not a postgres:// URL';
   return undefined;
 }
@@ -69,6 +69,7 @@ export interface SipStack {
   edge: SipEdge;
   port: number;
   kamailioLog: string[];
+  rtpengineLog: string[];
   stop(): Promise<void>;
 }
 
@@ -76,7 +77,12 @@ export interface SipStack {
 export async function startSipStack(t: TestApp, env: Record<string, string> = {}, port?: number): Promise<SipStack> {
   port ??= env.SIP_LISTEN?.includes('tcp:') ? await freeUdpTcpPort() : await freeUdpPort();
   const kamailioLog: string[] = [];
+  const rtpengineLog: string[] = [];
+  // RTP ports: 200 of 20000-29999 at random (even), so that stacks of parallel suites seldom share ports.
+  const rtpMin = 20000 + 2 * Math.floor(Math.random() * 4900);
   const settings = loadSipSettings({
+    RTP_PORT_MIN: String(rtpMin),
+    RTP_PORT_MAX: String(rtpMin + 199),
     // `PORT` in a given SIP_LISTEN is the port chosen here (`udp:127.0.0.1:PORT,tcp:127.0.0.1:PORT`).
     SIP_LISTEN: env.SIP_LISTEN?.replaceAll('PORT', String(port)) ?? `udp:127.0.0.1:${port}`,
     SIP_DOMAIN: DOMAIN,
@@ -95,11 +101,13 @@ export async function startSipStack(t: TestApp, env: Record<string, string> = {}
     records: t.services.records!,
     listen: (channel, onNotify, onResumed) => t.database.listen(channel, onNotify, onResumed),
     onKamailioLog: (line) => kamailioLog.push(line),
+    onRtpengineLog: (line) => rtpengineLog.push(line),
   });
   return {
     edge,
     port,
     kamailioLog,
+    rtpengineLog,
     async stop() {
       await edge.stop();
       fs.rmSync(edge.runDir, { recursive: true, force: true });

@@ -1,0 +1,199 @@
+/**
+ * The media plane end to end: rtpengine run by the SIP edge, Kamailio anchoring a call between two registered
+ * SIPp phones, RTP sent and received by sockets of this test (named in each phone's SDP), the session deleted
+ * at BYE, supervision (kill -9 of `sip serve` and of rtpengine) and a taken RTP range. PostgreSQL, Kamailio,
+ * SIPp and rtpengine (skipped, with the reason, without).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import dgram from 'node:dgram';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { NgAnswer } from '../../src/sip/rtpengine.js';
+import { client, resourceDocument, type Client } from '../helpers/http.js';
+import { startTestApp, type TestApp } from '../support/app.js';
+import { seedTenant, type Tenant } from '../support/seed.js';
+import { DOMAIN, freeUdpPort, register, type SipStack, sipp, sipSkipReason, startSipStack, until } from './harness.js';
+
+const skip = sipSkipReason();
+if (skip) console.warn(`media plane tests skipped: ${skip}`);
+
+const ADVERTISED = '203.0.113.7';
+
+/** A UDP socket standing for a phone's audio: every datagram with the address it came from. */
+async function mediaSocket() {
+  const socket = dgram.createSocket('udp4');
+  const received: { data: Buffer; address: string; port: number }[] = [];
+  socket.on('message', (data, rinfo) => received.push({ data, address: rinfo.address, port: rinfo.port }));
+  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
+  return {
+    socket,
+    port: socket.address().port,
+    received,
+    close: () => new Promise<void>((resolve) => socket.close(() => resolve())),
+  };
+}
+
+/** One RTP packet (RFC 3550): PCMU (payload type 0), 160 bytes of `fill`. */
+function rtp(seq: number, ssrc: number, fill: number): Buffer {
+  const packet = Buffer.alloc(12 + 160, fill);
+  packet[0] = 0x80;
+  packet[1] = 0;
+  packet.writeUInt16BE(seq & 0xffff, 2);
+  packet.writeUInt32BE(seq * 160, 4);
+  packet.writeUInt32BE(ssrc, 8);
+  return packet;
+}
+
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+interface Stream {
+  localPort: number;
+  endpointPort: number | undefined;
+}
+
+/** Every stream of rtpengine's session for `callId` (ng `query`): its local port and the endpoint it faces. */
+function streamsOf(answer: NgAnswer): Stream[] {
+  const streams: Stream[] = [];
+  const tags = (answer.tags ?? {}) as Record<string, { medias?: { streams?: Record<string, unknown>[] }[] }>;
+  for (const tag of Object.values(tags)) {
+    for (const media of tag.medias ?? []) {
+      for (const stream of media.streams ?? []) {
+        const endpoint = stream.endpoint as { port?: number } | undefined;
+        streams.push({ localPort: Number(stream['local port']), endpointPort: endpoint?.port });
+      }
+    }
+  }
+  return streams;
+}
+
+describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', () => {
+  let t: TestApp;
+  let tenant: Tenant;
+  let admin: Client;
+  let stack: SipStack;
+  let n = 0;
+  const cleanup: (() => Promise<unknown>)[] = [];
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    tenant = await seedTenant(t, 'Media');
+    admin = client(t.app, tenant.admin.token);
+    stack = await startSipStack(t, { MEDIA_ADVERTISED_ADDRESS: ADVERTISED });
+  }, 60_000);
+  afterAll(async () => {
+    for (const step of cleanup.reverse()) await step().catch(() => {});
+    await stack?.stop();
+    await t?.close();
+  });
+
+  async function sipUser() {
+    const name = `m${Date.now().toString(36)}${n++}`;
+    const password = `pw-${name}-secret`;
+    const response = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: name, sip_password: password }));
+    expect(response.status).toBe(201);
+    return { id: response.body.data.id as string, name, password };
+  }
+
+  async function callRow(from: string) {
+    return t.db
+      .selectFrom('calls')
+      .select(['id', 'status', 'call_uuid'])
+      .where('organisation_id', '=', tenant.organisationId)
+      .where('from_number', '=', from)
+      .executeTakeFirst();
+  }
+
+  it('anchors a call between two registered phones: each SDP names rtpengine, RTP flows through it, the session ends at BYE', async () => {
+    const caller = await sipUser();
+    const callee = await sipUser();
+    const callerAudio = await mediaSocket();
+    const calleeAudio = await mediaSocket();
+    cleanup.push(callerAudio.close, calleeAudio.close);
+    const calleePort = await freeUdpPort();
+    expect((await register(stack, callee.name, callee.password, calleePort)).code).toBe(0);
+    const answering = sipp('media_callee', undefined, {
+      localPort: calleePort,
+      keys: { mport: String(calleeAudio.port) },
+      timeoutSeconds: 40,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const placing = sipp('media_caller', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, mport: String(callerAudio.port) },
+      timeoutSeconds: 40,
+      args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '5000'],
+    });
+
+    const call = await until(async () => {
+      const row = await callRow(caller.name);
+      return row?.status === 'in_progress' ? row : undefined;
+    }, 'the call to be answered');
+    const callId = call.call_uuid as string;
+
+    // rtpengine holds the session: one stream faces the caller's audio socket, one the callee's.
+    const session = await stack.edge.rtpengine.ng('query', { 'call-id': callId });
+    expect(session.result).toBe('ok');
+    const streams = streamsOf(session);
+    const facingCaller = streams.find((s) => s.endpointPort === callerAudio.port);
+    const facingCallee = streams.find((s) => s.endpointPort === calleeAudio.port);
+    expect(facingCaller, JSON.stringify(session)).toBeDefined();
+    expect(facingCallee, JSON.stringify(session)).toBeDefined();
+    const { min, max } = stack.edge.rtpengine.media;
+    for (const s of [facingCaller!, facingCallee!]) {
+      expect(s.localPort).toBeGreaterThanOrEqual(min);
+      expect(s.localPort).toBeLessThanOrEqual(max);
+    }
+
+    // Each phone sends 50 packets (1 s of PCMU) to the port its SDP named; the other receives them from
+    // rtpengine's port facing it, never from the sender's own socket.
+    for (let i = 0; i < 50; i++) {
+      callerAudio.socket.send(rtp(i, 0x1111, 0x11), facingCaller!.localPort, '127.0.0.1');
+      calleeAudio.socket.send(rtp(i, 0x2222, 0x22), facingCallee!.localPort, '127.0.0.1');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await until(async () => (calleeAudio.received.length >= 45 && callerAudio.received.length >= 45 ? true : undefined), 'RTP through rtpengine', 5000);
+    for (const [receiver, sender, facing, fill] of [
+      [calleeAudio, callerAudio, facingCallee!, 0x11],
+      [callerAudio, calleeAudio, facingCaller!, 0x22],
+    ] as const) {
+      for (const packet of receiver.received) {
+        expect(packet.address).toBe('127.0.0.1');
+        expect(packet.port).toBe(facing.localPort);
+        expect(packet.port).not.toBe(sender.port);
+        // PCMU on both sides: passed through, payload untouched.
+        expect(packet.data.subarray(12).every((byte) => byte === fill)).toBe(true);
+      }
+    }
+
+    const [placed, answered] = await Promise.all([placing, answering]);
+    expect(placed.errors + answered.errors).toBe('');
+    expect(placed.code).toBe(0);
+    expect(answered.code).toBe(0);
+    // The SDP each phone received names rtpengine (the advertised address) and its port facing that phone.
+    expect(placed.logs).toContain(`answer-sdp ${ADVERTISED} ${facingCaller!.localPort} RTP/AVP`);
+    expect(answered.logs).toContain(`offer-sdp ${ADVERTISED} ${facingCallee!.localPort} RTP/AVP`);
+
+    // BYE deleted the session.
+    const after = await until(async () => {
+      const answer = await stack.edge.rtpengine.ng('query', { 'call-id': callId });
+      return answer.result === 'error' ? answer : undefined;
+    }, 'the session to be deleted', 5000);
+    expect(String(after['error-reason'])).toMatch(/unknown call-id/i);
+    const list = await stack.edge.rtpengine.ng('list');
+    expect(list.calls as string[]).not.toContain(callId);
+    const ended = await until(async () => {
+      const row = await callRow(caller.name);
+      return row?.status === 'completed' ? row : undefined;
+    }, 'the call to be completed');
+    expect(ended.status).toBe('completed');
+  }, 90_000);
+});
