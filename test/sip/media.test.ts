@@ -196,4 +196,79 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
     }, 'the call to be completed');
     expect(ended.status).toBe('completed');
   }, 90_000);
+
+  it('refuses to start, saying so, when the RTP port range is taken', async () => {
+    const min = 20000 + 2 * Math.floor(Math.random() * 4900);
+    const holders: dgram.Socket[] = [];
+    try {
+      for (let port = min; port < min + 8; port++) {
+        const holder = dgram.createSocket('udp4');
+        await new Promise<void>((resolve, reject) => {
+          holder.once('error', reject);
+          holder.bind(port, '127.0.0.1', resolve);
+        });
+        holders.push(holder);
+      }
+      await expect(startSipStack(t, { RTP_PORT_MIN: String(min), RTP_PORT_MAX: String(min + 7) })).rejects.toThrow(
+        new RegExp(`RTP port range 127\\.0\\.0\\.1:${min}-${min + 7} \\(RTP_PORT_MIN\\.\\.RTP_PORT_MAX\\) is taken: 8 of 8 ports`),
+      );
+    } finally {
+      for (const holder of holders) holder.close();
+    }
+    // Free again: the same range starts.
+    const started = await startSipStack(t, { RTP_PORT_MIN: String(min), RTP_PORT_MAX: String(min + 7) });
+    expect((await started.edge.rtpengine.ng('ping')).result).toBe('pong');
+    await started.stop();
+  }, 60_000);
+
+  it('kill -9 of `sip serve` takes rtpengine with it; kill -9 of rtpengine ends `sip serve` (status 1) and Kamailio', async () => {
+    const serve = async (runDir: string, port: number) => {
+      const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', path.resolve('src/cli/main.ts'), 'sip', 'serve'], {
+        env: {
+          ...process.env,
+          DATABASE_URL: t.config.databaseUrl,
+          SIP_LISTEN: `udp:127.0.0.1:${port}`,
+          SIP_DOMAIN: DOMAIN,
+          SIP_RUN_DIR: runDir,
+          SIP_CHILDREN: '2',
+          RTP_PORT_MIN: String(20000 + 2 * Math.floor(Math.random() * 4900)),
+          RTP_PORT_MAX: '29999',
+          LOG_LEVEL: 'silent',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      cleanup.push(async () => child.kill('SIGKILL'));
+      let output = '';
+      child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      await new Promise<void>((resolve, reject) => {
+        child.stdout!.on('data', (chunk: Buffer) => {
+          if (chunk.toString().includes('Parley SIP edge:')) resolve();
+        });
+        void exited.then((code) => reject(new Error(`sip serve exited (${code}): ${output}`)));
+      });
+      const pid = (name: string) => Number(fs.readFileSync(path.join(runDir, `${name}.pid`), 'utf8'));
+      return { child, exited, rtpengine: pid('rtpengine'), kamailio: pid('kamailio'), output: () => output };
+    };
+    const dir = () => {
+      const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-media-serve-'));
+      cleanup.push(async () => fs.rmSync(runDir, { recursive: true, force: true }));
+      return runDir;
+    };
+
+    // sip serve killed: its supervisors see their pipes close; rtpengine and Kamailio (whole groups) end.
+    const first = await serve(dir(), await freeUdpPort());
+    expect(groupAlive(first.rtpengine)).toBe(true);
+    first.child.kill('SIGKILL');
+    await until(async () => (groupAlive(first.rtpengine) ? undefined : true), 'rtpengine to end with sip serve', 15_000);
+    await until(async () => (groupAlive(first.kamailio) ? undefined : true), 'Kamailio to end with sip serve', 15_000);
+
+    // rtpengine killed: sip serve stops Kamailio and exits with status 1 (its service manager restarts the edge).
+    const second = await serve(dir(), await freeUdpPort());
+    process.kill(second.rtpengine, 'SIGKILL');
+    expect(await second.exited).toBe(1);
+    expect(second.output()).toContain('rtpengine exited');
+    await until(async () => (groupAlive(second.kamailio) ? undefined : true), 'Kamailio to end with sip serve', 15_000);
+    expect(groupAlive(second.rtpengine)).toBe(false);
+  }, 120_000);
 });
