@@ -112,7 +112,10 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
       .executeTakeFirst();
   }
 
-  it('anchors a call between two registered phones: each SDP names rtpengine, RTP flows through it, the session ends at BYE', async () => {
+  it.each([
+    ['media_caller', 'an offer in the INVITE, the answer in the 200', 'answer-sdp', 'offer-sdp'],
+    ['media_caller_late', 'a late offer: the offer in the 200, the answer in the ACK', 'offer-sdp', 'answer-sdp'],
+  ])('anchors a call between two registered phones (%s: %s): each SDP names rtpengine, RTP flows through it, the session ends at BYE', async (scenario, _what, callerSees, calleeSees) => {
     const caller = await sipUser();
     const callee = await sipUser();
     const callerAudio = await mediaSocket();
@@ -126,7 +129,7 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
       timeoutSeconds: 40,
     });
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const placing = sipp('media_caller', stack.port, {
+    const placing = sipp(scenario, stack.port, {
       localPort: await freeUdpPort(),
       keys: { from: caller.name, mport: String(callerAudio.port) },
       timeoutSeconds: 40,
@@ -179,8 +182,8 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
     expect(placed.code).toBe(0);
     expect(answered.code).toBe(0);
     // The SDP each phone received names rtpengine (the advertised address) and its port facing that phone.
-    expect(placed.logs).toContain(`answer-sdp ${ADVERTISED} ${facingCaller!.localPort} RTP/AVP`);
-    expect(answered.logs).toContain(`offer-sdp ${ADVERTISED} ${facingCallee!.localPort} RTP/AVP`);
+    expect(placed.logs).toContain(`${callerSees} ${ADVERTISED} ${facingCaller!.localPort} RTP/AVP`);
+    expect(answered.logs).toContain(`${calleeSees} ${ADVERTISED} ${facingCallee!.localPort} RTP/AVP`);
 
     // BYE deleted the session.
     const after = await until(async () => {
