@@ -200,6 +200,70 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
     expect(ended.status).toBe('completed');
   }, 90_000);
 
+  it('phones behind NAT: reached at the address they send from (RFC 3581), their media sent where their SIP came from, not to their private SDP address', async () => {
+    const caller = await sipUser();
+    const callee = await sipUser();
+    const callerAudio = await mediaSocket();
+    const calleeAudio = await mediaSocket();
+    cleanup.push(callerAudio.close, calleeAudio.close);
+    // Both phones claim 192.168.1.50:5060 in Via, Contact and SDP; their packets come from 127.0.0.1.
+    const keys = { private: '192.168.1.50' };
+    const calleePort = await freeUdpPort();
+    const registered = await sipp('register_nat', stack.port, {
+      localPort: calleePort,
+      keys,
+      args: ['-s', callee.name, '-au', callee.name, '-ap', callee.password],
+    });
+    expect(registered.errors).toBe('');
+    expect(registered.code).toBe(0);
+    const answering = sipp('media_callee_nat', undefined, {
+      localPort: calleePort,
+      keys: { ...keys, mport: String(calleeAudio.port) },
+      timeoutSeconds: 40,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const placing = sipp('media_caller_nat', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { ...keys, from: caller.name, mport: String(callerAudio.port) },
+      timeoutSeconds: 40,
+      args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '4000'],
+    });
+    // The INVITE reached the callee (its registration's source address, not 192.168.1.50) and it answered.
+    const call = await until(async () => {
+      const row = await callRow(caller.name);
+      return row?.status === 'in_progress' ? row : undefined;
+    }, 'the call to be answered');
+    const session = await stack.edge.rtpengine.ng('query', { 'call-id': call.call_uuid as string });
+    const streams = streamsOf(session);
+    // rtpengine took each phone's media address from where its SIP came (SIP-source-address): 127.0.0.1 and
+    // the SDP's port, not 192.168.1.50.
+    const facingCaller = streams.find((s) => s.endpointPort === callerAudio.port);
+    const facingCallee = streams.find((s) => s.endpointPort === calleeAudio.port);
+    expect(facingCaller, JSON.stringify(session)).toBeDefined();
+    expect(facingCallee, JSON.stringify(session)).toBeDefined();
+    expect(JSON.stringify(session)).not.toContain('192.168.1.50');
+    // The callee talks first: the caller hears it before sending a packet itself (nothing to learn from yet).
+    for (let i = 0; i < 10; i++) {
+      calleeAudio.socket.send(rtp(i, 0x3333, 0x33), facingCallee!.localPort, '127.0.0.1');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await until(async () => (callerAudio.received.length >= 8 ? true : undefined), 'the callee heard by the caller', 5000);
+    for (let i = 0; i < 10; i++) {
+      callerAudio.socket.send(rtp(i, 0x4444, 0x44), facingCaller!.localPort, '127.0.0.1');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await until(async () => (calleeAudio.received.length >= 8 ? true : undefined), 'the caller heard by the callee', 5000);
+    expect(callerAudio.received.every((p) => p.port === facingCaller!.localPort)).toBe(true);
+    expect(calleeAudio.received.every((p) => p.port === facingCallee!.localPort)).toBe(true);
+    // In-dialog requests (the ACK, the BYE) reached the callee too: the call ends normally.
+    const [placed, answered] = await Promise.all([placing, answering]);
+    expect(placed.errors + answered.errors).toBe('');
+    expect(placed.code).toBe(0);
+    expect(answered.code).toBe(0);
+    expect(placed.logs).toContain(`answer-sdp ${ADVERTISED} ${facingCaller!.localPort} RTP/AVP`);
+    await until(async () => ((await callRow(caller.name))?.status === 'completed' ? true : undefined), 'the call to be completed');
+  }, 90_000);
+
   it('refuses to start, saying so, when the RTP port range is taken', async () => {
     const min = 20000 + 2 * Math.floor(Math.random() * 4900);
     const holders: dgram.Socket[] = [];
