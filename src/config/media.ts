@@ -44,10 +44,11 @@ function address(env: NodeJS.ProcessEnv, name: string): string | undefined {
 }
 
 export function loadMediaSettings(env: NodeJS.ProcessEnv = process.env): MediaSettings {
-  // 30000-39999 by default: below the voice runtime's own RTP ports (VOICE_RTP_PORT_MIN, 40000) and above the
-  // registered ports; 10000 ports are 2500 calls (each call takes an RTP and an RTCP port per side).
-  const rtpPortMin = int(env, 'RTP_PORT_MIN', 30000, 1024, 65534);
-  const rtpPortMax = int(env, 'RTP_PORT_MAX', 39999, 1025, 65535);
+  // 20000-29999 by default: apart from the voice runtime's own RTP ports (VOICE_RTP_PORT_MIN, 40000) and from
+  // Debian's rtpengine-daemon defaults (30000-40000, should its system service run too); 10000 ports are 2500
+  // calls (each call takes an RTP and an RTCP port per side).
+  const rtpPortMin = int(env, 'RTP_PORT_MIN', 20000, 1024, 65534);
+  const rtpPortMax = int(env, 'RTP_PORT_MAX', 29999, 1025, 65535);
   // Two calls' worth at least: a call takes four ports (RTP and RTCP, RFC 3550 section 11, on each side).
   if (rtpPortMax - rtpPortMin + 1 < 8)
     throw new Error(`RTP_PORT_MIN..RTP_PORT_MAX must span at least 8 ports (two calls), got ${rtpPortMin}..${rtpPortMax}`);

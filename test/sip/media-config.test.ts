@@ -26,10 +26,10 @@ import {
 const run = promisify(execFile);
 
 describe('media settings', () => {
-  it('defaults to RTP ports 30000-39999, no advertised address, a 60 s RTP timeout', () => {
+  it('defaults to RTP ports 20000-29999, no advertised address, a 60 s RTP timeout', () => {
     expect(loadMediaSettings({})).toMatchObject({
-      rtpPortMin: 30000,
-      rtpPortMax: 39999,
+      rtpPortMin: 20000,
+      rtpPortMax: 29999,
       advertisedAddress: undefined,
       listenAddress: undefined,
       timeoutSeconds: 60,
