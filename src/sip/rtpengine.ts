@@ -91,7 +91,10 @@ export async function ngRequest(host: string, port: number, command: Record<stri
   const socket = dgram.createSocket(host.includes(':') ? 'udp6' : 'udp4');
   try {
     return await new Promise<NgAnswer>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`rtpengine did not answer ${String(command.command)} within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`rtpengine did not answer ${String(command.command)} within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       socket.on('error', (error) => {
         clearTimeout(timer);
         reject(error);
@@ -215,7 +218,8 @@ export interface RtpengineProcess {
 
 /** The command line: every setting explicit, and Debian's /etc/rtpengine/rtpengine.conf (kernel table 0) not read. */
 export function rtpengineArguments(options: RtpengineOptions & { ngPort: number }): string[] {
-  const advertised = options.advertisedAddress && options.advertisedAddress !== options.listenAddress ? `!${options.advertisedAddress}` : '';
+  const advertised =
+    options.advertisedAddress && options.advertisedAddress !== options.listenAddress ? `!${options.advertisedAddress}` : '';
   return [
     '--config-file=none',
     // Userspace forwarding only: no kernel module, no iptables rule, no root needed.

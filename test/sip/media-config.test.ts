@@ -120,7 +120,13 @@ describe('the Kamailio configuration with the media plane', () => {
 
   it('hooks offer, answer and delete into the call flow in named routes', () => {
     const template = fs.readFileSync(TEMPLATE_PATH, 'utf8');
-    for (const name of ['route[MEDIA_OFFER]', 'route[MEDIA_ANSWER]', 'route[MEDIA_DELETE]', 'branch_route[MEDIA_BRANCH]', 'route[MEDIA_FLAGS]'])
+    for (const name of [
+      'route[MEDIA_OFFER]',
+      'route[MEDIA_ANSWER]',
+      'route[MEDIA_DELETE]',
+      'branch_route[MEDIA_BRANCH]',
+      'route[MEDIA_FLAGS]',
+    ])
       expect(template).toContain(`${name} {`);
     // Offer per branch of an initial INVITE; answer in the reply route; delete on BYE, CANCEL and failure.
     expect(template).toMatch(/t_on_branch\("MEDIA_BRANCH"\);\n\troute\(RELAY\);/);
@@ -160,12 +166,15 @@ function profile(webrtc: boolean, senderNatOrBrowser: boolean, extra: string): R
   const transport = quoted.find((q) => q.includes(webrtc ? 'SAVPF' : 'RTP/AVP'))!;
   const words = `${base}${nat}${transport}${extra}`.split(/\s+/).filter(Boolean);
   const dict: Record<string, Bencoded> = {};
-  const push = (key: string, value: string) => ((dict[key] ??= []) as Bencoded[]).push(value);
+  const codecs: Record<string, Bencoded[]> = {};
+  const push = (key: string, value: string) => {
+    dict[key] = [...((dict[key] as Bencoded[] | undefined) ?? []), value];
+  };
   for (const word of words) {
     const codec = /^codec-(transcode|mask|strip|offer|except)-(.+)$/.exec(word);
     if (codec) {
-      const codecs = (dict.codec ??= {}) as Record<string, Bencoded[]>;
-      (codecs[codec[1]] ??= []).push(codec[2]);
+      codecs[codec[1]] = [...(codecs[codec[1]] ?? []), codec[2]];
+      dict.codec = codecs;
     } else if (word.includes('=')) {
       const [key, value] = word.split('=');
       dict[key] = value;
@@ -302,7 +311,9 @@ describe.skipIf(rtpengineSkip !== undefined)('the WebRTC bridge flags against rt
     expect(toPhone).toMatch(/^a=sendrecv/m);
 
     // The phone answers PCMU: the browser gets DTLS-SRTP, ICE and (transcoded) Opus.
-    const phoneAnswer = phoneSdp.replace('m=audio 4000 RTP/AVP 9 0 8 101', 'm=audio 4000 RTP/AVP 0').replace(/a=rtpmap:(9|8|101) [^\r]*\r\n/g, '');
+    const phoneAnswer = phoneSdp
+      .replace('m=audio 4000 RTP/AVP 9 0 8 101', 'm=audio 4000 RTP/AVP 0')
+      .replace(/a=rtpmap:(9|8|101) [^\r]*\r\n/g, '');
     const answer = await engine.ng('answer', {
       'call-id': callId,
       'from-tag': 'browser',

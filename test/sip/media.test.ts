@@ -115,90 +115,102 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
   it.each([
     ['media_caller', 'an offer in the INVITE, the answer in the 200', 'answer-sdp', 'offer-sdp'],
     ['media_caller_late', 'a late offer: the offer in the 200, the answer in the ACK', 'offer-sdp', 'answer-sdp'],
-  ])('anchors a call between two registered phones (%s: %s): each SDP names rtpengine, RTP flows through it, the session ends at BYE', async (scenario, _what, callerSees, calleeSees) => {
-    const caller = await sipUser();
-    const callee = await sipUser();
-    const callerAudio = await mediaSocket();
-    const calleeAudio = await mediaSocket();
-    cleanup.push(callerAudio.close, calleeAudio.close);
-    const calleePort = await freeUdpPort();
-    expect((await register(stack, callee.name, callee.password, calleePort)).code).toBe(0);
-    const answering = sipp('media_callee', undefined, {
-      localPort: calleePort,
-      keys: { mport: String(calleeAudio.port) },
-      timeoutSeconds: 40,
-    });
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    const placing = sipp(scenario, stack.port, {
-      localPort: await freeUdpPort(),
-      keys: { from: caller.name, mport: String(callerAudio.port) },
-      timeoutSeconds: 40,
-      args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '5000'],
-    });
+  ])(
+    'anchors a call between two registered phones (%s: %s): each SDP names rtpengine, RTP flows through it, the session ends at BYE',
+    async (scenario, _what, callerSees, calleeSees) => {
+      const caller = await sipUser();
+      const callee = await sipUser();
+      const callerAudio = await mediaSocket();
+      const calleeAudio = await mediaSocket();
+      cleanup.push(callerAudio.close, calleeAudio.close);
+      const calleePort = await freeUdpPort();
+      expect((await register(stack, callee.name, callee.password, calleePort)).code).toBe(0);
+      const answering = sipp('media_callee', undefined, {
+        localPort: calleePort,
+        keys: { mport: String(calleeAudio.port) },
+        timeoutSeconds: 40,
+      });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const placing = sipp(scenario, stack.port, {
+        localPort: await freeUdpPort(),
+        keys: { from: caller.name, mport: String(callerAudio.port) },
+        timeoutSeconds: 40,
+        args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '5000'],
+      });
 
-    const call = await until(async () => {
-      const row = await callRow(caller.name);
-      return row?.status === 'in_progress' ? row : undefined;
-    }, 'the call to be answered');
-    const callId = call.call_uuid as string;
+      const call = await until(async () => {
+        const row = await callRow(caller.name);
+        return row?.status === 'in_progress' ? row : undefined;
+      }, 'the call to be answered');
+      const callId = call.call_uuid as string;
 
-    // rtpengine holds the session: one stream faces the caller's audio socket, one the callee's.
-    const session = await stack.edge.rtpengine.ng('query', { 'call-id': callId });
-    expect(session.result).toBe('ok');
-    const streams = streamsOf(session);
-    const facingCaller = streams.find((s) => s.endpointPort === callerAudio.port);
-    const facingCallee = streams.find((s) => s.endpointPort === calleeAudio.port);
-    expect(facingCaller, JSON.stringify(session)).toBeDefined();
-    expect(facingCallee, JSON.stringify(session)).toBeDefined();
-    const { min, max } = stack.edge.rtpengine.media;
-    for (const s of [facingCaller!, facingCallee!]) {
-      expect(s.localPort).toBeGreaterThanOrEqual(min);
-      expect(s.localPort).toBeLessThanOrEqual(max);
-    }
-
-    // Each phone sends 50 packets (1 s of PCMU) to the port its SDP named; the other receives them from
-    // rtpengine's port facing it, never from the sender's own socket.
-    for (let i = 0; i < 50; i++) {
-      callerAudio.socket.send(rtp(i, 0x1111, 0x11), facingCaller!.localPort, '127.0.0.1');
-      calleeAudio.socket.send(rtp(i, 0x2222, 0x22), facingCallee!.localPort, '127.0.0.1');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    await until(async () => (calleeAudio.received.length >= 45 && callerAudio.received.length >= 45 ? true : undefined), 'RTP through rtpengine', 5000);
-    for (const [receiver, sender, facing, fill] of [
-      [calleeAudio, callerAudio, facingCallee!, 0x11],
-      [callerAudio, calleeAudio, facingCaller!, 0x22],
-    ] as const) {
-      for (const packet of receiver.received) {
-        expect(packet.address).toBe('127.0.0.1');
-        expect(packet.port).toBe(facing.localPort);
-        expect(packet.port).not.toBe(sender.port);
-        // PCMU on both sides: passed through, payload untouched.
-        expect(packet.data.subarray(12).every((byte) => byte === fill)).toBe(true);
+      // rtpengine holds the session: one stream faces the caller's audio socket, one the callee's.
+      const session = await stack.edge.rtpengine.ng('query', { 'call-id': callId });
+      expect(session.result).toBe('ok');
+      const streams = streamsOf(session);
+      const facingCaller = streams.find((s) => s.endpointPort === callerAudio.port);
+      const facingCallee = streams.find((s) => s.endpointPort === calleeAudio.port);
+      expect(facingCaller, JSON.stringify(session)).toBeDefined();
+      expect(facingCallee, JSON.stringify(session)).toBeDefined();
+      const { min, max } = stack.edge.rtpengine.media;
+      for (const s of [facingCaller!, facingCallee!]) {
+        expect(s.localPort).toBeGreaterThanOrEqual(min);
+        expect(s.localPort).toBeLessThanOrEqual(max);
       }
-    }
 
-    const [placed, answered] = await Promise.all([placing, answering]);
-    expect(placed.errors + answered.errors).toBe('');
-    expect(placed.code).toBe(0);
-    expect(answered.code).toBe(0);
-    // The SDP each phone received names rtpengine (the advertised address) and its port facing that phone.
-    expect(placed.logs).toContain(`${callerSees} ${ADVERTISED} ${facingCaller!.localPort} RTP/AVP`);
-    expect(answered.logs).toContain(`${calleeSees} ${ADVERTISED} ${facingCallee!.localPort} RTP/AVP`);
+      // Each phone sends 50 packets (1 s of PCMU) to the port its SDP named; the other receives them from
+      // rtpengine's port facing it, never from the sender's own socket.
+      for (let i = 0; i < 50; i++) {
+        callerAudio.socket.send(rtp(i, 0x1111, 0x11), facingCaller!.localPort, '127.0.0.1');
+        calleeAudio.socket.send(rtp(i, 0x2222, 0x22), facingCallee!.localPort, '127.0.0.1');
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await until(
+        async () => (calleeAudio.received.length >= 45 && callerAudio.received.length >= 45 ? true : undefined),
+        'RTP through rtpengine',
+        5000,
+      );
+      for (const [receiver, sender, facing, fill] of [
+        [calleeAudio, callerAudio, facingCallee!, 0x11],
+        [callerAudio, calleeAudio, facingCaller!, 0x22],
+      ] as const) {
+        for (const packet of receiver.received) {
+          expect(packet.address).toBe('127.0.0.1');
+          expect(packet.port).toBe(facing.localPort);
+          expect(packet.port).not.toBe(sender.port);
+          // PCMU on both sides: passed through, payload untouched.
+          expect(packet.data.subarray(12).every((byte) => byte === fill)).toBe(true);
+        }
+      }
 
-    // BYE deleted the session.
-    const after = await until(async () => {
-      const answer = await stack.edge.rtpengine.ng('query', { 'call-id': callId });
-      return answer.result === 'error' ? answer : undefined;
-    }, 'the session to be deleted', 5000);
-    expect(String(after['error-reason'])).toMatch(/unknown call-id/i);
-    const list = await stack.edge.rtpengine.ng('list');
-    expect(list.calls as string[]).not.toContain(callId);
-    const ended = await until(async () => {
-      const row = await callRow(caller.name);
-      return row?.status === 'completed' ? row : undefined;
-    }, 'the call to be completed');
-    expect(ended.status).toBe('completed');
-  }, 90_000);
+      const [placed, answered] = await Promise.all([placing, answering]);
+      expect(placed.errors + answered.errors).toBe('');
+      expect(placed.code).toBe(0);
+      expect(answered.code).toBe(0);
+      // The SDP each phone received names rtpengine (the advertised address) and its port facing that phone.
+      expect(placed.logs).toContain(`${callerSees} ${ADVERTISED} ${facingCaller!.localPort} RTP/AVP`);
+      expect(answered.logs).toContain(`${calleeSees} ${ADVERTISED} ${facingCallee!.localPort} RTP/AVP`);
+
+      // BYE deleted the session.
+      const after = await until(
+        async () => {
+          const answer = await stack.edge.rtpengine.ng('query', { 'call-id': callId });
+          return answer.result === 'error' ? answer : undefined;
+        },
+        'the session to be deleted',
+        5000,
+      );
+      expect(String(after['error-reason'])).toMatch(/unknown call-id/i);
+      const list = await stack.edge.rtpengine.ng('list');
+      expect(list.calls as string[]).not.toContain(callId);
+      const ended = await until(async () => {
+        const row = await callRow(caller.name);
+        return row?.status === 'completed' ? row : undefined;
+      }, 'the call to be completed');
+      expect(ended.status).toBe('completed');
+    },
+    90_000,
+  );
 
   it('phones behind NAT: reached at the address they send from (RFC 3581), their media sent where their SIP came from, not to their private SDP address', async () => {
     const caller = await sipUser();
