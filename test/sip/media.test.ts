@@ -276,6 +276,44 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
     await until(async () => ((await callRow(caller.name))?.status === 'completed' ? true : undefined), 'the call to be completed');
   }, 90_000);
 
+  it('refuses calls with 503 (recorded failed) while rtpengine does not answer: never relayed unanchored', async () => {
+    const own = await startSipStack(t);
+    cleanup.push(() => own.stop());
+    const caller = await sipUser();
+    const callee = await sipUser();
+    const calleePort = await freeUdpPort();
+    expect((await register(own, callee.name, callee.password, calleePort)).code).toBe(0);
+    // The callee's phone (its registered port): nothing may reach it.
+    const reached: string[] = [];
+    const calleeSocket = dgram.createSocket('udp4');
+    calleeSocket.on('message', (m) => reached.push(m.toString('utf8')));
+    await new Promise<void>((resolve) => calleeSocket.bind(calleePort, '127.0.0.1', resolve));
+    cleanup.push(async () => calleeSocket.close());
+
+    const pid = own.edge.rtpengine.pid()!;
+    process.kill(pid, 'SIGKILL');
+    await own.edge.rtpengine.exited;
+    const refused = await sipp('caller_refused_503', own.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name },
+      timeoutSeconds: 30,
+      args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password],
+    });
+    expect(refused.errors).toBe('');
+    expect(refused.code).toBe(0);
+    expect(reached.filter((m) => m.startsWith('INVITE'))).toEqual([]);
+    const row = await until(async () => {
+      const found = await t.db
+        .selectFrom('calls')
+        .select(['status', 'sip_code'])
+        .where('organisation_id', '=', tenant.organisationId)
+        .where('from_number', '=', caller.name)
+        .executeTakeFirst();
+      return found?.status === 'failed' ? found : undefined;
+    }, 'the refused call to be recorded');
+    expect(row.sip_code).toBe(503);
+  }, 90_000);
+
   it('refuses to start, saying so, when the RTP port range is taken', async () => {
     const min = 20000 + 2 * Math.floor(Math.random() * 4900);
     const holders: dgram.Socket[] = [];
