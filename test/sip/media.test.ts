@@ -212,6 +212,60 @@ describe.skipIf(skip !== undefined)('media plane (rtpengine, Kamailio, SIPp)', (
     90_000,
   );
 
+  it('a re-INVITE moving the caller to another port is offered to rtpengine: the audio follows the caller', async () => {
+    const caller = await sipUser();
+    const callee = await sipUser();
+    const first = await mediaSocket();
+    const second = await mediaSocket();
+    const calleeAudio = await mediaSocket();
+    cleanup.push(first.close, second.close, calleeAudio.close);
+    const calleePort = await freeUdpPort();
+    expect((await register(stack, callee.name, callee.password, calleePort)).code).toBe(0);
+    const answering = sipp('media_callee_reinvite', undefined, {
+      localPort: calleePort,
+      keys: { mport: String(calleeAudio.port) },
+      timeoutSeconds: 40,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const placing = sipp('media_caller_reinvite', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, mport: String(first.port), mport2: String(second.port) },
+      timeoutSeconds: 40,
+      args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '4000'],
+    });
+    const call = await until(async () => {
+      const row = await callRow(caller.name);
+      return row?.status === 'in_progress' ? row : undefined;
+    }, 'the call to be answered');
+    // After the re-INVITE, rtpengine's stream facing the caller points at its second socket.
+    const moved = await until(
+      async () => {
+        const streams = streamsOf(await stack.edge.rtpengine.ng('query', { 'call-id': call.call_uuid as string }));
+        return streams.some((s) => s.endpointPort === second.port) ? streams : undefined;
+      },
+      'the re-INVITE to reach rtpengine',
+      10_000,
+    );
+    const facingCallee = moved.find((s) => s.endpointPort === calleeAudio.port)!;
+    expect(facingCallee).toBeDefined();
+    for (let i = 0; i < 10; i++) {
+      calleeAudio.socket.send(rtp(i, 0x5555, 0x55), facingCallee.localPort, '127.0.0.1');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await until(async () => (second.received.length >= 8 ? true : undefined), 'the callee heard on the new port', 5000);
+    const [placed, answered] = await Promise.all([placing, answering]);
+    expect(placed.errors + answered.errors).toBe('');
+    expect(placed.code).toBe(0);
+    expect(answered.code).toBe(0);
+    // The callee was offered rtpengine's address again, with the port rtpengine now faces it from (the
+    // re-offer may move it, RFC 3264 section 8); neither phone saw the other's address.
+    const reoffered = /reoffer-sdp (\S+) (\d+)/.exec(answered.logs)!;
+    expect(reoffered[1]).toBe(ADVERTISED);
+    expect(reoffered[2]).toBe(String(facingCallee.localPort));
+    expect(placed.logs).toMatch(new RegExp(`reanswer-sdp ${ADVERTISED.replaceAll('.', '\\.')} \\d+ RTP/AVP`));
+    expect(answered.logs).not.toContain(String(second.port));
+  }, 90_000);
+
   it('phones behind NAT: reached at the address they send from (RFC 3581), their media sent where their SIP came from, not to their private SDP address', async () => {
     const caller = await sipUser();
     const callee = await sipUser();
