@@ -161,11 +161,12 @@ describe('the SIP call event queue', () => {
     const id = newId();
     await enqueue(answeredCall(id, Date.now() - 5_000, 1_000));
     let failing = true;
+    const lost = () => Promise.reject(Object.assign(new Error('connection lost'), { status: 503 }));
     const flaky = {
-      apply: (event: Parameters<CallEvents['apply']>[0]) => {
-        if (failing && event.event === 'answered') return Promise.reject(Object.assign(new Error('connection lost'), { status: 503 }));
-        return events.apply(event);
-      },
+      apply: (event: Parameters<CallEvents['apply']>[0]) => (failing && event.event === 'answered' ? lost() : events.apply(event)),
+      // The call's events together fail as one transaction would; then one by one, up to the failing one.
+      applyAll: (list: Parameters<CallEvents['applyAll']>[0]) =>
+        failing && list.some((e) => e.event === 'answered') ? lost() : events.applyAll(list),
     } as CallEvents;
     const queue = new CallEventQueue({ db: t.db, events: flaky });
     expect(await queue.drain()).toBe(2);
