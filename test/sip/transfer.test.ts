@@ -206,6 +206,8 @@ describe.skipIf(skip !== undefined)('call transfer (REFER) through the SIP edge'
       }
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(target.received).toEqual([]);
+      expect(stack.kamailioLog.join('\n')).toMatch(/REFER from 127\.0\.0\.5:\d+ .* outside any dialog: 403/);
+      expect(stack.kamailioLog.join('\n')).toMatch(/REFER from 127\.0\.0\.5:\d+ .* matches no dialog of this edge: 403/);
     } finally {
       await target.close();
     }
