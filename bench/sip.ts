@@ -148,6 +148,9 @@ async function main() {
       let stop: () => Promise<void>;
       let hooks: { beforeCalls?: () => Promise<void>; afterCalls?: () => Promise<void> } = {};
       if (target === 'bare') {
+        // The domain the views derive every SIP domain from, as `sip serve` writes it when it starts: the bare
+        // Kamailio may run first, before the edge ever did (then no REGISTER found its user).
+        await app.database.db.updateTable('sip_settings').set({ domain: settings.domain }).where('id', '=', 1).execute();
         const runDir = fs.mkdtempSync(path.join(work, 'bare-'));
         const configFile = path.join(runDir, 'kamailio.cfg');
         fs.writeFileSync(configFile, bareConfig(renderKamailioConfig({ settings, databaseUrl: config.databaseUrl!, runDir })), {

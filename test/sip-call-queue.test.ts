@@ -161,11 +161,12 @@ describe('the SIP call event queue', () => {
     const id = newId();
     await enqueue(answeredCall(id, Date.now() - 5_000, 1_000));
     let failing = true;
+    const lost = () => Promise.reject(Object.assign(new Error('connection lost'), { status: 503 }));
     const flaky = {
-      apply: (event: Parameters<CallEvents['apply']>[0]) => {
-        if (failing && event.event === 'answered') return Promise.reject(Object.assign(new Error('connection lost'), { status: 503 }));
-        return events.apply(event);
-      },
+      apply: (event: Parameters<CallEvents['apply']>[0]) => (failing && event.event === 'answered' ? lost() : events.apply(event)),
+      // The call's events together fail as one transaction would; then one by one, up to the failing one.
+      applyAll: (list: Parameters<CallEvents['applyAll']>[0]) =>
+        failing && list.some((e) => e.event === 'answered') ? lost() : events.applyAll(list),
     } as CallEvents;
     const queue = new CallEventQueue({ db: t.db, events: flaky });
     expect(await queue.drain()).toBe(2);
@@ -195,6 +196,82 @@ describe('the SIP call event queue', () => {
     } finally {
       await queue.stop();
     }
+  });
+
+  describe('transfers (REFER)', () => {
+    /** A call alice -> bob that bob transferred (his dialog ended after the REFER), then the transferee's leg to carol. */
+    function transferred(id: string, start: number, leg: CallEventName[], code = 0) {
+      const first = answeredCall(id, start, 2_000).map((row) =>
+        row.body.event === 'ended' ? { ...row, body: { ...row.body, transferor: 'callee' } } : row,
+      );
+      const at: Record<string, number> = { initiated: start + 2_400, answered: start + 3_000, failed: start + 3_000, ended: start + 6_000 };
+      const second = leg.map((event) => ({
+        callId: id,
+        body: { ...body(id, event, at[event], event === 'failed' ? code : event === 'answered' ? 200 : 0), to: 'carol', leg: `leg-${id}` },
+      }));
+      return [...first, ...second];
+    }
+
+    async function legs(id: string) {
+      const record = await call(id);
+      return t.db
+        .selectFrom('call_participants')
+        .select(['member_uuid', 'role', 'joined_at', 'left_at'])
+        .where('call_id', '=', record!.id)
+        .orderBy('joined_at')
+        .orderBy('id')
+        .execute();
+    }
+
+    it('one Call: the transferor leaves, the target joins, the call ends with the leg to the target', async () => {
+      const id = newId();
+      // Applied both as a backlog (together) and one by one: the same records.
+      for (const together of [true, false]) {
+        const callId = `${id}-${together}`;
+        const rows = transferred(callId, Date.now() - 20_000, ['initiated', 'answered', 'ended']);
+        if (together) {
+          await enqueue(rows);
+          await new CallEventQueue({ db: t.db, events }).drain();
+        } else {
+          for (const row of rows) {
+            await enqueue([row]);
+            await new CallEventQueue({ db: t.db, events }).drain();
+          }
+        }
+        const record = await call(callId);
+        expect(record?.status).toBe('completed');
+        // From bob's answer to the end of the leg with carol.
+        expect(record?.duration_seconds).toBe(6);
+        const all = await legs(callId);
+        expect(all.map((l) => [l.member_uuid, l.role])).toEqual([
+          ['sip:alice', 'caller'],
+          ['sip:bob', 'callee'],
+          ['sip:carol', 'callee'],
+        ]);
+        // Kept to the second: the transferor left no later than the target joined.
+        expect(all[1].left_at!.getTime()).toBeLessThanOrEqual(all[2].joined_at.getTime());
+        expect(all.every((l) => l.left_at !== null)).toBe(true);
+        expect(await t.db.selectFrom('calls').select('id').where('call_uuid', '=', `leg-${callId}`).execute()).toEqual([]);
+      }
+    });
+
+    it('a transfer that fails once the transferor has left ends the call, saying why', async () => {
+      const id = newId();
+      await enqueue(transferred(id, Date.now() - 20_000, ['initiated', 'failed'], 486));
+      await new CallEventQueue({ db: t.db, events }).drain();
+      const record = await call(id);
+      expect(record).toMatchObject({ status: 'completed', end_reason: 'transfer to carol failed (486)' });
+      expect((await legs(id)).every((l) => l.left_at !== null)).toBe(true);
+    });
+
+    it('keeps out an event naming a transferor that is neither party', async () => {
+      const id = newId();
+      await enqueue([{ callId: id, body: { ...body(id, 'ended', Date.now()), transferor: 'someone' } }]);
+      await new CallEventQueue({ db: t.db, events }).drain();
+      const kept = await sql<{ error: string }>`SELECT error FROM sip_call_events WHERE error IS NOT NULL`.execute(t.db);
+      expect(kept.rows.map((r) => r.error)).toEqual(['transferor must be caller or callee']);
+      await sql`DELETE FROM sip_call_events`.execute(t.db);
+    });
   });
 
   describe('reconciliation', () => {

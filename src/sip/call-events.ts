@@ -39,6 +39,13 @@ export interface CallEvent {
   /** `refused` only: the Call's status and why. */
   status?: 'no_answer' | 'failed' | 'busy';
   reason?: string;
+  /**
+   * A transfer (RFC 3515): the SIP Call-ID of this event's own dialog when it is the transferee's new call to
+   * the transfer target (`call_id` is then the transferred call's), so the target joins that Call.
+   */
+  leg?: string;
+  /** The party of this dialog that transferred the call (its REFER was accepted): it leaves when the dialog ends. */
+  transferor?: 'caller' | 'callee';
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -86,6 +93,16 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
     if (!reason) problems.push('reason must not be empty');
     if (!Number.isInteger(code) || (code as number) < 300) problems.push('code of a refused call must be a final failure (300..699)');
   }
+  let leg: string | undefined;
+  if (b.leg !== undefined) {
+    leg = str('leg');
+    if (!leg) problems.push('leg must not be empty when given');
+  }
+  let transferor: CallEvent['transferor'];
+  if (b.transferor !== undefined && b.transferor !== '') {
+    transferor = str('transferor') as CallEvent['transferor'];
+    if (transferor !== 'caller' && transferor !== 'callee') problems.push('transferor must be caller or callee');
+  }
   if (problems.length) return { problems };
   return {
     problems,
@@ -102,6 +119,8 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
       code: code as number,
       at: new Date(Math.round(at * 1000)),
       ...(status ? { status, reason } : {}),
+      ...(leg ? { leg } : {}),
+      ...(transferor ? { transferor } : {}),
     },
   };
 }
@@ -116,8 +135,10 @@ export function failureStatus(code: number): 'busy' | 'no_answer' | 'canceled' |
 
 const RANK: Record<string, number> = { initiated: 0, ringing: 1, in_progress: 2 };
 const isTerminal = (status: string) => (TERMINAL_CALL_STATUSES as readonly string[]).includes(status);
+const later = (a: Date, b: Date | null) => (b && a < b ? b : a);
 
-interface CallRow {
+/** A call as reconciliation reads it. */
+export interface CallRow {
   id: string;
   organisation_id: string;
   status: string;
@@ -126,14 +147,58 @@ interface CallRow {
   answered_at: Date | null;
 }
 
+/** One leg (CallParticipant): stored (`id`) or new; `changed` when its `left_at` is to be written. */
+interface Leg {
+  id?: string;
+  member_uuid: string;
+  role: 'caller' | 'callee';
+  joined_at: Date;
+  left_at: Date | null;
+  changed?: boolean;
+}
+
+/** The SIP users a call's events name: the Call's `sip_username`, and operator presence (`user_id`, status). */
+interface SipUserRow {
+  id: string;
+  sip_username: string;
+  user_id: string | null;
+  status: string | null;
+}
+
+/**
+ * A call as its events leave it, kept in memory while a batch of its events is applied and written at the end
+ * in one transaction: a status that ringing, answered and ended each moved is one update (or part of the
+ * create), not three.
+ */
+interface CallState {
+  organisationId: string;
+  /** Stored: its id and conversation; new: the values of its create. */
+  stored?: { id: string; conversation_id: string | null };
+  create?: { event: CallEvent };
+  status: string;
+  started_at: Date | null;
+  answered_at: Date | null;
+  /** Call attributes to write (update, or with the create). */
+  patch: Record<string, unknown>;
+  legs: Leg[];
+  closeConversation: boolean;
+  /** SIP users to set busy, then those whose status to restore, after the commit (operators only). */
+  busy: string[];
+  restore: { sipUserId: string }[];
+}
+
 export interface CallEventsOptions {
   db: Db;
   records: Records;
 }
 
 /**
- * Applies call events. Events of one call are applied one at a time (in arrival order) in this
- * process; the queue consumer (call-queue.ts) hands them over in the order Kamailio raised them.
+ * Applies call events. Events of one call are applied one batch at a time (in arrival order) in this
+ * process; the queue consumer (call-queue.ts) hands a call's queued events over together, in the order
+ * Kamailio raised them, and they are written in one transaction.
+ *
+ * Cost (docs/sip.md): one read of the call with its legs, one of the SIP users the events name (when a create,
+ * an answer or an end needs them), then the records service's writes for what changed, in one transaction.
  */
 export class CallEvents {
   private readonly queues = new Map<string, Promise<unknown>>();
@@ -141,9 +206,24 @@ export class CallEvents {
   constructor(private readonly options: CallEventsOptions) {}
 
   apply(event: CallEvent): Promise<void> {
-    const key = `${event.organisation_id}/${event.call_id}`;
+    return this.applyAll([event]);
+  }
+
+  /** Applies events in order; consecutive events of one call are applied (and written) together. */
+  async applyAll(events: CallEvent[]): Promise<void> {
+    let i = 0;
+    while (i < events.length) {
+      const key = `${events[i].organisation_id}/${events[i].call_id}`;
+      let j = i + 1;
+      while (j < events.length && `${events[j].organisation_id}/${events[j].call_id}` === key) j++;
+      await this.serialised(key, events.slice(i, j));
+      i = j;
+    }
+  }
+
+  private serialised(key: string, events: CallEvent[]): Promise<void> {
     const previous = this.queues.get(key) ?? Promise.resolve();
-    const next = previous.catch(() => {}).then(() => this.applyNow(event));
+    const next = previous.catch(() => {}).then(() => this.applyCall(events));
     this.queues.set(key, next);
     void next
       .finally(() => {
@@ -153,139 +233,270 @@ export class CallEvents {
     return next;
   }
 
-  private async applyNow(event: CallEvent): Promise<void> {
-    const actor = systemActor(event.organisation_id, 'sip');
-    const call = await this.ensureCall(actor, event);
-    if (isTerminal(call.status)) return;
+  private async applyCall(events: CallEvent[], retried = false): Promise<void> {
+    const first = events[0];
+    const state = (await this.load(first.organisation_id, { callUuid: first.call_id })) ?? this.fresh(first);
+    if (isTerminal(state.status)) return;
+    for (const event of events) this.step(state, event);
+    try {
+      await this.write(state);
+    } catch (error) {
+      // Another process created the Call meanwhile (the unique Call-ID let it win): applied again onto it.
+      if ((error as { status?: number }).status === 409 && state.create && !retried) return this.applyCall(events, true);
+      throw error;
+    }
+  }
+
+  /** A call no event has created yet: made by whichever event comes first, with the caller's leg. */
+  private fresh(event: CallEvent): CallState {
+    return {
+      organisationId: event.organisation_id,
+      create: { event },
+      status: 'initiated',
+      started_at: event.at,
+      answered_at: null,
+      patch: {},
+      legs: [{ member_uuid: event.caller_sip_user_id || `sip:${event.from}`, role: 'caller', joined_at: event.at, left_at: null }],
+      closeConversation: false,
+      busy: [],
+      restore: [],
+    };
+  }
+
+  /** The stored call (by Call-ID, or id) with its legs, in one statement; undefined when there is none. */
+  private async load(organisationId: string, by: { callUuid?: string; id?: string }): Promise<CallState | undefined> {
+    const { rows } = await sql<{
+      id: string;
+      status: string;
+      conversation_id: string | null;
+      started_at: Date | null;
+      answered_at: Date | null;
+      legs: { id: string; member_uuid: string; role: 'caller' | 'callee'; joined_at: string; left_at: string | null }[];
+    }>`
+      SELECT c.id, c.status, c.conversation_id, c.started_at,
+             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at,
+             coalesce((SELECT json_agg(json_build_object('id', p.id, 'member_uuid', p.member_uuid, 'role', p.role,
+                 'joined_at', p.joined_at, 'left_at', p.left_at) ORDER BY p.joined_at, p.id)
+               FROM call_participants p WHERE p.call_id = c.id), '[]'::json) AS legs
+      FROM calls c WHERE c.organisation_id = ${organisationId}
+        AND ${by.id ? sql`c.id = ${by.id}` : sql`c.call_uuid = ${by.callUuid}`}`.execute(this.options.db);
+    const row = rows[0];
+    if (!row) return undefined;
+    const legs = typeof row.legs === 'string' ? (JSON.parse(row.legs) as typeof row.legs) : row.legs;
+    return {
+      organisationId,
+      stored: { id: row.id, conversation_id: row.conversation_id },
+      status: row.status,
+      started_at: row.started_at,
+      answered_at: row.answered_at,
+      patch: {},
+      legs: legs.map((l) => ({
+        id: l.id,
+        member_uuid: l.member_uuid,
+        role: l.role,
+        joined_at: new Date(l.joined_at),
+        left_at: l.left_at ? new Date(l.left_at) : null,
+      })),
+      closeConversation: false,
+      busy: [],
+      restore: [],
+    };
+  }
+
+  /** One event, in memory. A status never moves backwards and a terminal one is final. */
+  private step(state: CallState, event: CallEvent): void {
+    if (isTerminal(state.status)) return;
+    if (event.leg) {
+      this.transferStep(state, event);
+      return;
+    }
     switch (event.event) {
       case 'initiated':
         return;
       case 'ringing':
-        if (RANK[call.status] < RANK.ringing) await this.options.records.update(actor, 'Call', call.id, { status: 'ringing' });
+        if (RANK[state.status] < RANK.ringing) this.set(state, { status: 'ringing' });
         return;
       case 'answered':
-        if (RANK[call.status] < RANK.in_progress) await this.answer(actor, call, event);
+        if (RANK[state.status] < RANK.in_progress) this.answer(state, event);
         return;
       case 'failed':
         // A failure after the answer (a later branch's) does not end an established call.
-        if (call.status !== 'in_progress')
-          await this.end(actor, call, failureStatus(event.code), event.at, event.code >= 300 ? { sip_code: event.code } : {});
+        if (state.status !== 'in_progress')
+          this.finish(state, failureStatus(event.code), event.at, event.code >= 300 ? { sip_code: event.code } : {});
         return;
       case 'refused':
-        if (call.status !== 'in_progress') {
-          await this.end(actor, call, event.status ?? 'failed', event.at, { sip_code: event.code, end_reason: event.reason ?? null });
+        if (state.status !== 'in_progress')
+          this.finish(state, event.status ?? 'failed', event.at, { sip_code: event.code, end_reason: event.reason ?? null });
+        return;
+      case 'ended':
+        // The dialog of a party that transferred the call ended: that party left; the call goes on with the target.
+        if (event.transferor && state.status === 'in_progress') {
+          const id = event.transferor === 'caller' ? event.caller_sip_user_id : event.callee_sip_user_id;
+          const member = id || `sip:${event.transferor === 'caller' ? event.from : event.to}`;
+          this.leave(state, event.transferor, member, event.at);
+          return;
+        }
+        this.finish(state, state.status === 'in_progress' ? 'completed' : 'failed', event.at);
+        return;
+    }
+  }
+
+  /**
+   * An event of the transferee's new call to the transfer target (`leg`): the target joins when it answers;
+   * its end ends the call; its failure ends the call when the transferee is alone in it (the transferor left).
+   */
+  private transferStep(state: CallState, event: CallEvent): void {
+    switch (event.event) {
+      case 'initiated':
+      case 'ringing':
+        return;
+      case 'answered':
+        if (RANK[state.status] < RANK.in_progress) this.set(state, { status: 'in_progress', answered_at: event.at });
+        state.answered_at ??= event.at;
+        this.join(state, event.callee_sip_user_id || `sip:${event.to}`, event.at);
+        if (event.callee_sip_user_id) state.busy.push(event.callee_sip_user_id);
+        return;
+      case 'failed':
+      case 'refused':
+        if (state.legs.filter((l) => l.left_at === null).length <= 1) {
+          const status =
+            state.status === 'in_progress'
+              ? 'completed'
+              : event.event === 'refused'
+                ? (event.status ?? 'failed')
+                : failureStatus(event.code);
+          this.finish(state, status, event.at, { end_reason: `transfer to ${event.to} failed (${event.code})` });
         }
         return;
       case 'ended':
-        await this.end(actor, call, call.status === 'in_progress' ? 'completed' : 'failed', event.at);
+        this.finish(state, state.status === 'in_progress' ? 'completed' : 'failed', event.at);
         return;
     }
   }
 
-  private async findCall(organisationId: string, callId: string): Promise<CallRow | undefined> {
-    const { rows } = await sql<CallRow>`
-      SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at,
-             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at
-      FROM calls c WHERE c.organisation_id = ${organisationId} AND c.call_uuid = ${callId}`.execute(this.options.db);
-    return rows[0];
+  private set(state: CallState, values: Record<string, unknown>): void {
+    Object.assign(state.patch, values);
+    if (typeof values.status === 'string') state.status = values.status;
   }
 
-  /** The Call of this Call-ID; created (with its conversation and the caller's leg) by whichever event comes first. */
-  private async ensureCall(actor: Actor, event: CallEvent): Promise<CallRow> {
-    const existing = await this.findCall(event.organisation_id, event.call_id);
-    if (existing) return existing;
-    const sipUsername = await this.sipUsername(
-      event.organisation_id,
-      event.direction === 'outbound' ? event.caller_sip_user_id : event.callee_sip_user_id,
-    );
-    try {
-      await this.options.records.transaction(async (records) => {
-        const conversation = await records.create(actor, 'Conversation', {
-          channel: 'voice',
-          mode: 'voice',
-          status: 'active',
-          metadata: { sip: { call_id: event.call_id, from: event.from, to: event.to } },
-        });
-        const call = await records.create(actor, 'Call', {
-          direction: event.direction,
-          from_number: event.from || null,
-          to_number: event.to || null,
-          sip_username: sipUsername,
-          status: 'initiated',
-          call_uuid: event.call_id,
-          call_source: event.source,
-          started_at: event.at,
-          conversation_id: conversation.id,
-        });
-        await records.create(actor, 'CallParticipant', {
-          call_id: call.id,
-          member_uuid: event.caller_sip_user_id || `sip:${event.from}`,
-          role: 'caller',
-          joined_at: event.at,
-        });
-      });
-    } catch (error) {
-      // Two events of one call racing in from two receivers: the unique Call-ID lets one win.
-      if ((error as { status?: number }).status !== 409) throw error;
-    }
-    const created = await this.findCall(event.organisation_id, event.call_id);
-    if (!created) throw new Error(`call ${event.call_id} was not stored`);
-    return created;
+  private join(state: CallState, member: string, at: Date): void {
+    state.legs.push({ member_uuid: member, role: 'callee', joined_at: at, left_at: null });
   }
 
-  private async sipUsername(organisationId: string, sipUserId: string): Promise<string | null> {
-    if (!sipUserId) return null;
-    const { rows } = await sql<{ sip_username: string }>`
-      SELECT sip_username FROM sip_users WHERE organisation_id = ${organisationId} AND id = ${sipUserId}`.execute(this.options.db);
-    return rows[0]?.sip_username ?? null;
+  private answer(state: CallState, event: CallEvent): void {
+    // The answer time to the millisecond: the callee leg's joined_at is kept to the second.
+    this.set(state, { status: 'in_progress', answered_at: event.at });
+    state.answered_at = event.at;
+    this.join(state, event.callee_sip_user_id || `sip:${event.to}`, event.at);
+    for (const id of [event.caller_sip_user_id, event.callee_sip_user_id]) if (id) state.busy.push(id);
   }
 
-  private async answer(actor: Actor, call: CallRow, event: CallEvent): Promise<void> {
-    await this.options.records.transaction(async (records) => {
-      // The answer time to the millisecond: the callee leg's joined_at is kept to the second.
-      await records.update(actor, 'Call', call.id, { status: 'in_progress', answered_at: event.at });
-      await records.create(actor, 'CallParticipant', {
-        call_id: call.id,
-        member_uuid: event.callee_sip_user_id || `sip:${event.to}`,
-        role: 'callee',
-        joined_at: event.at,
-      });
-    });
-    for (const sipUserId of [event.caller_sip_user_id, event.callee_sip_user_id]) {
-      if (sipUserId) await this.operatorBusy(actor, sipUserId);
-    }
+  private leave(state: CallState, role: 'caller' | 'callee', member: string, at: Date): void {
+    const open = state.legs.filter((l) => l.left_at === null && l.role === role);
+    const leg = open.find((l) => l.member_uuid === member) ?? open[0];
+    if (!leg) return;
+    leg.left_at = later(at, leg.joined_at);
+    leg.changed = true;
+    if (UUID.test(leg.member_uuid)) state.restore.push({ sipUserId: leg.member_uuid });
   }
 
   /** Ends a call: its status, end time, talk time, every leg's left_at, the conversation closed, presence restored. */
-  async end(
-    actor: Actor,
-    call: CallRow,
-    status: string,
-    at: Date,
-    extra: { sip_code?: number; end_reason?: string | null } = {},
-  ): Promise<void> {
-    const ended = call.started_at && at < call.started_at ? call.started_at : at;
-    const talk = call.answered_at ? Math.max(0, Math.round((ended.getTime() - call.answered_at.getTime()) / 1000)) : 0;
-    const { rows: legs } = await sql<{ id: string; member_uuid: string; joined_at: Date }>`
-      SELECT id, member_uuid, joined_at FROM call_participants WHERE call_id = ${call.id} AND left_at IS NULL`.execute(this.options.db);
-    await this.options.records.transaction(async (records) => {
-      await records.update(actor, 'Call', call.id, { status, ended_at: ended, duration_seconds: talk, ...extra });
-      for (const leg of legs) {
-        await records.update(actor, 'CallParticipant', leg.id, { left_at: ended < leg.joined_at ? leg.joined_at : ended });
-      }
-      if (call.conversation_id) await records.update(actor, 'Conversation', call.conversation_id, { status: 'closed' });
-    });
-    for (const leg of legs) if (UUID.test(leg.member_uuid)) await this.operatorRestore(actor, leg.member_uuid, call.id);
+  private finish(state: CallState, status: string, at: Date, extra: { sip_code?: number; end_reason?: string | null } = {}): void {
+    const ended = later(at, state.started_at);
+    const talk = state.answered_at ? Math.max(0, Math.round((ended.getTime() - state.answered_at.getTime()) / 1000)) : 0;
+    this.set(state, { status, ended_at: ended, duration_seconds: talk, ...extra });
+    for (const leg of state.legs) {
+      if (leg.left_at !== null) continue;
+      leg.left_at = later(ended, leg.joined_at);
+      leg.changed = true;
+      if (UUID.test(leg.member_uuid)) state.restore.push({ sipUserId: leg.member_uuid });
+    }
+    state.closeConversation = true;
   }
 
-  /** An operator's SIP user in a call: `busy` (source system), unless already busy. */
-  private async operatorBusy(actor: Actor, sipUserId: string): Promise<void> {
-    const { rows } = await sql<{ user_id: string | null; status: string | null }>`
-      SELECT s.user_id, o.status FROM sip_users s LEFT JOIN operator_statuses o ON o.sip_user_id = s.id
-      WHERE s.id = ${sipUserId}`.execute(this.options.db);
-    const row = rows[0];
-    if (!row?.user_id || row.status === 'busy') return;
-    await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: 'busy', source: 'system' });
+  /** What the events changed, through the records service in one transaction; then operator presence. */
+  private async write(state: CallState): Promise<void> {
+    const actor = systemActor(state.organisationId, 'sip');
+    const create = state.create?.event;
+    const wanted = new Set<string>();
+    if (create) {
+      const id = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
+      if (id) wanted.add(id);
+    }
+    for (const id of state.busy) wanted.add(id);
+    for (const r of state.restore) wanted.add(r.sipUserId);
+    const users = await this.sipUsers(state.organisationId, [...wanted]);
+    const newLegs = state.legs.filter((l) => !l.id);
+    const changedLegs = state.legs.filter((l) => l.id && l.changed);
+    if (create || Object.keys(state.patch).length || newLegs.length || changedLegs.length) {
+      await this.options.records.transaction(async (records) => {
+        let callId = state.stored?.id;
+        if (create) {
+          const conversation = await records.create(actor, 'Conversation', {
+            channel: 'voice',
+            mode: 'voice',
+            status: state.closeConversation ? 'closed' : 'active',
+            metadata: { sip: { call_id: create.call_id, from: create.from, to: create.to } },
+          });
+          const sipUserId = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
+          const call = await records.create(actor, 'Call', {
+            direction: create.direction,
+            from_number: create.from || null,
+            to_number: create.to || null,
+            sip_username: users.get(sipUserId)?.sip_username ?? null,
+            status: 'initiated',
+            call_uuid: create.call_id,
+            call_source: create.source,
+            started_at: create.at,
+            conversation_id: conversation.id,
+            ...state.patch,
+          });
+          callId = call.id;
+          state.stored = { id: call.id, conversation_id: conversation.id };
+        } else if (Object.keys(state.patch).length) {
+          await records.update(actor, 'Call', callId!, state.patch);
+        }
+        for (const leg of newLegs) {
+          await records.create(actor, 'CallParticipant', {
+            call_id: callId,
+            member_uuid: leg.member_uuid,
+            role: leg.role,
+            joined_at: leg.joined_at,
+            ...(leg.left_at ? { left_at: leg.left_at } : {}),
+          });
+        }
+        for (const leg of changedLegs) await records.update(actor, 'CallParticipant', leg.id!, { left_at: leg.left_at });
+        if (!create && state.closeConversation && state.stored?.conversation_id)
+          await records.update(actor, 'Conversation', state.stored.conversation_id, { status: 'closed' });
+      });
+    }
+    // Presence after the call's records: an operator's phone (a SIP user with a user_id) only.
+    for (const id of new Set(state.busy)) {
+      const user = users.get(id);
+      if (user?.user_id && user.status !== 'busy') {
+        await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: id, status: 'busy', source: 'system' });
+      }
+    }
+    for (const r of state.restore) {
+      if (users.get(r.sipUserId)?.user_id) await this.operatorRestore(actor, r.sipUserId, state.stored?.id);
+    }
+  }
+
+  private async sipUsers(organisationId: string, ids: string[]): Promise<Map<string, SipUserRow>> {
+    const valid = ids.filter((id) => UUID.test(id));
+    if (valid.length === 0) return new Map();
+    const { rows } = await sql<SipUserRow>`
+      SELECT s.id, s.sip_username, s.user_id, o.status FROM sip_users s LEFT JOIN operator_statuses o ON o.sip_user_id = s.id
+      WHERE s.organisation_id = ${organisationId} AND s.id = ANY(${valid}::uuid[])`.execute(this.options.db);
+    return new Map(rows.map((r) => [r.id, r]));
+  }
+
+  /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
+  async end(call: Pick<CallRow, 'id' | 'organisation_id'>, status: string, at: Date): Promise<void> {
+    const state = await this.load(call.organisation_id, { id: call.id });
+    if (!state || isTerminal(state.status)) return;
+    this.finish(state, status, at);
+    await this.write(state);
   }
 
   /**
@@ -293,7 +504,7 @@ export class CallEvents {
    * that change's OperatorStatusEvent (`previous_status`). Left alone when someone changed the status during
    * the call, or while the SIP user is still in another answered call.
    */
-  private async operatorRestore(actor: Actor, sipUserId: string, endedCallId: string): Promise<void> {
+  private async operatorRestore(actor: Actor, sipUserId: string, endedCallId: string | undefined): Promise<void> {
     const { rows } = await sql<{
       status: string;
       source: string;
@@ -309,9 +520,8 @@ export class CallEvents {
     if (row?.status !== 'busy' || row.source !== 'system' || row.event_source !== 'system' || row.event_status !== 'busy') return;
     const { rows: other } = await sql<{ n: number }>`
       SELECT count(*)::int AS n FROM call_participants p JOIN calls c ON c.id = p.call_id
-      WHERE p.member_uuid = ${sipUserId} AND p.left_at IS NULL AND c.id <> ${endedCallId} AND c.status = 'in_progress'`.execute(
-      this.options.db,
-    );
+      WHERE p.member_uuid = ${sipUserId} AND p.left_at IS NULL AND c.status = 'in_progress'
+        ${endedCallId ? sql`AND c.id <> ${endedCallId}` : sql``}`.execute(this.options.db);
     if (other[0].n > 0) return;
     // No status before the call: the operator was reachable by phone, so `available`.
     await this.options.records.create(actor, 'OperatorStatus', {

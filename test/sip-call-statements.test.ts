@@ -1,0 +1,111 @@
+/**
+ * What applying a call's events costs the database: every statement the consumer runs for a call (claim,
+ * reads, the records service's writes, BEGIN/COMMIT, delete), counted at the PostgreSQL client. Counted only
+ * inside the work measured (AsyncLocalStorage), so the app's own background work does not add to it. The figure
+ * is in docs/sip.md; the bound here fails if a change adds statements per call again. PostgreSQL only: the count
+ * is taken at node-postgres' client (PGlite runs the same statements, through another driver).
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash } from 'node:crypto';
+import pg from 'pg';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CallEvents, type CallEventName } from '../src/sip/call-events.js';
+import { CallEventQueue } from '../src/sip/call-queue.js';
+import { startTestApp, type TestApp } from './support/app.js';
+import { seedTenant, type Tenant } from './support/seed.js';
+
+const postgres = process.env.DATABASE_URL?.startsWith('postgres');
+
+describe.skipIf(!postgres)('statements per call (PostgreSQL)', () => {
+  let t: TestApp;
+  let tenant: Tenant;
+  let n = 0;
+  const measuring = new AsyncLocalStorage<{ count: number; texts: string[] }>();
+  const original = pg.Client.prototype.query;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    tenant = await seedTenant(t, 'Statements');
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      const store = measuring.getStore();
+      if (store) {
+        store.count++;
+        const first = args[0] as string | { text?: string };
+        store.texts.push((typeof first === 'string' ? first : (first?.text ?? '')).slice(0, 80));
+      }
+      return (original as (...a: unknown[]) => unknown).apply(this, args);
+    } as typeof pg.Client.prototype.query;
+  }, 60_000);
+  afterAll(async () => {
+    pg.Client.prototype.query = original;
+    await t?.close();
+  });
+
+  async function count(work: () => Promise<unknown>) {
+    const store = { count: 0, texts: [] as string[] };
+    await measuring.run(store, work);
+    return store;
+  }
+
+  function rows(callId: string, start: number) {
+    const at: Record<string, number> = { initiated: start, ringing: start + 100, answered: start + 300, ended: start + 3_300 };
+    return (['initiated', 'ringing', 'answered', 'ended'] as CallEventName[]).map((event) => ({
+      key: createHash('md5').update(callId).digest('hex'),
+      body: Buffer.from(
+        JSON.stringify({
+          event,
+          call_id: callId,
+          organisation_id: tenant.organisationId,
+          direction: 'outbound',
+          source: 'sip',
+          caller_sip_user_id: '',
+          callee_sip_user_id: '',
+          from: 'alice',
+          to: 'bob',
+          code: event === 'answered' ? 200 : event === 'ringing' ? 180 : 0,
+          at: (at[event] / 1000).toFixed(6),
+        }),
+      ).toString('base64'),
+    }));
+  }
+
+  /** `calls` answered calls (initiated, ringing, answered, ended) queued, then consumed; statements per call. */
+  async function perCall(calls: number, queued: boolean) {
+    const events = new CallEvents({ db: t.db, records: t.services.records! });
+    const queue = new CallEventQueue({ db: t.db, events });
+    const ids = Array.from({ length: calls }, () => `s${Date.now().toString(36)}-${n++}@test`);
+    const all = ids.flatMap((id) => rows(id, Date.now() - 10_000));
+    if (queued) {
+      for (const row of all) await sql`INSERT INTO sip_call_events (call_key, body) VALUES (${row.key}, ${row.body})`.execute(t.db);
+    }
+    const measured = queued
+      ? await count(() => queue.drain())
+      : await count(async () => {
+          // One event at a time, as they arrive when the consumer keeps up (each its own claim).
+          for (const row of all) {
+            await sql`INSERT INTO sip_call_events (call_key, body) VALUES (${row.key}, ${row.body})`.execute(t.db);
+            await queue.drain();
+          }
+        });
+    const done = await t.db.selectFrom('calls').select('status').where('call_uuid', 'in', ids).execute();
+    expect(done.map((c) => c.status)).toEqual(ids.map(() => 'completed'));
+    // The inserts standing for Kamailio's are not the consumer's.
+    if (process.env.SHOW_STATEMENTS) console.info(measured.texts.join('\n'));
+    return (measured.count - (queued ? 0 : all.length)) / calls;
+  }
+
+  it('an answered call whose four events were queued together (a backlog)', async () => {
+    const perCallBacklog = await perCall(20, true);
+    console.info(`statements per call, 20 calls queued together: ${perCallBacklog}`);
+    // 44.2 when each event was its own read and transactions; 11.75 with a call's events applied together.
+    expect(perCallBacklog).toBeLessThanOrEqual(14);
+  });
+
+  it('an answered call whose events arrive one by one (a consumer keeping up)', async () => {
+    const perCallSteady = await perCall(3, false);
+    console.info(`statements per call, events one by one: ${perCallSteady}`);
+    // 55 before, 53 now: each event is its own claim, read and transaction (about 10 statements each) here.
+    expect(perCallSteady).toBeLessThanOrEqual(56);
+  });
+});
