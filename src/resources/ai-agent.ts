@@ -39,10 +39,12 @@ export default defineResource({
   operations: { list: true, get: true, create: true, update: true, delete: true },
   // The workflow's own schema (docs/agents.md), with every problem at its exact pointer under /data/attributes/workflow.
   beforeInsert: (ctx) => {
-    if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
+    if (ctx.values.workflow !== undefined)
+      assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
   },
   beforeUpdate: (ctx) => {
-    if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
+    if (ctx.values.workflow !== undefined)
+      assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
   },
   access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS },
 });
