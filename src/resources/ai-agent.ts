@@ -1,4 +1,4 @@
-import { attr, defineResource, rel } from '../jsonapi/index.js';
+import { ApiError, attr, defineResource, rel } from '../jsonapi/index.js';
 import { assertWorkflow } from './ai-agent-workflow.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
@@ -47,4 +47,28 @@ export default defineResource({
       assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
   },
   access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS },
+  actions: {
+    test: {
+      path: 'ai_agents/test',
+      summary:
+        'Run an agent test suite (docs/agents.md) against one of your agents and the configured model, storing nothing; returns the agent and the report in meta.report (meta.report.failed is 0 when every case passed)',
+      roles: ADMINS,
+      input: {
+        ai_agent_id: attr.uuid({ create: 'required' }),
+        suite: attr.object({
+          create: 'required',
+          maxBytes: 256 * 1024,
+          description: 'The suite, as the YAML file would hold it, in JSON.',
+        }),
+      },
+      // One request runs every case against the model: a tighter budget than the API's.
+      rateLimitPerAddress: () => ({ max: 30, timeWindowMs: 60_000 }),
+      run: async (ctx) => {
+        if (!ctx.services.agentTests) throw ApiError.of(503, 'unavailable', 'This server does not run agent test suites.');
+        const agentId = String(ctx.values.ai_agent_id);
+        const report = await ctx.services.agentTests(ctx.principal.organisationId, agentId, ctx.values.suite);
+        return { id: agentId, status: 200, meta: { report } };
+      },
+    },
+  },
 });
