@@ -173,7 +173,7 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     run: (args) => {
       const key = String(args.key);
       // The runtime's own metadata keys are not answers.
-      if (['agent_paused', 'handoff_reason', 'assigned_operator', 'assigned_at', 'transfer'].includes(key))
+      if (['agent_paused', 'handoff_reason', 'assigned_operator', 'assigned_at'].includes(key))
         return { ok: false, result: `${key} is reserved; choose another key.` };
       return { ok: true, result: `Stored ${key}.`, effect: { kind: 'answer', key, value: String(args.value) } };
     },
