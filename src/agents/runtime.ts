@@ -160,8 +160,6 @@ const METADATA_RESERVE_BYTES = 2048;
 /** What the reply says when the model ended the conversation, or asked for a transfer, without a word of its own. */
 const GOODBYE_TEXT = 'Thank you for contacting us. Goodbye!';
 const TRANSFER_TEXT = 'I am transferring you now. Please hold.';
-/** What the reply says when the model's last round, after tool calls, had no text. */
-const fallbackAfterTools = 'Sorry, I could not finish that. Could you say it again?';
 
 const PAUSED = (metadata: Record<string, unknown>) => metadata.agent_paused === true;
 /** Characters per token, for bounding the history without a tokenizer. */
@@ -720,8 +718,9 @@ export class AgentRuntime {
           ? GOODBYE_TEXT
           : '';
     const content = [...scripted, answer.text || fallback].filter(Boolean).join('\n\n');
-    // A model that called tools and then said nothing still answers the user (its last round had no text).
-    const reply = { content: content || fallbackAfterTools, metadata: modelMetadata };
+    // Never empty: the last round had text (the model client retries an answer with neither text nor a call), or
+    // it ended the turn with a call, whose default text stands in.
+    const reply = { content, metadata: modelMetadata };
     if (effect?.kind === 'handoff')
       return { ...withTools, ...timing, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
     if (effect?.kind === 'close') return { ...withTools, ...timing, reply, close: true };
