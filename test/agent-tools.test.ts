@@ -147,13 +147,14 @@ async function say(conversationId: string, content: string) {
 }
 
 interface StoredItem {
+  id: string;
   role: string;
   content: string;
   item_id: string;
   metadata: Record<string, any>;
 }
 async function items(conversationId: string): Promise<StoredItem[]> {
-  const { rows } = await sql<StoredItem>`SELECT role, content, item_id, metadata FROM conversation_items
+  const { rows } = await sql<StoredItem>`SELECT id, role, content, item_id, metadata FROM conversation_items
     WHERE conversation_id = ${conversationId} ORDER BY content_index`.execute(t.db);
   return rows;
 }
@@ -253,7 +254,8 @@ describe('calling a declared tool', () => {
     expect(JSON.parse(call.body)).toEqual({ order: '42' });
     expect(call.headers['parley-conversation-id']).toBe(conversationId);
     expect(call.headers['parley-tool']).toBe('lookup_order');
-    expect(call.headers['webhook-id']).toMatch(/^tool_/);
+    // Derived from the user item and the call's place in the turn: a turn run again sends the same id.
+    expect(call.headers['webhook-id']).toBe(`tool_${list[0].id.replaceAll('-', '')}_0`);
     // The model was offered the tool (with the built-in ones), then given its answer.
     const offered = model.requests[seen].body.tools!.map((x) => x.function.name);
     expect(offered).toEqual(

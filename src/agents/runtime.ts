@@ -648,7 +648,7 @@ export class AgentRuntime {
           // After a call that ends the turn (a handoff, an end), the others are answered but not run.
           const outcome = final
             ? { ok: false, refused: true, result: 'Not run: the turn ended with an earlier call.' }
-            : await runToolCall(call, declared, env, failedTools);
+            : await runToolCall(call, declared, env, failedTools, `tool_${item.id.replaceAll('-', '')}_${recorded.length}`);
           recorded.push({
             id: call.id,
             name: call.name,

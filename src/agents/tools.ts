@@ -212,6 +212,8 @@ export async function runToolCall(
   declared: WorkflowTool[] | undefined,
   env: ToolEnvironment,
   failed: Set<string>,
+  /** The request's `webhook-id`: the same for the same call when a turn is run again (receivers deduplicate by it). */
+  messageId: string = `tool_${randomUUID().replaceAll('-', '')}`,
 ): Promise<ToolOutcome> {
   const builtIn = BUILT_IN_TOOLS[call.name];
   const own = builtIn ? undefined : declared?.find((t) => t.name === call.name);
@@ -240,7 +242,7 @@ export async function runToolCall(
       result: `${call.name} failed earlier in this turn and is not called again. Tell the user it cannot be done right now.`,
     };
   if (builtIn) return builtIn.run(call.arguments, env);
-  const outcome = (await env.callDeclared?.(own!, call.arguments)) ?? (await callDeclaredTool(own!, call.arguments, env));
+  const outcome = (await env.callDeclared?.(own!, call.arguments)) ?? (await callDeclaredTool(own!, call.arguments, env, messageId));
   if (!outcome.ok) failed.add(call.name);
   return outcome;
 }
@@ -250,10 +252,15 @@ export async function runToolCall(
  * `parley-conversation-id` and `parley-tool` say for whom), under the webhook address rules checked after the
  * name is resolved. The answer must be JSON (or empty) and at most `TOOL_RESPONSE_MAX_BYTES`.
  */
-export async function callDeclaredTool(tool: WorkflowTool, args: Record<string, unknown>, env: ToolEnvironment): Promise<ToolOutcome> {
+export async function callDeclaredTool(
+  tool: WorkflowTool,
+  args: Record<string, unknown>,
+  env: ToolEnvironment,
+  messageId: string,
+): Promise<ToolOutcome> {
   const secret = await toolSecret(env.db, env.conversation.organisation_id);
   const timeoutMs = Math.min(TOOL_TIMEOUT_MS.max, Math.max(TOOL_TIMEOUT_MS.min, tool.timeout_ms ?? TOOL_TIMEOUT_MS.default));
-  const answer = await signedPost(tool.url, secret, `tool_${randomUUID()}`, JSON.stringify(args), {
+  const answer = await signedPost(tool.url, secret, messageId, JSON.stringify(args), {
     timeoutMs,
     allowPrivate: env.config.events.webhookAllowPrivateUrls,
     maxResponseBytes: TOOL_RESPONSE_MAX_BYTES,
