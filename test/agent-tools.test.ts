@@ -15,6 +15,7 @@ import { BUILT_IN_TOOLS } from '../src/agents/tools.js';
 import type { Config } from '../src/config/index.js';
 import { systemActor } from '../src/jsonapi/actor.js';
 import { BUILT_IN_TOOL_NAMES, workflowProblems } from '../src/resources/ai-agent-workflow.js';
+import conversationItem from '../src/resources/conversation-item.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
 import { client, pointers, resourceDocument, type Client } from './helpers/http.js';
@@ -280,6 +281,20 @@ describe('calling a declared tool', () => {
     expect(asVisitor.body.included.map((i: any) => i.attributes.role).sort()).toEqual(['assistant', 'user']);
     const asOwner = await owner.get(`/api/conversations/${conversationId}?include=conversation_items`);
     expect(asOwner.body.included.map((i: any) => i.attributes.role).sort()).toEqual(['assistant', 'tool', 'user']);
+    // Nor by its id, nor in its event stream (the stream judges each event's record by the same rule).
+    const toolItem = asOwner.body.included.find((i: any) => i.attributes.role === 'tool');
+    expect((await visitor.get(`/api/conversation_items/${toolItem.id}`)).status).toBe(404);
+    const visitorPrincipal = {
+      organisationId: tenant.organisationId,
+      userId: 'v',
+      role: 'visitor' as const,
+      credential: 'visitor' as const,
+      credentialId: 'v',
+      conversationId,
+    };
+    const onColumns = conversationItem.access.visible!.onColumns!;
+    expect(onColumns(visitorPrincipal, { conversation_id: conversationId, role: 'tool' })).toBe(false);
+    expect(onColumns(visitorPrincipal, { conversation_id: conversationId, role: 'assistant' })).toBe(true);
   });
 
   it('arguments that fail the schema, or a tool that does not exist, are refused before any request; the model is told', async () => {
