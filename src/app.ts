@@ -2,6 +2,7 @@
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
+import { agentTestsService } from './agents/suite.js';
 import { AgentRuntime, wakingRecords } from './agents/runtime.js';
 import { loadSigningKey } from './auth/signing-key.js';
 import type { Config } from './config/index.js';
@@ -39,6 +40,7 @@ export function connectRedis(url: string | undefined): Redis | undefined {
 export async function createServices(database: DatabaseHandle, config: Config, redis?: Redis): Promise<AppServices> {
   const services: AppServices = { config, signingKey: await loadSigningKey(database.db, config), redis };
   services.records = createRecords({ db: database.db, registry: buildRegistry(resources), services });
+  services.agentTests = agentTestsService(database.db, services, config);
   return services;
 }
 

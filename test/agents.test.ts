@@ -414,9 +414,10 @@ describe('handoff', () => {
       await settle(300);
       expect((await conversationRow(conversationId)).metadata.assigned_operator).toBeUndefined();
       const list = await items(conversationId);
-      expect(list.map((i) => i.role)).toEqual(['user', 'assistant', 'system']);
-      expect(list[2].content).toContain('The user wants a refund.');
-      expect(list[2].metadata).toMatchObject({ handoff: { reason: 'The user wants a refund.', rule: 'model_tool' } });
+      // The tool call is recorded (a `tool` item) before the reply and the handoff's system item.
+      expect(list.map((i) => i.role)).toEqual(['user', 'tool', 'assistant', 'system']);
+      expect(list[3].content).toContain('The user wants a refund.');
+      expect(list[3].metadata).toMatchObject({ handoff: { reason: 'The user wants a refund.', rule: 'model_tool' } });
       await first.setStatus('available');
       await settle(50);
       await second.setStatus('available');

@@ -77,6 +77,9 @@ const BEYOND_SPEC = [
   'delete /api/webhook_endpoints/{id}',
   'get /api/webhook_deliveries',
   'get /api/webhook_deliveries/{id}',
+  // Issue 27: the organisation's signing secret for agent tool calls; agent test suites over the API.
+  'post /api/organisations/tool_secret',
+  'post /api/ai_agents/test',
 ];
 
 /** Each record's related links (JSON:API section 6.3.1): one path per relationship of a type with a member URL. */

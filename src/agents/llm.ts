@@ -15,9 +15,13 @@ import type { Config } from '../config/index.js';
 export type ChatMessage = ChatCompletionMessageParam;
 
 export interface ToolCall {
+  /** The call's id, as the model named it (the tool's result message answers it); made up when it sent none. */
+  id: string;
   name: string;
   /** Parsed JSON arguments ({} when the model sent none or sent invalid JSON). */
   arguments: Record<string, unknown>;
+  /** The arguments as the model sent them, when they were not a JSON object (the call is refused then). */
+  invalidArguments?: string;
 }
 
 export interface ModelAnswer {
@@ -107,7 +111,7 @@ export function createChatModel(config: Config): ChatModel | undefined {
           let text = '';
           let answeredBy = model;
           let usage: ModelAnswer['usage'];
-          const calls = new Map<number, { name: string; args: string }>();
+          const calls = new Map<number, { id: string; name: string; args: string }>();
           for await (const chunk of started.stream) {
             if (chunk.model) answeredBy = chunk.model;
             if (chunk.usage)
@@ -120,7 +124,8 @@ export function createChatModel(config: Config): ChatModel | undefined {
             if (!delta) continue;
             if (delta.content) text += delta.content;
             for (const call of delta.tool_calls ?? []) {
-              const entry = calls.get(call.index) ?? { name: '', args: '' };
+              const entry = calls.get(call.index) ?? { id: '', name: '', args: '' };
+              if (call.id) entry.id = call.id;
               if (call.function?.name) entry.name += call.function.name;
               if (call.function?.arguments) entry.args += call.function.arguments;
               calls.set(call.index, entry);
@@ -129,7 +134,15 @@ export function createChatModel(config: Config): ChatModel | undefined {
           const lastTokenAt = performance.now();
           const toolCalls = [...calls.values()]
             .filter((c) => c.name !== '')
-            .map((c) => ({ name: c.name, arguments: parseArguments(c.args) }));
+            .map((c, index) => {
+              const parsed = parseArguments(c.args);
+              return {
+                id: c.id || `call_${index}`,
+                name: c.name,
+                arguments: parsed ?? {},
+                ...(parsed === undefined ? { invalidArguments: c.args.slice(0, 2000) } : {}),
+              };
+            });
           if (text.trim() === '' && toolCalls.length === 0) throw new EmptyAnswer('The model returned an empty answer.');
           return {
             text: text.trim(),
@@ -150,12 +163,13 @@ export function createChatModel(config: Config): ChatModel | undefined {
   };
 }
 
-function parseArguments(raw: string): Record<string, unknown> {
+/** The arguments as an object; undefined when they are not JSON or not an object. */
+function parseArguments(raw: string): Record<string, unknown> | undefined {
   try {
     const value: unknown = JSON.parse(raw || '{}');
-    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
   } catch {
-    return {};
+    return undefined;
   }
 }
 

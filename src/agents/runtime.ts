@@ -41,8 +41,9 @@ import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
 import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
-import { createChatModel, HANDOFF_TOOL, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
+import { createChatModel, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { assignQueued, handOff } from './routing.js';
+import { offeredTools, runToolCall, type ToolEffect, type ToolEnvironment } from './tools.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
 
 export interface TurnTiming {
@@ -77,16 +78,17 @@ const WAKE_GAP_MS = 25;
 /** What the end of a conversation's run does with its `agent_work` row. */
 type Outcome = 'more' | 'done' | 'park';
 
-interface Conversation {
+export interface Conversation {
   id: string;
   organisation_id: string;
   status: string;
+  channel: string;
   mode: string;
   metadata: Record<string, unknown>;
   ai_agent_id: string | null;
 }
 
-interface Agent {
+export interface Agent {
   id: string;
   published: boolean;
   name: string;
@@ -97,7 +99,7 @@ interface Agent {
   safety_guardrails: string | null;
 }
 
-interface Item {
+export interface Item {
   id: string;
   item_id: string;
   role: string;
@@ -106,9 +108,25 @@ interface Item {
   content_index: number;
 }
 
+/** A tool call a turn made, as the conversation records it (a `tool` item operators see and visitors do not). */
+export interface RecordedToolCall {
+  id: string;
+  name: string;
+  arguments: Record<string, unknown>;
+  ok: boolean;
+  /** What the model was told. */
+  result: string;
+  /** Refused before anything was sent (unknown tool, arguments not valid, failed before). */
+  refused?: boolean;
+  status?: number;
+  duration_ms: number;
+}
+
 /** What a turn decided, before anything is stored. */
 export interface TurnResult {
   userItem: Item;
+  /** The tool calls the model made, in order. */
+  tools?: RecordedToolCall[];
   /** The assistant item (a reply or a refusal); absent when a failure hands off without one. */
   reply?: { content: string; metadata: Record<string, unknown> };
   /** `detail`: what went wrong, for the log and `agent run` (operators); never stored in an item. */
@@ -138,6 +156,10 @@ class TurnFailed extends Error {
  * `assigned_operator`, `assigned_at`).
  */
 const METADATA_RESERVE_BYTES = 2048;
+
+/** What the reply says when the model ended the conversation, or asked for a transfer, without a word of its own. */
+const GOODBYE_TEXT = 'Thank you for contacting us. Goodbye!';
+const TRANSFER_TEXT = 'I am transferring you now. Please hold.';
 
 const PAUSED = (metadata: Record<string, unknown>) => metadata.agent_paused === true;
 /** Characters per token, for bounding the history without a tokenizer. */
@@ -425,7 +447,7 @@ export class AgentRuntime {
         agent: Agent | null;
       }
     >`
-      SELECT c.id, c.organisation_id, c.status, c.mode, c.metadata, c.ai_agent_id, t.last_handled_index, t.workflow_state,
+      SELECT c.id, c.organisation_id, c.status, c.channel, c.mode, c.metadata, c.ai_agent_id, t.last_handled_index, t.workflow_state,
              w.version::text AS work_version,
              CASE WHEN a.id IS NULL THEN NULL ELSE json_build_object('id', a.id, 'published', a.published, 'name', a.name, 'tone', a.tone,
                'languages', a.languages, 'workflow', a.workflow, 'system_prompt', a.system_prompt, 'safety_guardrails', a.safety_guardrails) END AS agent
@@ -511,8 +533,19 @@ export class AgentRuntime {
     return more;
   }
 
-  /** Decides the reply to one user item (no writes): guardrails, the workflow, the model. */
-  async turn(conversation: Conversation, agent: Agent, state: WorkflowState, item: Item): Promise<TurnResult> {
+  /**
+   * Decides the reply to one user item (no writes, but for the calls of the agent's own tools): guardrails, the
+   * workflow, the model and its tool calls. `options.history` replaces the conversation's stored items in the
+   * prompt (an agent test suite's conversation is not stored); `options.callDeclared` replaces the HTTP call of
+   * declared tools (a suite's mocks).
+   */
+  async turn(
+    conversation: Conversation,
+    agent: Agent,
+    state: WorkflowState,
+    item: Item,
+    options: { history?: Item[]; callDeclared?: ToolEnvironment['callDeclared'] } = {},
+  ): Promise<TurnResult> {
     const guardrails = parseGuardrails(agent.safety_guardrails);
     const base = { userItem: item, answers: {}, close: false, state };
     const inputTrip = checkGuardrails(guardrails, item.content, 'input');
@@ -552,11 +585,87 @@ export class AgentRuntime {
       { ...conversation.metadata, ...plan.answers },
       guardrails.instructions,
       plan.decision.instructions,
+      options.history,
     );
     const started = performance.now();
+    const declared = Array.isArray(agent.workflow?.tools) ? agent.workflow.tools : [];
+    const tools = offeredTools(declared, conversation);
+    const env: ToolEnvironment = {
+      db: this.db,
+      config: this.options.config,
+      conversation,
+      ...(options.callDeclared ? { callDeclared: options.callDeclared } : {}),
+    };
+    const recorded: RecordedToolCall[] = [];
+    const failedTools = new Set<string>();
+    const answers = { ...plan.answers };
     let answer: ModelAnswer;
+    let attempts = 0;
+    let final: { effect?: ToolEffect } | undefined;
+    let usage: ModelAnswer['usage'];
     try {
-      answer = await model.complete(messages, [HANDOFF_TOOL]);
+      // The model answers; while it calls tools, their results go back to it, up to AGENT_MAX_TOOL_CALLS calls.
+      for (;;) {
+        answer = await model.complete(messages, tools);
+        attempts += answer.attempts;
+        if (answer.usage)
+          usage = usage
+            ? {
+                prompt_tokens: usage.prompt_tokens + answer.usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens + answer.usage.completion_tokens,
+                total_tokens: usage.total_tokens + answer.usage.total_tokens,
+              }
+            : answer.usage;
+        if (answer.toolCalls.length === 0) break;
+        if (recorded.length + answer.toolCalls.length > this.options.config.agentMaxToolCalls) {
+          this.logger?.warn(
+            { conversation: conversation.id, item: item.id, calls: recorded.length, asked: answer.toolCalls.map((c) => c.name) },
+            'agent runtime: the tool loop was cut; handing the conversation to an operator',
+          );
+          return {
+            ...out,
+            answers,
+            tools: recorded,
+            state, // the workflow stays where it was
+            handoff: {
+              reason: 'The AI agent could not finish its answer; an operator will take over.',
+              metadata: { rule: 'tool_loop', tool_calls: recorded.length },
+              detail: `The model asked for more than ${this.options.config.agentMaxToolCalls} tool calls in one turn.`,
+            },
+          };
+        }
+        messages.push({
+          role: 'assistant',
+          content: answer.text || null,
+          tool_calls: answer.toolCalls.map((c) => ({
+            id: c.id,
+            type: 'function' as const,
+            function: { name: c.name, arguments: c.invalidArguments ?? JSON.stringify(c.arguments) },
+          })),
+        });
+        for (const call of answer.toolCalls) {
+          const callStarted = performance.now();
+          // After a call that ends the turn (a handoff, an end), the others are answered but not run.
+          const outcome = final
+            ? { ok: false, refused: true, result: 'Not run: the turn ended with an earlier call.' }
+            : await runToolCall(call, declared, env, failedTools, `tool_${item.id.replaceAll('-', '')}_${recorded.length}`);
+          recorded.push({
+            id: call.id,
+            name: call.name,
+            arguments: call.invalidArguments !== undefined ? { _invalid: call.invalidArguments } : call.arguments,
+            ok: outcome.ok,
+            result: outcome.result,
+            ...(outcome.refused ? { refused: true } : {}),
+            ...(outcome.status !== undefined ? { status: outcome.status } : {}),
+            duration_ms: Math.round(performance.now() - callStarted),
+          });
+          messages.push({ role: 'tool', tool_call_id: call.id, content: outcome.result });
+          if (outcome.effect?.kind === 'answer')
+            Object.assign(answers, fitAnswers({ ...conversation.metadata, ...answers }, { [outcome.effect.key]: outcome.effect.value }));
+          if (outcome.final && !final) final = { effect: outcome.effect };
+        }
+        if (final) break;
+      }
     } catch (error) {
       if (!(error instanceof ModelFailure)) throw error;
       // The provider's error text (it may name a masked key or an internal URL) goes to the log only: the
@@ -568,6 +677,8 @@ export class AgentRuntime {
       // The user item keeps no assistant reply: the system item says what happened and an operator takes over.
       return {
         ...out,
+        answers,
+        tools: recorded,
         state, // the workflow stays where it was
         handoff: {
           reason: 'The AI model did not answer; an operator will take over.',
@@ -580,9 +691,11 @@ export class AgentRuntime {
       source: 'model',
       model: answer.model,
       latency_ms: Math.round(performance.now() - started),
-      attempts: answer.attempts,
-      ...(answer.usage ? { usage: answer.usage } : {}),
+      attempts,
+      ...(usage ? { usage } : {}),
+      ...(recorded.length > 0 ? { tool_calls: recorded.length } : {}),
     };
+    const withTools = { ...out, answers, ...(recorded.length > 0 ? { tools: recorded } : {}) };
     const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
     const outputTrip =
       answer.text === ''
@@ -590,17 +703,28 @@ export class AgentRuntime {
         : (checkGuardrails(guardrails, answer.text, 'output') ??
           quotesInstructions(answer.text, [agent.system_prompt ?? '', ...guardrails.instructions, plan.decision.instructions ?? '']));
     if (outputTrip)
-      return { ...out, ...timing, reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } } };
-    const handoffCall = answer.toolCalls.find((c) => c.name === 'handoff_to_operator');
-    const content = [...scripted, answer.text || (handoffCall ? HANDOFF_TEXT : '')].filter(Boolean).join('\n\n');
-    if (handoffCall) {
-      const reason =
-        typeof handoffCall.arguments.reason === 'string' && handoffCall.arguments.reason.trim() !== ''
-          ? handoffCall.arguments.reason.trim().slice(0, 500)
-          : 'The model asked for an operator.';
-      return { ...out, ...timing, reply: { content, metadata: modelMetadata }, handoff: { reason, metadata: { rule: 'model_tool' } } };
-    }
-    return { ...out, ...timing, reply: { content, metadata: modelMetadata } };
+      return {
+        ...withTools,
+        ...timing,
+        reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } },
+      };
+    const effect = final?.effect;
+    const fallback =
+      effect?.kind === 'handoff'
+        ? effect.rule === 'transfer_call'
+          ? TRANSFER_TEXT
+          : HANDOFF_TEXT
+        : effect?.kind === 'close'
+          ? GOODBYE_TEXT
+          : '';
+    const content = [...scripted, answer.text || fallback].filter(Boolean).join('\n\n');
+    // Never empty: the last round had text (the model client retries an answer with neither text nor a call), or
+    // it ended the turn with a call, whose default text stands in.
+    const reply = { content, metadata: modelMetadata };
+    if (effect?.kind === 'handoff')
+      return { ...withTools, ...timing, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
+    if (effect?.kind === 'close') return { ...withTools, ...timing, reply, close: true };
+    return { ...withTools, ...timing, reply };
   }
 
   /** The prompt: the agent's instructions, then as much recent history as the token budget holds. */
@@ -611,6 +735,7 @@ export class AgentRuntime {
     metadata: Record<string, unknown>,
     rules: string[],
     stepInstructions?: string,
+    history?: Item[],
   ): Promise<ChatMessage[]> {
     const lines = [agent.system_prompt?.trim() || `You are ${agent.name}, a helpful assistant.`];
     if (agent.tone) lines.push(`Tone: ${agent.tone}.`);
@@ -624,24 +749,31 @@ export class AgentRuntime {
     if (known.length > 0) lines.push('What you know about this conversation:', ...known.map(([k, v]) => `- ${k}: ${String(v)}`));
     lines.push('Call handoff_to_operator when the user asks for a human or you cannot help.');
 
-    const recent = await sql<Item>`
+    const rows = history
+      ? history
+          .filter((i) => i.content_index <= item.content_index && ['user', 'assistant', 'operator'].includes(i.role))
+          .sort((a, b) => b.content_index - a.content_index)
+          .slice(0, 200)
+      : (
+          await sql<Item>`
       SELECT id, item_id, role, modality, content, content_index FROM conversation_items
       WHERE conversation_id = ${conversation.id} AND content_index <= ${item.content_index} AND role IN ('user', 'assistant', 'operator')
-      ORDER BY content_index DESC LIMIT 200`.execute(this.db);
+      ORDER BY content_index DESC LIMIT 200`.execute(this.db)
+        ).rows;
     let budget = this.options.config.llmHistoryTokens;
-    const history: ChatMessage[] = [];
-    for (const row of recent.rows) {
+    const messages: ChatMessage[] = [];
+    for (const row of rows) {
       const cost = Math.ceil(row.content.length / CHARS_PER_TOKEN) + 4;
       // The user's message itself always goes, however long.
-      if (history.length > 0 && cost > budget) break;
+      if (messages.length > 0 && cost > budget) break;
       budget -= cost;
-      history.unshift(
+      messages.unshift(
         row.role === 'user'
           ? { role: 'user', content: row.content }
           : { role: 'assistant', content: row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content },
       );
     }
-    return [{ role: 'system', content: lines.join('\n') }, ...history];
+    return [{ role: 'system', content: lines.join('\n') }, ...messages];
   }
 
   /** Stores a turn: items, conversation changes, workflow state and cursor, in one transaction under the lease. */
@@ -650,6 +782,28 @@ export class AgentRuntime {
     const key = result.userItem.id.replaceAll('-', '');
     await this.commit(conversation.id, token, result.userItem.content_index, result.state, async (trx, records) => {
       let handled: number | undefined;
+      // Each tool call and its result, before the reply, as `tool` items: operators see them, visitors do not.
+      for (const [n, call] of (result.tools ?? []).entries()) {
+        const args = JSON.stringify(call.arguments);
+        await records.create(actor, 'ConversationItem', {
+          conversation_id: conversation.id,
+          role: 'tool',
+          modality: 'text',
+          content: storableText(`${call.name}(${args})\n${call.result}`),
+          item_id: `reply_${key}_tool${n}`,
+          metadata: {
+            tool: {
+              name: call.name,
+              call_id: call.id.slice(0, 128),
+              ok: call.ok,
+              ...(call.refused ? { refused: true } : {}),
+              ...(call.status !== undefined ? { status: call.status } : {}),
+              duration_ms: call.duration_ms,
+            },
+            in_reply_to: result.userItem.item_id,
+          },
+        });
+      }
       if (result.reply) {
         const content = storableText(result.reply.content);
         const written = await records.create(actor, 'ConversationItem', {

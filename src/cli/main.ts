@@ -9,12 +9,14 @@
  * still in use are copied, and promoted to the old generation, before they die. 64 MB saved more CPU but
  * took the server's RSS under load past its 300 MB target (docs/benchmarks.md, "Node's young generation").
  */
+import { readFile, writeFile } from 'node:fs/promises';
 import { Command, Option } from 'commander';
 import { sql } from 'kysely';
 import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
 import { createApiKey, revokeApiKey } from '../auth/api-keys.js';
 import { revokeUserTokens } from '../auth/user-tokens.js';
 import { AgentRuntime } from '../agents/runtime.js';
+import { loadAgent, parseSuite, runSuite, type Suite, SuiteError, suiteJUnit, suiteTable } from '../agents/suite.js';
 import { consoleLink, createServices, loginHint, startApp } from '../app.js';
 import { createLogger } from '../http/logger.js';
 import { loadConfig } from '../config/index.js';
@@ -370,6 +372,48 @@ agent
         return { result: out, text: lines.join('\n') };
       }),
     ),
+  );
+agent
+  .command('test')
+  .description(
+    'run an agent test suite (YAML: cases of user turns and expectations) against the agent and the configured model, storing nothing; exit status 0 only when every case passes',
+  )
+  .requiredOption('--agent <id>')
+  .requiredOption('--file <suite.yaml>')
+  .option('--junit <file>', 'also write the report as JUnit XML to this file')
+  .addOption(json())
+  .action(
+    action(async (o: { agent: string; file: string; junit?: string; json?: boolean }) => {
+      // The suite is read and checked before the database is opened: its errors come first, with line numbers.
+      let text: string;
+      try {
+        text = await readFile(o.file, 'utf8');
+      } catch (error) {
+        throw new Error(`cannot read ${o.file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+      }
+      let suite: Suite;
+      try {
+        suite = parseSuite(text);
+      } catch (error) {
+        if (error instanceof SuiteError) throw new Error(`${o.file} is not a valid suite:\n${error.message.replace(/^/gm, `${o.file}: `)}`);
+        throw error;
+      }
+      await withDatabase(!!o.json, async (db, records) => {
+        const config = loadConfig();
+        const found = await db
+          .selectFrom('ai_agents')
+          .select('organisation_id')
+          .where('id', '=', UUID.test(o.agent) ? o.agent : '00000000-0000-0000-0000-000000000000')
+          .executeTakeFirst();
+        const target = found && (await loadAgent(db, found.organisation_id, o.agent));
+        if (!target) throw new Error(`no agent ${o.agent}`);
+        const runtime = new AgentRuntime({ db, services: { config, signingKey: new Uint8Array(), records }, config });
+        const report = await runSuite(suite, { runtime, agent: target });
+        if (o.junit) await writeFile(o.junit, suiteJUnit(report));
+        if (report.failed > 0) process.exitCode = 1;
+        return { result: report as unknown as Output, text: suiteTable(report) };
+      });
+    }),
   );
 agent
   .command('create')

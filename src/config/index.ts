@@ -82,6 +82,8 @@ export interface Config {
   agentConcurrency: number;
   /** Attempts (leases) at one user item whose turn fails to store; then it is handed to an operator. */
   agentMaxAttempts: number;
+  /** Tool calls one turn may make (custom and built-in); past it the loop is cut and the turn handed off. */
+  agentMaxToolCalls: number;
   voice: VoiceConfig;
   /** Live events: the outbox, GET /api/events and webhooks (docs/events.md). */
   events: EventsConfig;
@@ -244,6 +246,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentLeaseMs: int(env, 'AGENT_LEASE_MS', 60_000),
     agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
     agentMaxAttempts: Math.max(1, int(env, 'AGENT_MAX_ATTEMPTS', 3)),
+    agentMaxToolCalls: Math.min(50, Math.max(1, int(env, 'AGENT_MAX_TOOL_CALLS', 5))),
     voice: {
       sipHost: text(env, 'VOICE_SIP_HOST') ?? '127.0.0.1',
       sipPort: int(env, 'VOICE_SIP_PORT', 5070),

@@ -331,6 +331,8 @@ export const tables = {
     failed_index: integer().null(),
     ...stamps(),
   },
+  // Each organisation's signing secret for its agents' tool calls (migration 0024).
+  tool_secrets: { organisation_id: uuid(), secret: text(), ...stamps() },
   // Conversations that may need an agent turn (migration 0018): the runtime's queue of pending work.
   agent_work: {
     conversation_id: uuid(),

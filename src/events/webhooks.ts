@@ -11,18 +11,14 @@
  * An endpoint whose delivery exhausts its retries is disabled (`enabled: false`, `disabled_reason`), logged,
  * and its other pending deliveries failed, so that a dead receiver is not retried forever.
  */
-import http from 'node:http';
-import https from 'node:https';
-import { isIP } from 'node:net';
 import { sql } from 'kysely';
-import { Webhook } from 'standardwebhooks';
 import type { Config } from '../config/index.js';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Records } from '../jsonapi/records.js';
-import { isPublicAddress, publicOnlyLookup } from '../resources/webhook-url.js';
+import { signedPost } from '../resources/webhook-url.js';
 
 /** Bytes of a receiver's answer read (the rest is ignored; only the status matters). */
 const RESPONSE_BYTES = 64 * 1024;
@@ -69,85 +65,20 @@ export function retryDelaySeconds(attempts: number, baseSeconds: number, random 
   return Math.min(MAX_DELAY_SECONDS, exponential * (1 + random));
 }
 
-/** POSTs one signed event. Never throws: the outcome says what happened. */
-export function postEvent(
+/** POSTs one signed event (the shared signed POST, under the webhook address rules). Never throws. */
+export async function postEvent(
   url: string,
   secret: string,
   eventId: string,
   body: string,
   options: { timeoutMs: number; allowPrivate: boolean },
 ): Promise<AttemptOutcome> {
-  return new Promise((resolve) => {
-    let settled = false;
-    // Declared before `done`, which may run before the request is made (a refused URL) and clears it.
-    let timer: NodeJS.Timeout | undefined;
-    const done = (outcome: AttemptOutcome) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      resolve(outcome);
-    };
-    let target: URL;
-    try {
-      target = new URL(url);
-    } catch {
-      done({ ok: false, error: 'The URL is not valid.' });
-      return;
-    }
-    // Node connects to an IP literal without calling `lookup`, so the check there never sees it: check it here,
-    // on every attempt (the URL may have been saved under other rules).
-    const literal = target.hostname.replace(/^\[|\]$/g, '');
-    if (!options.allowPrivate && isIP(literal) && !isPublicAddress(literal)) {
-      done({ ok: false, error: `${literal} is not a public address.` });
-      return;
-    }
-    const timestamp = new Date();
-    const signature = new Webhook(secret).sign(eventId, timestamp, body);
-    const client = target.protocol === 'https:' ? https : target.protocol === 'http:' && options.allowPrivate ? http : undefined;
-    if (!client) {
-      done({ ok: false, error: 'The URL is not https.' });
-      return;
-    }
-    const request = client.request(target, {
-      method: 'POST',
-      headers: {
-        'Content-Type': 'application/json',
-        'Content-Length': Buffer.byteLength(body),
-        'User-Agent': USER_AGENT,
-        'webhook-id': eventId,
-        'webhook-timestamp': String(Math.floor(timestamp.getTime() / 1000)),
-        'webhook-signature': signature,
-      },
-      // The address connected to is checked (no loopback, private or link-local target), each time.
-      lookup: publicOnlyLookup(options.allowPrivate),
-    });
-    timer = setTimeout(() => {
-      request.destroy(new Error(`No answer within ${options.timeoutMs} ms.`));
-    }, options.timeoutMs);
-    request.on('error', (error) => done({ ok: false, error: error.message.slice(0, 500) }));
-    request.on('response', (response) => {
-      const status = response.statusCode ?? 0;
-      let read = 0;
-      const finish = () => {
-        const ok = status >= 200 && status < 300;
-        const error = ok
-          ? undefined
-          : status >= 300 && status < 400
-            ? `Answered ${status} (redirects are not followed).`
-            : `Answered ${status}.`;
-        done({ ok, status, error });
-        response.destroy();
-      };
-      response.on('data', (chunk: Buffer) => {
-        read += chunk.length;
-        // Past the bound the rest of the answer is not read.
-        if (read > RESPONSE_BYTES) finish();
-      });
-      response.on('end', finish);
-      response.on('error', finish);
-    });
-    request.end(body);
+  const { ok, status, error } = await signedPost(url, secret, eventId, body, {
+    ...options,
+    maxResponseBytes: RESPONSE_BYTES,
+    userAgent: USER_AGENT,
   });
+  return { ok, ...(status !== undefined ? { status } : {}), ...(error !== undefined ? { error } : {}) };
 }
 
 /** Claims due deliveries and works them off, `webhookConcurrency` at a time. */

@@ -11,4 +11,9 @@ export interface AppServices {
   redis?: Redis;
   /** The one write path; set once the resources are registered (see createRecords). */
   records?: Records;
+  /**
+   * Runs an agent test suite (src/agents/suite.ts) as a dry run and returns its report; set by the application
+   * (the agents live outside the resources). Throws an ApiError for an unknown agent or a bad suite.
+   */
+  agentTests?: (organisationId: string, agentId: string, suite: unknown) => Promise<unknown>;
 }

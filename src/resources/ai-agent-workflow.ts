@@ -30,11 +30,43 @@ const when = {
   },
 };
 
+/**
+ * Names of the built-in tools (src/agents/tools.ts holds their definitions; a test checks both lists agree).
+ * A declared tool may not take one: the model would see two tools of one name.
+ */
+export const BUILT_IN_TOOL_NAMES = [
+  'handoff_to_operator',
+  'end_conversation',
+  'transfer_call',
+  'store_answer',
+  'search_knowledge',
+] as const;
+
+/** Bounds of a tool's `timeout_ms`: a voice caller waits for it, so it is short. */
+export const TOOL_TIMEOUT_MS = { min: 100, max: 30_000, default: 5000 } as const;
+
+/** A tool the model may call, answered by the organisation's HTTPS endpoint (docs/agents.md, "Tools"). */
+const tool = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['name', 'description', 'parameters', 'url'],
+  properties: {
+    // OpenAI's function-name rule: letters, digits, _ and -, at most 64.
+    name: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' },
+    description: { type: 'string', minLength: 1, maxLength: 1000 },
+    parameters: { type: 'object', description: "A JSON Schema (draft 2020-12 or 07) of the call's arguments; its type is object." },
+    url: { type: 'string', minLength: 1, maxLength: 2048 },
+    timeout_ms: { type: 'integer', minimum: TOOL_TIMEOUT_MS.min, maximum: TOOL_TIMEOUT_MS.max },
+    say_while_waiting: { type: 'string', minLength: 1, maxLength: 500 },
+  },
+};
+
 export const WORKFLOW_SCHEMA = {
   $id: 'https://parley.dev/schemas/ai-agent-workflow.json',
   type: 'object',
   additionalProperties: false,
   properties: {
+    tools: { type: 'array', maxItems: 20, items: tool },
     steps: {
       type: 'array',
       maxItems: 100,
@@ -88,8 +120,18 @@ export type WorkflowStep =
   | { type: 'handoff'; id?: string; reason: string; text?: string; when?: { field?: string; matches: string } }
   | { type: 'end'; id?: string; text?: string; close?: boolean };
 
+export interface WorkflowTool {
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  url: string;
+  timeout_ms?: number;
+  say_while_waiting?: string;
+}
+
 export interface Workflow {
   steps?: WorkflowStep[];
+  tools?: WorkflowTool[];
 }
 
 const ajv = new Ajv({ allErrors: true, strict: false });
@@ -115,7 +157,7 @@ function problems(errors: AjvError[]): { pointer: string; detail: string }[] {
     if (e.keyword === 'additionalProperties') {
       const extra = (e.params as { additionalProperty: string }).additionalProperty;
       pointer = `${pointer}/${extra}`;
-      detail = 'is not a property this step has';
+      detail = pointer.startsWith('/tools/') ? 'is not a property a tool has' : 'is not a property this step has';
     } else if (e.keyword === 'required') {
       const missing = (e.params as { missingProperty: string }).missingProperty;
       pointer = `${pointer}/${missing}`;
@@ -131,16 +173,22 @@ function problems(errors: AjvError[]): { pointer: string; detail: string }[] {
   return out;
 }
 
+/** What the checks of a workflow depend on: `WEBHOOK_ALLOW_PRIVATE_URLS` lets tools use http and private addresses. */
+export interface WorkflowRules {
+  allowPrivateUrls?: boolean;
+}
+
 /** Problems of a workflow value, each with the JSON pointer inside it (`/steps/2/type`); empty when valid. */
-export function workflowProblems(workflow: unknown): { pointer: string; detail: string }[] {
+export function workflowProblems(workflow: unknown, rules: WorkflowRules = {}): { pointer: string; detail: string }[] {
   const found = validate(workflow) ? [] : problems(validate.errors ?? []);
   const steps = (workflow as Workflow | null)?.steps;
-  return Array.isArray(steps) ? [...found, ...duplicateIds(steps)] : found;
+  const tools = (workflow as Workflow | null)?.tools;
+  return [...found, ...(Array.isArray(steps) ? duplicateIds(steps) : []), ...(Array.isArray(tools) ? toolProblems(tools, rules) : [])];
 }
 
 /** Throws a 422 naming every problem at `/data/attributes/workflow/...`. */
-export function assertWorkflow(workflow: unknown): void {
-  const found = workflowProblems(workflow);
+export function assertWorkflow(workflow: unknown, rules: WorkflowRules = {}): void {
+  const found = workflowProblems(workflow, rules);
   if (found.length === 0) return;
   throw new ApiError(
     found.map((p) =>
@@ -161,4 +209,77 @@ function duplicateIds(steps: unknown[]) {
     ids.set(id, index);
   });
   return found;
+}
+
+/** Compiles declared parameter schemas; a separate instance, so that they never meet the workflow's own. */
+const parametersAjv = new Ajv({ allErrors: true, strict: false });
+
+/**
+ * A tool's `parameters` compiled into a validator, or the reason it is not a usable schema. Cached by its
+ * JSON text: the runtime validates every call's arguments with it, and compiling is the costly part.
+ */
+const compiled = new Map<string, ReturnType<typeof parametersAjv.compile> | string>();
+export function compileParameters(schema: unknown): ReturnType<typeof parametersAjv.compile> | string {
+  const key = JSON.stringify(schema);
+  const known = compiled.get(key);
+  if (known !== undefined) return known;
+  let result: ReturnType<typeof parametersAjv.compile> | string;
+  if (!schema || typeof schema !== 'object' || Array.isArray(schema)) result = 'must be a JSON Schema object';
+  else if ((schema as { type?: unknown }).type !== 'object')
+    result = 'must be a JSON Schema whose type is "object" (the call\'s arguments are an object)';
+  else if (!parametersAjv.validateSchema(schema as object))
+    result = `is not a valid JSON Schema: ${parametersAjv.errorsText(parametersAjv.errors, { dataVar: 'parameters' })}`;
+  else {
+    try {
+      result = parametersAjv.compile(schema as object);
+    } catch (error) {
+      result = `is not a usable JSON Schema: ${(error as Error).message}`;
+    }
+  }
+  if (compiled.size > 500) compiled.clear();
+  compiled.set(key, result);
+  return result;
+}
+
+/** Names unique and not built-in, parameters a schema, the URL https (or http and private ones under the override). */
+function toolProblems(tools: unknown[], rules: WorkflowRules) {
+  const found: { pointer: string; detail: string }[] = [];
+  const names = new Map<string, number>();
+  tools.forEach((value, index) => {
+    const tool = value as Partial<WorkflowTool> | null;
+    if (!tool || typeof tool !== 'object') return;
+    if (typeof tool.name === 'string') {
+      if ((BUILT_IN_TOOL_NAMES as readonly string[]).includes(tool.name))
+        found.push({ pointer: `/tools/${index}/name`, detail: 'is the name of a built-in tool' });
+      else if (names.has(tool.name))
+        found.push({ pointer: `/tools/${index}/name`, detail: `repeats the name of tool ${names.get(tool.name)}` });
+      names.set(tool.name, index);
+    }
+    if (tool.parameters !== undefined && typeof tool.parameters === 'object' && tool.parameters !== null) {
+      const schema = compileParameters(tool.parameters);
+      if (typeof schema === 'string') found.push({ pointer: `/tools/${index}/parameters`, detail: schema });
+    }
+    if (typeof tool.url === 'string') {
+      const problem = toolUrlProblem(tool.url, rules.allowPrivateUrls === true);
+      if (problem) found.push({ pointer: `/tools/${index}/url`, detail: problem });
+    }
+  });
+  return found;
+}
+
+/**
+ * The URL's own rules, checked on save. Its addresses are checked when it is called, after the name is resolved
+ * (the answer may change between the two: checking then is what keeps internal services out of reach).
+ */
+function toolUrlProblem(value: string, allowPrivate: boolean): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return 'must be an absolute URL, such as https://example.com/tools/lookup';
+  }
+  if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) return 'must be an https URL';
+  if (url.username || url.password) return 'must not carry a user name or password';
+  if (url.hash) return 'must not have a fragment';
+  return undefined;
 }

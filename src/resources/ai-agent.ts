@@ -1,4 +1,4 @@
-import { attr, defineResource, rel } from '../jsonapi/index.js';
+import { ApiError, attr, defineResource, rel } from '../jsonapi/index.js';
 import { assertWorkflow } from './ai-agent-workflow.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
@@ -39,10 +39,36 @@ export default defineResource({
   operations: { list: true, get: true, create: true, update: true, delete: true },
   // The workflow's own schema (docs/agents.md), with every problem at its exact pointer under /data/attributes/workflow.
   beforeInsert: (ctx) => {
-    if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
+    if (ctx.values.workflow !== undefined)
+      assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
   },
   beforeUpdate: (ctx) => {
-    if (ctx.values.workflow !== undefined) assertWorkflow(ctx.values.workflow);
+    if (ctx.values.workflow !== undefined)
+      assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
   },
   access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS },
+  actions: {
+    test: {
+      path: 'ai_agents/test',
+      summary:
+        'Run an agent test suite (docs/agents.md) against one of your agents and the configured model, storing nothing; returns the agent and the report in meta.report (meta.report.failed is 0 when every case passed)',
+      roles: ADMINS,
+      input: {
+        ai_agent_id: attr.uuid({ create: 'required' }),
+        suite: attr.object({
+          create: 'required',
+          maxBytes: 256 * 1024,
+          description: 'The suite, as the YAML file would hold it, in JSON.',
+        }),
+      },
+      // One request runs every case against the model: a tighter budget than the API's.
+      rateLimitPerAddress: () => ({ max: 30, timeWindowMs: 60_000 }),
+      run: async (ctx) => {
+        if (!ctx.services.agentTests) throw ApiError.of(503, 'unavailable', 'This server does not run agent test suites.');
+        const agentId = String(ctx.values.ai_agent_id);
+        const report = await ctx.services.agentTests(ctx.principal.organisationId, agentId, ctx.values.suite);
+        return { id: agentId, status: 200, meta: { report } };
+      },
+    },
+  },
 });

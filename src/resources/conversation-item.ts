@@ -13,7 +13,7 @@ import {
 } from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
-import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
+import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitorsWithout } from './scopes.js';
 import { ITEM_MODALITIES, ITEM_ROLES } from './values.js';
 
 /** Fields compared when an `item_id` is posted again (those the repeat gives): same content means the same item. */
@@ -185,6 +185,11 @@ export default defineResource({
   defaultSort: ['content_index'],
   uniqueConstraints: { conversation_items_index_key: 'content_index', conversation_items_item_id_key: 'item_id' },
   operations: { create: true, get: true },
-  access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE_AND_VISITORS, visible: ownConversationForVisitors('conversation_id') },
+  // A visitor reads its conversation's items but the agent's `tool` items (docs/agents.md, "Tools").
+  access: {
+    read: EVERY_ROLE_AND_VISITORS,
+    create: EVERY_ROLE_AND_VISITORS,
+    visible: ownConversationForVisitorsWithout('conversation_id', ['tool']),
+  },
   create: createItem,
 });

@@ -3,6 +3,19 @@ import { isSupportedCountry } from 'libphonenumber-js';
 import { type ActionContext, type ActionResult, attr, defineResource } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { newWebhookSecret } from './webhook-endpoint.js';
+
+/**
+ * A new signing secret for the organisation's tool calls (docs/agents.md, "Tools"), replacing the one in use
+ * (the runtime makes one on the first call when there is none), shown in this response only (`meta.tool_secret`).
+ */
+async function rotateToolSecret(ctx: ActionContext): Promise<ActionResult & { meta: Record<string, unknown> }> {
+  const secret = newWebhookSecret();
+  const id = ctx.principal.organisationId;
+  await sql`INSERT INTO tool_secrets (organisation_id, secret) VALUES (${id}, ${secret})
+            ON CONFLICT (organisation_id) DO UPDATE SET secret = EXCLUDED.secret, updated_at = now()`.execute(ctx.db);
+  return { id, status: 200, meta: { tool_secret: secret } };
+}
 
 /**
  * The organisation's slug, the first label of its SIP domain (`<slug>.<SIP_DOMAIN>`): the name in lower
@@ -77,4 +90,14 @@ export default defineResource({
       ? sql`${sql.ref(`${alias}.id`)} = ${p.organisationId}`
       : sql`${sql.ref(`${alias}.id`)} IN (SELECT m.organisation_id FROM memberships m WHERE m.user_id = ${p.userId})`,
   create: createOrganisation,
+  actions: {
+    toolSecret: {
+      path: 'organisations/tool_secret',
+      summary:
+        "Make a new signing secret for the organisation's agent tool calls (Standard Webhooks); returns the organisation and the secret, once, in meta.tool_secret",
+      roles: ADMINS,
+      input: {},
+      run: rotateToolSecret,
+    },
+  },
 });

@@ -25,3 +25,19 @@ export function ownConversationForVisitors(column: string): Scope {
   scope.visitorConversationColumn = column;
   return scope;
 }
+
+/**
+ * As `ownConversationForVisitors`, and a visitor never sees rows whose `role` is one of `hiddenRoles` (the
+ * agent's `tool` items: what its tools were asked and answered is for the organisation, not the visitor).
+ */
+export function ownConversationForVisitorsWithout(column: string, hiddenRoles: readonly string[]): Scope {
+  const base = ownConversationForVisitors(column);
+  const scope: Scope = (p: Principal, alias: string) =>
+    p.role === 'visitor'
+      ? sql`${base(p, alias)} AND ${sql.ref(`${alias}.role`)} NOT IN (${sql.join(hiddenRoles.map((r) => sql.lit(r)))})`
+      : undefined;
+  scope.onColumns = (p, columns) =>
+    p.role === 'visitor' ? base.onColumns!(p, columns) === true && !hiddenRoles.includes(columns.role as string) : undefined;
+  scope.visitorConversationColumn = column;
+  return scope;
+}

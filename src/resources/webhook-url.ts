@@ -6,8 +6,11 @@
  * rules for development and tests.
  */
 import dns from 'node:dns';
+import http from 'node:http';
+import https from 'node:https';
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
+import { Webhook } from 'standardwebhooks';
 
 /** Only globally routed unicast: no loopback, private (RFC 1918, RFC 4193), link-local, CGNAT, multicast, reserved or documentation ranges. */
 export function isPublicAddress(address: string): boolean {
@@ -73,4 +76,113 @@ export async function webhookUrlProblem(value: string, allowPrivate: boolean): P
   }
   const bad = addresses.find((a) => !isPublicAddress(a));
   return bad ? `names ${host}, which resolves to ${bad}, not a public address` : undefined;
+}
+
+export interface SignedPostOutcome {
+  ok: boolean;
+  status?: number;
+  error?: string;
+  /** The answer's body, at most `maxResponseBytes` of it (only when asked for). */
+  body?: Buffer;
+  /** The answer was longer than `maxResponseBytes`: the rest was not read. */
+  cut?: boolean;
+}
+
+/**
+ * POSTs `body` (JSON) signed as the Standard Webhooks specification says (standardwebhooks.com: `webhook-id`,
+ * `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`), under the address rules above: https
+ * only, and the address connected to must be public (checked after the name is resolved, on every request)
+ * unless `allowPrivate`. At most `maxResponseBytes` of the answer are read; redirects are not followed. The
+ * webhook worker (src/events/webhooks.ts) and the agents' tools (src/agents/tools.ts) both send through it.
+ * Never throws: the outcome says what happened.
+ */
+export function signedPost(
+  url: string,
+  secret: string,
+  messageId: string,
+  body: string,
+  options: {
+    timeoutMs: number;
+    allowPrivate: boolean;
+    maxResponseBytes: number;
+    keepBody?: boolean;
+    userAgent: string;
+    headers?: Record<string, string>;
+  },
+): Promise<SignedPostOutcome> {
+  return new Promise((resolve) => {
+    let settled = false;
+    // Declared before `done`, which may run before the request is made (a refused URL) and clears it.
+    let timer: NodeJS.Timeout | undefined;
+    const done = (outcome: SignedPostOutcome) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(outcome);
+    };
+    let target: URL;
+    try {
+      target = new URL(url);
+    } catch {
+      done({ ok: false, error: 'The URL is not valid.' });
+      return;
+    }
+    // Node connects to an IP literal without calling `lookup`, so the check there never sees it: check it here,
+    // on every attempt (the URL may have been saved under other rules).
+    const literal = target.hostname.replace(/^\[|\]$/g, '');
+    if (!options.allowPrivate && isIP(literal) && !isPublicAddress(literal)) {
+      done({ ok: false, error: `${literal} is not a public address.` });
+      return;
+    }
+    const timestamp = new Date();
+    const signature = new Webhook(secret).sign(messageId, timestamp, body);
+    const client = target.protocol === 'https:' ? https : target.protocol === 'http:' && options.allowPrivate ? http : undefined;
+    if (!client) {
+      done({ ok: false, error: 'The URL is not https.' });
+      return;
+    }
+    const request = client.request(target, {
+      method: 'POST',
+      headers: {
+        ...options.headers,
+        'Content-Type': 'application/json',
+        'Content-Length': Buffer.byteLength(body),
+        'User-Agent': options.userAgent,
+        'webhook-id': messageId,
+        'webhook-timestamp': String(Math.floor(timestamp.getTime() / 1000)),
+        'webhook-signature': signature,
+      },
+      // The address connected to is checked (no loopback, private or link-local target), each time.
+      lookup: publicOnlyLookup(options.allowPrivate),
+    });
+    timer = setTimeout(() => {
+      request.destroy(new Error(`No answer within ${options.timeoutMs} ms.`));
+    }, options.timeoutMs);
+    request.on('error', (error) => done({ ok: false, error: error.message.slice(0, 500) }));
+    request.on('response', (response) => {
+      const status = response.statusCode ?? 0;
+      const chunks: Buffer[] = [];
+      let read = 0;
+      const finish = (cut: boolean) => {
+        const ok = status >= 200 && status < 300;
+        const error = ok
+          ? undefined
+          : status >= 300 && status < 400
+            ? `Answered ${status} (redirects are not followed).`
+            : `Answered ${status}.`;
+        const kept = options.keepBody ? Buffer.concat(chunks).subarray(0, options.maxResponseBytes) : undefined;
+        done({ ok, status, error, ...(kept ? { body: kept } : {}), ...(cut ? { cut } : {}) });
+        response.destroy();
+      };
+      response.on('data', (chunk: Buffer) => {
+        read += chunk.length;
+        if (options.keepBody) chunks.push(chunk);
+        // Past the bound the rest of the answer is not read.
+        if (read > options.maxResponseBytes) finish(true);
+      });
+      response.on('end', () => finish(false));
+      response.on('error', () => finish(false));
+    });
+    request.end(body);
+  });
 }

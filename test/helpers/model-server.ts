@@ -2,7 +2,8 @@
  * A local OpenAI-compatible model server for tests: POST /v1/chat/completions
  * answering with streamed SSE chunks (text deltas, tool-call deltas, a usage
  * chunk, `data: [DONE]`). Each test scripts its answers; without a script it
- * echoes the last user message.
+ * echoes the last user message. A scripted answer may call tools (`toolCalls`, streamed in pieces as a real
+ * server does, each with an id `call_<n>`); the next request then carries the results as `tool` messages.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -20,7 +21,18 @@ export interface ScriptedAnswer {
 
 export interface ReceivedRequest {
   at: number;
-  body: { model: string; messages: { role: string; content: string }[]; tools?: unknown[]; stream?: boolean };
+  body: {
+    model: string;
+    /** Tool results come back as `tool` messages naming their call (`tool_call_id`), after the assistant's `tool_calls`. */
+    messages: {
+      role: string;
+      content: string;
+      tool_call_id?: string;
+      tool_calls?: { id: string; function: { name: string; arguments: string } }[];
+    }[];
+    tools?: { type: string; function: { name: string; parameters?: unknown } }[];
+    stream?: boolean;
+  };
 }
 
 export interface ModelServer {

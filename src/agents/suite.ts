@@ -1,0 +1,488 @@
+/**
+ * Agent test suites (docs/agents.md, "Test suites"): scripted conversations run against an agent and the
+ * configured model as a dry run. Each case is a conversation that exists only in memory: its turns go through
+ * the runtime's own `turn` (guardrails, workflow, model, tool calls) with the case's history instead of stored
+ * items, so nothing is written to any conversation. Declared tools are called for real unless the suite mocks
+ * them (`mock_tools`). Expectations per turn: the reply matches a pattern, a tool was called with arguments
+ * matching a JSON Schema, a handoff happened (or not), the conversation was closed, stored answers; per case,
+ * analysis fields, when the server analyses conversations.
+ *
+ * A suite is YAML (or the same structure as JSON, over the API); every problem with it is reported with its
+ * line and column before anything runs.
+ */
+import { randomUUID } from 'node:crypto';
+import { Ajv } from 'ajv';
+import { LineCounter, parseDocument } from 'yaml';
+import type { Config } from '../config/index.js';
+import type { Db } from '../db/schema.js';
+import { ApiError, errorObject } from '../jsonapi/index.js';
+import type { AppServices } from '../jsonapi/services.js';
+import { compileParameters } from '../resources/ai-agent-workflow.js';
+import { type Agent, AgentRuntime, type Conversation, type Item } from './runtime.js';
+import type { ToolOutcome } from './tools.js';
+import type { WorkflowState } from './workflow.js';
+
+/** Largest suite file or body, in bytes. */
+export const SUITE_MAX_BYTES = 256 * 1024;
+
+export interface TurnExpectation {
+  /** A JavaScript regular expression (case-insensitive) the reply must match. */
+  reply_matches?: string;
+  /** One a regular expression the reply must not match. */
+  reply_not_matches?: string;
+  /** A tool the model called in this turn, and (optionally) a JSON Schema its arguments must satisfy. */
+  tool_called?: { name: string; arguments?: Record<string, unknown> };
+  /** A tool the model must not call in this turn. */
+  tool_not_called?: string;
+  /** Whether the turn handed the conversation to an operator. */
+  handoff?: boolean;
+  /** Whether the turn closed the conversation. */
+  closed?: boolean;
+  /** Answers stored by the end of the turn (a question step, store_answer), by key. */
+  answers?: Record<string, string>;
+}
+
+export interface SuiteCase {
+  name: string;
+  channel?: 'chat' | 'voice';
+  metadata?: Record<string, string>;
+  turns: { user: string; expect?: TurnExpectation }[];
+  /** Fields of the conversation's analysis (`data`, or `summary`/`success`), compared for equality. */
+  analysis?: Record<string, unknown>;
+}
+
+export interface Suite {
+  name?: string;
+  /** Answers of declared tools by name: returned to the model instead of calling the tool's URL. */
+  mock_tools?: Record<string, unknown>;
+  cases: SuiteCase[];
+}
+
+export class SuiteError extends Error {
+  constructor(readonly problems: { line?: number; column?: number; path: string; message: string }[]) {
+    super(
+      problems
+        .map((p) => `${p.line !== undefined ? `line ${p.line}, column ${p.column}: ` : ''}${p.path ? `${p.path}: ` : ''}${p.message}`)
+        .join('\n'),
+    );
+  }
+}
+
+const regex = { type: 'string', minLength: 1, maxLength: 1000 };
+const SUITE_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['cases'],
+  properties: {
+    name: { type: 'string', maxLength: 200 },
+    mock_tools: { type: 'object' },
+    cases: {
+      type: 'array',
+      minItems: 1,
+      maxItems: 100,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['name', 'turns'],
+        properties: {
+          name: { type: 'string', minLength: 1, maxLength: 200 },
+          channel: { enum: ['chat', 'voice'] },
+          metadata: { type: 'object', additionalProperties: { type: 'string', maxLength: 2000 } },
+          analysis: { type: 'object' },
+          turns: {
+            type: 'array',
+            minItems: 1,
+            maxItems: 50,
+            items: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['user'],
+              properties: {
+                user: { type: 'string', minLength: 1, maxLength: 8000 },
+                expect: {
+                  type: 'object',
+                  additionalProperties: false,
+                  properties: {
+                    reply_matches: regex,
+                    reply_not_matches: regex,
+                    tool_called: {
+                      type: 'object',
+                      additionalProperties: false,
+                      required: ['name'],
+                      properties: { name: { type: 'string', minLength: 1, maxLength: 64 }, arguments: { type: 'object' } },
+                    },
+                    tool_not_called: { type: 'string', minLength: 1, maxLength: 64 },
+                    handoff: { type: 'boolean' },
+                    closed: { type: 'boolean' },
+                    answers: { type: 'object', additionalProperties: { type: 'string' } },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+};
+const validateSuite = new Ajv({ allErrors: true, strict: false }).compile(SUITE_SCHEMA);
+
+/** The problems of a suite's value, each at its path (`cases.0.turns.1.expect.handoff`). */
+function suiteProblems(value: unknown): { path: string[]; message: string }[] {
+  const found: { path: string[]; message: string }[] = [];
+  if (!validateSuite(value)) {
+    for (const e of validateSuite.errors ?? []) {
+      const path = e.instancePath.split('/').slice(1);
+      if (e.keyword === 'additionalProperties') {
+        const extra = (e.params as { additionalProperty: string }).additionalProperty;
+        found.push({ path: [...path, extra], message: `${extra} is not a field here` });
+      } else if (e.keyword === 'required')
+        found.push({ path, message: `${(e.params as { missingProperty: string }).missingProperty} is required` });
+      else found.push({ path, message: e.message ?? 'is invalid' });
+    }
+    return found;
+  }
+  for (const [ci, c] of (value as unknown as Suite).cases.entries())
+    for (const [ti, turn] of c.turns.entries()) {
+      const at = ['cases', String(ci), 'turns', String(ti), 'expect'];
+      for (const key of ['reply_matches', 'reply_not_matches'] as const) {
+        const pattern = turn.expect?.[key];
+        if (pattern === undefined) continue;
+        try {
+          new RegExp(pattern, 'i');
+        } catch {
+          found.push({ path: [...at, key], message: 'is not a valid regular expression' });
+        }
+      }
+      const schema = turn.expect?.tool_called?.arguments;
+      if (schema) {
+        const compiled = compileParameters({ type: 'object', ...schema });
+        if (typeof compiled === 'string') found.push({ path: [...at, 'tool_called', 'arguments'], message: compiled });
+      }
+    }
+  return found;
+}
+
+/** Reads a suite from YAML (JSON is YAML too), or throws a SuiteError whose problems carry line numbers. */
+export function parseSuite(text: string): Suite {
+  if (Buffer.byteLength(text) > SUITE_MAX_BYTES)
+    throw new SuiteError([{ path: '', message: `The suite is larger than ${SUITE_MAX_BYTES} bytes.` }]);
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new SuiteError(
+      doc.errors.map((e) => {
+        const at = e.linePos?.[0] ?? lines.linePos(e.pos[0]);
+        return { line: at.line, column: at.col, path: '', message: e.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '') };
+      }),
+    );
+  }
+  const value = doc.toJS({ maxAliasCount: 100 }) as unknown;
+  const problems = suiteProblems(value);
+  if (problems.length > 0) {
+    throw new SuiteError(
+      problems.map((p) => {
+        // The nearest node that exists: a missing field is reported where its parent is.
+        let path = p.path;
+        let node = doc.getIn(path, true) as { range?: [number, number, number] } | undefined;
+        while (!node?.range && path.length > 0) {
+          path = path.slice(0, -1);
+          node = (path.length > 0 ? doc.getIn(path, true) : doc.contents) as typeof node;
+        }
+        const at = node?.range ? lines.linePos(node.range[0]) : undefined;
+        return { ...(at ? { line: at.line, column: at.col } : {}), path: p.path.join('.'), message: p.message };
+      }),
+    );
+  }
+  return value as unknown as Suite;
+}
+
+/** Checks a suite given as a value (the API's JSON body); problems name their path. */
+export function checkSuite(value: unknown): Suite {
+  const problems = suiteProblems(value);
+  if (problems.length > 0) throw new SuiteError(problems.map((p) => ({ path: p.path.join('.'), message: p.message })));
+  return value as unknown as Suite;
+}
+
+export interface TurnReport {
+  user: string;
+  reply: string | null;
+  tools: { name: string; arguments: Record<string, unknown>; ok: boolean }[];
+  handoff: string | null;
+  closed: boolean;
+}
+
+export interface CaseReport {
+  name: string;
+  passed: boolean;
+  duration_ms: number;
+  failures: { turn?: number; expectation: string; message: string }[];
+  turns: TurnReport[];
+}
+
+export interface SuiteReport {
+  name: string;
+  agent_id: string;
+  passed: number;
+  failed: number;
+  duration_ms: number;
+  cases: CaseReport[];
+}
+
+export interface SuiteOptions {
+  runtime: AgentRuntime;
+  agent: Agent & { organisation_id: string };
+  /** The analysis of a finished case's conversation, when the server analyses conversations. */
+  analyse?: (conversation: Conversation, agent: Agent, history: Item[]) => Promise<Record<string, unknown> | undefined>;
+}
+
+/** Runs every case, one after the other (a model endpoint is usually rate-limited), and reports each. */
+export async function runSuite(suite: Suite, options: SuiteOptions): Promise<SuiteReport> {
+  const started = performance.now();
+  const cases: CaseReport[] = [];
+  for (const c of suite.cases) cases.push(await runCase(suite, c, options));
+  const failed = cases.filter((c) => !c.passed).length;
+  return {
+    name: suite.name ?? 'agent test suite',
+    agent_id: options.agent.id,
+    passed: cases.length - failed,
+    failed,
+    duration_ms: Math.round(performance.now() - started),
+    cases,
+  };
+}
+
+async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Promise<CaseReport> {
+  const started = performance.now();
+  const voice = spec.channel === 'voice';
+  const conversation: Conversation = {
+    id: randomUUID(),
+    organisation_id: options.agent.organisation_id,
+    status: 'active',
+    channel: voice ? 'voice' : 'chat',
+    mode: voice ? 'voice' : 'text',
+    metadata: { ...spec.metadata },
+    ai_agent_id: options.agent.id,
+  };
+  let state: WorkflowState = {};
+  const history: Item[] = [];
+  const failures: CaseReport['failures'] = [];
+  const turns: TurnReport[] = [];
+  const mocks = suite.mock_tools ?? {};
+  const callDeclared = async (tool: { name: string }): Promise<ToolOutcome | undefined> =>
+    Object.hasOwn(mocks, tool.name) ? { ok: true, status: 200, result: JSON.stringify(mocks[tool.name]) } : undefined;
+
+  for (const [index, turnSpec] of spec.turns.entries()) {
+    const number = index + 1;
+    if (conversation.status !== 'active') {
+      failures.push({
+        turn: number,
+        expectation: 'answered',
+        message: `The conversation is ${conversation.status} after turn ${index}: this turn would not be answered by the agent.`,
+      });
+      break;
+    }
+    const item: Item = {
+      id: randomUUID(),
+      item_id: `test_${number}`,
+      role: 'user',
+      modality: voice ? 'audio' : 'text',
+      content: turnSpec.user,
+      content_index: history.length,
+    };
+    history.push(item);
+    let result: Awaited<ReturnType<AgentRuntime['turn']>>;
+    try {
+      result = await options.runtime.turn(conversation, options.agent, state, item, { history, callDeclared });
+    } catch (error) {
+      failures.push({ turn: number, expectation: 'turn', message: `The turn failed: ${(error as Error).message}` });
+      break;
+    }
+    state = result.state;
+    Object.assign(conversation.metadata, result.answers);
+    if (result.reply)
+      history.push({
+        ...item,
+        id: randomUUID(),
+        item_id: `reply_${number}`,
+        role: 'assistant',
+        content: result.reply.content,
+        content_index: history.length,
+      });
+    if (result.handoff) conversation.status = 'pending';
+    else if (result.close) conversation.status = 'closed';
+    const report: TurnReport = {
+      user: turnSpec.user,
+      reply: result.reply?.content ?? null,
+      tools: (result.tools ?? []).map((t) => ({ name: t.name, arguments: t.arguments, ok: t.ok })),
+      handoff: result.handoff ? `${result.handoff.reason}${result.handoff.detail ? ` (${result.handoff.detail})` : ''}` : null,
+      closed: result.close,
+    };
+    turns.push(report);
+    for (const failure of checkTurn(turnSpec.expect ?? {}, report, conversation.metadata)) failures.push({ turn: number, ...failure });
+  }
+
+  if (spec.analysis && failures.length === 0) {
+    const analysis = options.analyse ? await options.analyse(conversation, options.agent, history) : undefined;
+    if (!analysis) {
+      failures.push({
+        expectation: 'analysis',
+        message: options.analyse
+          ? 'No analysis was made (no model configured, or the agent has no analysis schema).'
+          : 'This server does not analyse conversations: analysis expectations cannot be checked.',
+      });
+    } else {
+      const data = (analysis.data ?? {}) as Record<string, unknown>;
+      for (const [field, wanted] of Object.entries(spec.analysis)) {
+        const got = field in data ? data[field] : analysis[field];
+        if (JSON.stringify(got) !== JSON.stringify(wanted))
+          failures.push({ expectation: `analysis.${field}`, message: `expected ${JSON.stringify(wanted)}, got ${JSON.stringify(got)}` });
+      }
+    }
+  }
+  return { name: spec.name, passed: failures.length === 0, duration_ms: Math.round(performance.now() - started), failures, turns };
+}
+
+function checkTurn(expect: TurnExpectation, turn: TurnReport, metadata: Record<string, unknown>) {
+  const failures: { expectation: string; message: string }[] = [];
+  const reply = turn.reply ?? '';
+  if (expect.reply_matches !== undefined && !new RegExp(expect.reply_matches, 'i').test(reply))
+    failures.push({
+      expectation: 'reply_matches',
+      message: `the reply ${JSON.stringify(reply.slice(0, 300))} does not match /${expect.reply_matches}/i`,
+    });
+  if (expect.reply_not_matches !== undefined && new RegExp(expect.reply_not_matches, 'i').test(reply))
+    failures.push({
+      expectation: 'reply_not_matches',
+      message: `the reply ${JSON.stringify(reply.slice(0, 300))} matches /${expect.reply_not_matches}/i`,
+    });
+  if (expect.tool_called) {
+    const { name, arguments: schema } = expect.tool_called;
+    const calls = turn.tools.filter((t) => t.name === name);
+    if (calls.length === 0)
+      failures.push({
+        expectation: 'tool_called',
+        message: `${name} was not called (called: ${turn.tools.map((t) => t.name).join(', ') || 'nothing'})`,
+      });
+    else if (schema) {
+      const validate = compileParameters({ type: 'object', ...schema });
+      if (typeof validate !== 'string' && !calls.some((c) => validate(c.arguments)))
+        failures.push({
+          expectation: 'tool_called.arguments',
+          message: `${name} was called with ${calls.map((c) => JSON.stringify(c.arguments)).join(', ')}, which ${calls.length > 1 ? 'do' : 'does'} not match: ${(validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message}`).join('; ')}`,
+        });
+    }
+  }
+  if (expect.tool_not_called !== undefined && turn.tools.some((t) => t.name === expect.tool_not_called))
+    failures.push({ expectation: 'tool_not_called', message: `${expect.tool_not_called} was called` });
+  if (expect.handoff !== undefined && (turn.handoff !== null) !== expect.handoff)
+    failures.push({
+      expectation: 'handoff',
+      message: expect.handoff ? 'the turn did not hand off' : `the turn handed off: ${turn.handoff}`,
+    });
+  if (expect.closed !== undefined && turn.closed !== expect.closed)
+    failures.push({ expectation: 'closed', message: expect.closed ? 'the conversation was not closed' : 'the conversation was closed' });
+  for (const [key, wanted] of Object.entries(expect.answers ?? {}))
+    if (metadata[key] !== wanted)
+      failures.push({
+        expectation: `answers.${key}`,
+        message: `expected ${JSON.stringify(wanted)}, got ${JSON.stringify(metadata[key] ?? null)}`,
+      });
+  return failures;
+}
+
+/** The report as aligned text: one line per case, then each failure under its case. */
+export function suiteTable(report: SuiteReport): string {
+  const rows = report.cases.map((c) => [c.passed ? 'PASS' : 'FAIL', c.name, `${c.turns.length}`, `${c.duration_ms} ms`]);
+  const header = ['RESULT', 'CASE', 'TURNS', 'TIME'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, i) => cell.padEnd(widths[i]))
+      .join('  ')
+      .trimEnd();
+  const out = [line(header), ...rows.map(line)];
+  for (const c of report.cases.filter((x) => !x.passed)) {
+    out.push('', `FAIL ${c.name}`);
+    for (const f of c.failures) out.push(`  ${f.turn !== undefined ? `turn ${f.turn}, ` : ''}${f.expectation}: ${f.message}`);
+  }
+  out.push('', `${report.passed} passed, ${report.failed} failed (${report.cases.length} cases, ${report.duration_ms} ms)`);
+  return out.join('\n');
+}
+
+const xml = (text: string) =>
+  text
+    // Characters XML 1.0 cannot carry at all (section 2.2) are dropped.
+    .replace(/[^\t\n\r\x20-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, '')
+    .replaceAll('&', '&amp;')
+    .replaceAll('<', '&lt;')
+    .replaceAll('>', '&gt;')
+    .replaceAll('"', '&quot;');
+
+/** The report as JUnit XML (the schema CI servers read: testsuites/testsuite/testcase/failure). */
+export function suiteJUnit(report: SuiteReport): string {
+  const cases = report.cases.map((c) => {
+    const head = `    <testcase classname="${xml(report.name)}" name="${xml(c.name)}" time="${(c.duration_ms / 1000).toFixed(3)}"`;
+    if (c.passed) return `${head}/>`;
+    const message = c.failures.map((f) => `${f.turn !== undefined ? `turn ${f.turn}, ` : ''}${f.expectation}: ${f.message}`).join('\n');
+    const transcript = c.turns
+      .map(
+        (t, i) =>
+          `turn ${i + 1}\n  user: ${t.user}\n  agent: ${t.reply ?? '(no reply)'}${t.tools.length ? `\n  tools: ${t.tools.map((x) => `${x.name}(${JSON.stringify(x.arguments)})`).join(', ')}` : ''}${t.handoff ? `\n  handoff: ${t.handoff}` : ''}`,
+      )
+      .join('\n');
+    return `${head}>\n      <failure message="${xml(c.failures[0]?.message ?? 'failed')}" type="expectation">${xml(message)}</failure>\n      <system-out>${xml(transcript)}</system-out>\n    </testcase>`;
+  });
+  return [
+    '<?xml version="1.0" encoding="UTF-8"?>',
+    `<testsuites name="${xml(report.name)}" tests="${report.cases.length}" failures="${report.failed}" time="${(report.duration_ms / 1000).toFixed(3)}">`,
+    `  <testsuite name="${xml(report.name)}" tests="${report.cases.length}" failures="${report.failed}" errors="0" time="${(report.duration_ms / 1000).toFixed(3)}">`,
+    ...cases,
+    '  </testsuite>',
+    '</testsuites>',
+    '',
+  ].join('\n');
+}
+
+/** The agent as the runtime reads it, if it is the organisation's (published or not: suites test agents before they go live). */
+export async function loadAgent(
+  db: Db,
+  organisationId: string,
+  agentId: string,
+): Promise<(Agent & { organisation_id: string }) | undefined> {
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+  if (!UUID.test(agentId)) return undefined;
+  const row = await db
+    .selectFrom('ai_agents')
+    .select(['id', 'organisation_id', 'published', 'name', 'tone', 'languages', 'workflow', 'system_prompt', 'safety_guardrails'])
+    .where('id', '=', agentId)
+    .where('organisation_id', '=', organisationId)
+    .executeTakeFirst();
+  return row ? ({ ...row, workflow: (row.workflow ?? {}) as Agent['workflow'] } as Agent & { organisation_id: string }) : undefined;
+}
+
+/**
+ * `POST /api/ai_agents/test`: runs a suite given as JSON against one of the caller's agents (AppServices.agentTests).
+ * An unknown agent or a bad suite is a 422 at its pointer.
+ */
+export function agentTestsService(db: Db, services: AppServices, config: Config): NonNullable<AppServices['agentTests']> {
+  return async (organisationId, agentId, value) => {
+    const agent = await loadAgent(db, organisationId, agentId);
+    if (!agent) throw ApiError.of(422, 'invalid_attribute', 'No such AI agent.', { pointer: '/data/attributes/ai_agent_id' });
+    let suite: Suite;
+    try {
+      suite = checkSuite(value);
+    } catch (error) {
+      if (!(error instanceof SuiteError)) throw error;
+      throw new ApiError(
+        error.problems.map((p) =>
+          errorObject(422, 'invalid_attribute', `\`suite${p.path ? `.${p.path}` : ''}\` ${p.message}.`, {
+            pointer: `/data/attributes/suite${p.path ? `/${p.path.replaceAll('.', '/')}` : ''}`,
+          }),
+        ),
+      );
+    }
+    const runtime = new AgentRuntime({ db, services, config });
+    return runSuite(suite, { runtime, agent });
+  };
+}

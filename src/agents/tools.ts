@@ -1,0 +1,287 @@
+/**
+ * The agents' tools (docs/agents.md, "Tools"): the built-in ones, in `BUILT_IN_TOOLS` below (one entry each:
+ * what the model sees and what a call does), and the ones an agent's `workflow.tools` declares, which are
+ * POSTed to the organisation's own HTTPS endpoints, signed as webhooks are (Standard Webhooks, with the
+ * organisation's tool secret), under the same address rules.
+ *
+ * A call never reaches its tool unless its name is offered to this conversation and its arguments are a JSON
+ * object valid against the tool's `parameters`: otherwise the model is told why, and nothing is sent. What a
+ * tool answers is read up to `TOOL_RESPONSE_MAX_BYTES`; a longer answer, a failure (non-2xx, timeout, refused
+ * address) or an answer that is not JSON is a failed call, and the model is told so once: the same tool is
+ * not called again in that turn.
+ */
+import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
+import type { FunctionDefinition } from 'openai/resources/shared';
+import type { ChatCompletionTool } from 'openai/resources/chat/completions';
+import type { Config } from '../config/index.js';
+import type { Db } from '../db/schema.js';
+import { BUILT_IN_TOOL_NAMES, compileParameters, TOOL_TIMEOUT_MS, type WorkflowTool } from '../resources/ai-agent-workflow.js';
+import { newWebhookSecret } from '../resources/webhook-endpoint.js';
+import { signedPost } from '../resources/webhook-url.js';
+import type { ToolCall } from './llm.js';
+
+/** Bytes of a tool's answer read and given to the model; a longer answer is a failed call. */
+export const TOOL_RESPONSE_MAX_BYTES = 64 * 1024;
+const USER_AGENT = 'Parley-Tools/1';
+/** An E.164 number (ITU-T E.164: at most 15 digits after the +). */
+const E164 = /^\+[1-9]\d{6,14}$/;
+
+/** What the conversation is, for the tools that depend on it. */
+export interface ToolConversation {
+  id: string;
+  organisation_id: string;
+  channel: string;
+  mode: string;
+}
+
+/** What a call does to the turn, beyond its answer to the model. */
+export type ToolEffect =
+  | { kind: 'handoff'; reason: string; rule: string; metadata?: Record<string, unknown> }
+  | { kind: 'close'; reason?: string }
+  | { kind: 'answer'; key: string; value: string };
+
+export interface ToolOutcome {
+  ok: boolean;
+  /** What the model is told (the tool message's content). */
+  result: string;
+  effect?: ToolEffect;
+  /** The turn ends with this call: no further model round. */
+  final?: boolean;
+  /** HTTP status of a declared tool's answer. */
+  status?: number;
+  /** The call was refused before anything was sent (unknown tool, arguments not valid, failed before). */
+  refused?: boolean;
+}
+
+export interface ToolEnvironment {
+  db: Db;
+  config: Config;
+  conversation: ToolConversation;
+  /** Replaces the HTTP call of declared tools (an agent test suite's `mock_tools`). */
+  callDeclared?: (tool: WorkflowTool, args: Record<string, unknown>) => Promise<ToolOutcome | undefined>;
+}
+
+export interface BuiltInTool {
+  definition: FunctionDefinition;
+  /** Whether the model is offered it in this conversation (default: always). */
+  offered?: (conversation: ToolConversation) => boolean;
+  run: (args: Record<string, unknown>, env: ToolEnvironment) => Promise<ToolOutcome> | ToolOutcome;
+}
+
+const isCall = (c: ToolConversation) => c.channel === 'voice' || c.mode === 'voice';
+
+/**
+ * The built-in tools, by name. Adding one: an entry here (its JSON Schema is checked against the model's
+ * arguments before `run`), and its name in `BUILT_IN_TOOL_NAMES` (src/resources/ai-agent-workflow.ts), which
+ * keeps declared tools from taking it.
+ */
+export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
+  handoff_to_operator: {
+    definition: {
+      name: 'handoff_to_operator',
+      description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
+      parameters: {
+        type: 'object',
+        properties: { reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } },
+        required: ['reason'],
+        additionalProperties: false,
+      },
+    },
+    run: (args) => {
+      const reason =
+        typeof args.reason === 'string' && args.reason.trim() !== ''
+          ? args.reason.trim().slice(0, 500)
+          : 'The model asked for an operator.';
+      return { ok: true, result: 'Handed to an operator.', effect: { kind: 'handoff', reason, rule: 'model_tool' }, final: true };
+    },
+  },
+  end_conversation: {
+    definition: {
+      name: 'end_conversation',
+      description: 'End the conversation (on a phone call: hang up) once the user has what they came for or says goodbye.',
+      parameters: {
+        type: 'object',
+        properties: { reason: { type: 'string', maxLength: 500, description: 'Why the conversation ends, in a few words.' } },
+        additionalProperties: false,
+      },
+    },
+    run: (args) => ({
+      ok: true,
+      result: 'The conversation is closed.',
+      effect: { kind: 'close', ...(typeof args.reason === 'string' ? { reason: args.reason.slice(0, 500) } : {}) },
+      final: true,
+    }),
+  },
+  transfer_call: {
+    definition: {
+      name: 'transfer_call',
+      description:
+        'Transfer a phone call to a telephone number (E.164, such as +442071234567) or to a SIP user of the organisation (its user name). Only on phone calls.',
+      parameters: {
+        type: 'object',
+        properties: {
+          to: { type: 'string', minLength: 1, maxLength: 128, description: 'An E.164 number or a SIP user name.' },
+          reason: { type: 'string', maxLength: 500 },
+        },
+        required: ['to'],
+        additionalProperties: false,
+      },
+    },
+    run: async (args, env) => {
+      if (!isCall(env.conversation))
+        return { ok: false, result: 'transfer_call works on phone calls only; this is a chat. Offer handoff_to_operator instead.' };
+      const to = String(args.to).trim();
+      let target: Record<string, unknown>;
+      if (E164.test(to)) target = { kind: 'number', to };
+      else {
+        const user = await env.db
+          .selectFrom('sip_users')
+          .select(['id', 'sip_username'])
+          .where('organisation_id', '=', env.conversation.organisation_id)
+          .where('sip_username', '=', to)
+          .executeTakeFirst();
+        if (!user) return { ok: false, result: `${to} is neither an E.164 number nor a SIP user of this organisation.` };
+        target = { kind: 'sip_user', to: user.sip_username, sip_user_id: user.id };
+      }
+      // The voice runtime cannot move a call yet (no REFER, no bridge): the request is recorded and the call goes
+      // to the operator queue with it, where an operator sees whom the caller wanted (docs/agents.md).
+      const reason =
+        typeof args.reason === 'string' && args.reason.trim() ? args.reason.trim().slice(0, 400) : `Transfer requested to ${to}.`;
+      return {
+        ok: true,
+        result: `Transfer to ${to} requested.`,
+        effect: { kind: 'handoff', reason, rule: 'transfer_call', metadata: { transfer: target } },
+        final: true,
+      };
+    },
+  },
+  store_answer: {
+    definition: {
+      name: 'store_answer',
+      description: "Store something the user told you (their name, an order number...) in the conversation's stored answers.",
+      parameters: {
+        type: 'object',
+        properties: {
+          key: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A short name, such as order_number.' },
+          value: { type: 'string', maxLength: 2000 },
+        },
+        required: ['key', 'value'],
+        additionalProperties: false,
+      },
+    },
+    run: (args) => {
+      const key = String(args.key);
+      // The runtime's own metadata keys are not answers.
+      if (['agent_paused', 'handoff_reason', 'assigned_operator', 'assigned_at'].includes(key))
+        return { ok: false, result: `${key} is reserved; choose another key.` };
+      return { ok: true, result: `Stored ${key}.`, effect: { kind: 'answer', key, value: String(args.value) } };
+    },
+  },
+};
+
+for (const name of Object.keys(BUILT_IN_TOOLS))
+  if (!(BUILT_IN_TOOL_NAMES as readonly string[]).includes(name)) throw new Error(`built-in tool ${name} is not in BUILT_IN_TOOL_NAMES`);
+
+/** The tools offered to the model in this conversation: the built-in ones that apply, then the agent's own. */
+export function offeredTools(declared: WorkflowTool[] | undefined, conversation: ToolConversation): ChatCompletionTool[] {
+  const builtIn = Object.values(BUILT_IN_TOOLS)
+    .filter((t) => t.offered?.(conversation) ?? true)
+    .map((t) => ({ type: 'function' as const, function: t.definition }));
+  const own = (declared ?? []).map((t) => ({
+    type: 'function' as const,
+    function: { name: t.name, description: t.description, parameters: t.parameters },
+  }));
+  return [...builtIn, ...own];
+}
+
+/** The organisation's secret for signing tool calls, made on first use. */
+export async function toolSecret(db: Db, organisationId: string): Promise<string> {
+  await sql`INSERT INTO tool_secrets (organisation_id, secret) VALUES (${organisationId}, ${newWebhookSecret()})
+            ON CONFLICT (organisation_id) DO NOTHING`.execute(db);
+  const row = await db.selectFrom('tool_secrets').select('secret').where('organisation_id', '=', organisationId).executeTakeFirstOrThrow();
+  return row.secret;
+}
+
+/**
+ * Runs one call the model made. `failed` holds the tools that failed earlier in the turn: they are not called
+ * again (the model was told once). Never throws for what the model or the tool did.
+ */
+export async function runToolCall(
+  call: ToolCall,
+  declared: WorkflowTool[] | undefined,
+  env: ToolEnvironment,
+  failed: Set<string>,
+  /** The request's `webhook-id`: the same for the same call when a turn is run again (receivers deduplicate by it). */
+  messageId: string = `tool_${randomUUID().replaceAll('-', '')}`,
+): Promise<ToolOutcome> {
+  const builtIn = BUILT_IN_TOOLS[call.name];
+  const own = builtIn ? undefined : declared?.find((t) => t.name === call.name);
+  if ((!builtIn || !(builtIn.offered?.(env.conversation) ?? true)) && !own)
+    return { ok: false, refused: true, result: `There is no tool named ${call.name}. Use only the tools you were given.` };
+  if (call.invalidArguments !== undefined)
+    return { ok: false, refused: true, result: `The arguments of ${call.name} must be a JSON object; nothing was done.` };
+  const validate = compileParameters(builtIn ? builtIn.definition.parameters : own!.parameters);
+  if (typeof validate === 'string')
+    return { ok: false, refused: true, result: `${call.name} cannot be called: its parameters ${validate}.` };
+  if (!validate(call.arguments)) {
+    const why = (validate.errors ?? [])
+      .slice(0, 5)
+      .map((e) => `${e.instancePath || '(arguments)'} ${e.message ?? 'is invalid'}`)
+      .join('; ');
+    return {
+      ok: false,
+      refused: true,
+      result: `The arguments of ${call.name} are not valid: ${why}. Nothing was done; correct them or ask the user.`,
+    };
+  }
+  if (failed.has(call.name))
+    return {
+      ok: false,
+      refused: true,
+      result: `${call.name} failed earlier in this turn and is not called again. Tell the user it cannot be done right now.`,
+    };
+  if (builtIn) return builtIn.run(call.arguments, env);
+  const outcome = (await env.callDeclared?.(own!, call.arguments)) ?? (await callDeclaredTool(own!, call.arguments, env, messageId));
+  if (!outcome.ok) failed.add(call.name);
+  return outcome;
+}
+
+/**
+ * POSTs the arguments to the tool's URL, signed with the organisation's tool secret (Standard Webhooks headers;
+ * `parley-conversation-id` and `parley-tool` say for whom), under the webhook address rules checked after the
+ * name is resolved. The answer must be JSON (or empty) and at most `TOOL_RESPONSE_MAX_BYTES`.
+ */
+export async function callDeclaredTool(
+  tool: WorkflowTool,
+  args: Record<string, unknown>,
+  env: ToolEnvironment,
+  messageId: string,
+): Promise<ToolOutcome> {
+  const secret = await toolSecret(env.db, env.conversation.organisation_id);
+  const timeoutMs = Math.min(TOOL_TIMEOUT_MS.max, Math.max(TOOL_TIMEOUT_MS.min, tool.timeout_ms ?? TOOL_TIMEOUT_MS.default));
+  const answer = await signedPost(tool.url, secret, messageId, JSON.stringify(args), {
+    timeoutMs,
+    allowPrivate: env.config.events.webhookAllowPrivateUrls,
+    maxResponseBytes: TOOL_RESPONSE_MAX_BYTES,
+    keepBody: true,
+    userAgent: USER_AGENT,
+    headers: { 'parley-conversation-id': env.conversation.id, 'parley-tool': tool.name },
+  });
+  const status = answer.status !== undefined ? { status: answer.status } : {};
+  const failure = (why: string): ToolOutcome => ({
+    ok: false,
+    ...status,
+    result: `The tool ${tool.name} failed: ${why} Do not call it again now; tell the user it cannot be done at the moment.`,
+  });
+  if (answer.cut) return failure(`its answer was larger than ${TOOL_RESPONSE_MAX_BYTES} bytes and was not read.`);
+  if (!answer.ok) return failure(answer.error ?? 'no answer.');
+  const text = (answer.body ?? Buffer.alloc(0)).toString('utf8').trim();
+  if (text === '') return { ok: true, ...status, result: '(the tool answered with no content)' };
+  try {
+    // Compact JSON: what the model reads is the tool's data, not its formatting.
+    return { ok: true, ...status, result: JSON.stringify(JSON.parse(text)) };
+  } catch {
+    return failure('its answer is not JSON.');
+  }
+}
