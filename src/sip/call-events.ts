@@ -36,6 +36,11 @@ export interface CallEvent {
   code: number;
   /** When Kamailio saw it: Unix seconds with microseconds. */
   at: Date;
+  /**
+   * A call relayed to the voice runtime: the AI agent answering it (route[VOICE]). Its Conversation is the
+   * agent's, and the answering leg is the agent (role `agent`, member_uuid the agent's id).
+   */
+  ai_agent_id?: string;
   /** `refused` only: the Call's status and why. */
   status?: 'no_answer' | 'failed' | 'busy';
   reason?: string;
@@ -73,6 +78,11 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
   }
   const from = str('from');
   const to = str('to');
+  let aiAgentId: string | undefined;
+  if (b.ai_agent_id !== undefined && b.ai_agent_id !== '') {
+    aiAgentId = str('ai_agent_id', 36);
+    if (!UUID.test(aiAgentId)) problems.push('ai_agent_id must be a UUID or absent');
+  }
   const code = b.code;
   if (!Number.isInteger(code) || (code as number) < 0 || (code as number) > 699) problems.push('code must be an integer 0..699');
   const at = Number(str('at', 32));
@@ -101,6 +111,7 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
       to,
       code: code as number,
       at: new Date(Math.round(at * 1000)),
+      ...(aiAgentId ? { ai_agent_id: aiAgentId.toLowerCase() } : {}),
       ...(status ? { status, reason } : {}),
     },
   };
@@ -204,6 +215,7 @@ export class CallEvents {
           channel: 'voice',
           mode: 'voice',
           status: 'active',
+          ...(event.ai_agent_id ? { ai_agent_id: event.ai_agent_id } : {}),
           metadata: { sip: { call_id: event.call_id, from: event.from, to: event.to } },
         });
         const call = await records.create(actor, 'Call', {
@@ -246,8 +258,9 @@ export class CallEvents {
       await records.update(actor, 'Call', call.id, { status: 'in_progress', answered_at: event.at });
       await records.create(actor, 'CallParticipant', {
         call_id: call.id,
-        member_uuid: event.callee_sip_user_id || `sip:${event.to}`,
-        role: 'callee',
+        // An agent call is answered by the voice runtime: the agent is the other party.
+        member_uuid: event.ai_agent_id ?? (event.callee_sip_user_id || `sip:${event.to}`),
+        role: event.ai_agent_id ? 'agent' : 'callee',
         joined_at: event.at,
       });
     });
@@ -268,12 +281,17 @@ export class CallEvents {
     const talk = call.answered_at ? Math.max(0, Math.round((ended.getTime() - call.answered_at.getTime()) / 1000)) : 0;
     const { rows: legs } = await sql<{ id: string; member_uuid: string; joined_at: Date }>`
       SELECT id, member_uuid, joined_at FROM call_participants WHERE call_id = ${call.id} AND left_at IS NULL`.execute(this.options.db);
+    // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
+    const { rows: conv } = call.conversation_id
+      ? await sql<{ status: string }>`SELECT status FROM conversations WHERE id = ${call.conversation_id}`.execute(this.options.db)
+      : { rows: [] };
     await this.options.records.transaction(async (records) => {
       await records.update(actor, 'Call', call.id, { status, ended_at: ended, duration_seconds: talk, ...extra });
       for (const leg of legs) {
         await records.update(actor, 'CallParticipant', leg.id, { left_at: ended < leg.joined_at ? leg.joined_at : ended });
       }
-      if (call.conversation_id) await records.update(actor, 'Conversation', call.conversation_id, { status: 'closed' });
+      if (call.conversation_id && conv[0]?.status === 'active')
+        await records.update(actor, 'Conversation', call.conversation_id, { status: 'closed' });
     });
     for (const leg of legs) if (UUID.test(leg.member_uuid)) await this.operatorRestore(actor, leg.member_uuid, call.id);
   }

@@ -20,6 +20,7 @@ import { createRecords, type Records } from '../jsonapi/records.js';
 import { buildRegistry } from '../jsonapi/routes.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { resources } from '../resources/index.js';
+import { type CallEvent, CallEvents, parseCallEvent } from '../sip/call-events.js';
 import { type Admission, type CallHandler, type DialogHandle, type InviteInfo, SipEndpoint } from './sip-endpoint.js';
 import { type CallSink, type Reply, VoiceSession } from './session.js';
 import { createStt, type SpeechToText } from './stt.js';
@@ -36,6 +37,11 @@ export interface VoiceRuntimeOptions {
   agents?: { wake(): void };
   stt?: SpeechToText;
   tts?: TextToSpeech;
+  /**
+   * The SIP edge's call events (`sip serve` passes its own, so one process applies a call's events in
+   * order): a call the edge relayed is recorded through them, as one Call with the edge's.
+   */
+  callEvents?: CallEvents;
   /** Benchmarks: each RTP packet sent, with its due time. */
   onPacketSent?: (callId: string, at: number, due: number) => void;
 }
@@ -51,6 +57,8 @@ interface ActiveCall {
   transcriptIndex: number;
   /** The last user item's content_index (the agent runtime's cursor must pass it). */
   lastUserIndex: number;
+  /** Relayed by the SIP edge: its account of the call (the Call is the edge's; see storeCall). */
+  edge?: CallEvent;
 }
 
 export class VoiceRuntime implements CallHandler {
@@ -61,11 +69,15 @@ export class VoiceRuntime implements CallHandler {
   private readonly fallbackTts = new LocalTts();
   private readonly registry = buildRegistry(resources);
   private readonly endings = new Set<Promise<void>>();
+  private readonly callEvents: CallEvents;
 
   constructor(private readonly o: VoiceRuntimeOptions) {
     const v = o.config.voice;
     this.stt = o.stt ?? createStt(v);
     this.tts = o.tts ?? createTts(v);
+    this.callEvents = o.callEvents ?? new CallEvents({ db: o.db, records: o.services.records! });
+    if (v.sipTrusted.length === 0)
+      throw new Error('the voice runtime needs VOICE_SIP_TRUSTED: the addresses of the SIP edge in front of it (it answers no one else)');
     this.endpoint = new SipEndpoint({
       host: v.sipHost,
       port: v.sipPort,
@@ -73,6 +85,7 @@ export class VoiceRuntime implements CallHandler {
       rtpPortMin: v.rtpPortMin,
       rtpPortMax: v.rtpPortMax,
       handler: this,
+      trusted: v.sipTrusted,
       logger: o.logger,
     });
   }
@@ -121,6 +134,13 @@ export class VoiceRuntime implements CallHandler {
       .executeTakeFirst();
     if (!agent) return { reject: 404, reason: 'Not Found' };
     if (!agent.published) return { reject: 480, reason: 'Temporarily Unavailable' };
+    let edge: CallEvent | undefined;
+    if (info.edgeCall !== undefined) {
+      // The edge's account of the call (sip/kamailio.cfg, route[VOICE]): the same object as its call events.
+      edge = decodeEdgeCall(info.edgeCall);
+      if (!edge || edge.ai_agent_id !== agent.id || edge.organisation_id !== agent.organisation_id || edge.call_id !== info.callId)
+        return { reject: 400, reason: 'Bad X-Parley-Call' };
+    }
     if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
     this.calls.set(info.callId, {
       callId: info.callId,
@@ -129,6 +149,7 @@ export class VoiceRuntime implements CallHandler {
       info,
       transcriptIndex: 0,
       lastUserIndex: -1,
+      edge,
     });
     return { accept: true };
   }
@@ -181,6 +202,7 @@ export class VoiceRuntime implements CallHandler {
   // ------------------------------------------------------------ records
 
   private async storeCall(call: ActiveCall) {
+    if (call.edge) return this.storeEdgeCall(call, call.edge);
     const actor = systemActor(call.organisationId, 'sip');
     const startedAt = new Date();
     return this.records.transaction(async (records) => {
@@ -217,6 +239,28 @@ export class VoiceRuntime implements CallHandler {
     });
   }
 
+  /**
+   * A call the SIP edge relayed is ONE Call, the edge's: the edge records every call it relays from its call
+   * events (src/sip/call-events.ts), keyed by the Call-ID, with the caller's real from/to and direction
+   * (inbound for a number's call from a carrier). The runtime does not write a Call of its own: it applies the
+   * edge's `initiated` event itself (the same event the edge queued, carried in X-Parley-Call), so that the
+   * Call, its voice Conversation (with the agent) and the caller's leg exist when the first turn is stored,
+   * whichever of the two gets there first (the Call-ID is unique per organisation; the loser reads the
+   * winner's). Status, answer time, the agent's leg (role `agent`, at the answer), the end and the legs'
+   * left_at stay the edge's, from the dialog it holds.
+   */
+  private async storeEdgeCall(call: ActiveCall, edge: CallEvent) {
+    await this.callEvents.apply({ ...edge, event: 'initiated' });
+    const row = await this.o.db
+      .selectFrom('calls')
+      .select(['id', 'conversation_id', 'started_at'])
+      .where('organisation_id', '=', call.organisationId)
+      .where('call_uuid', '=', call.callId)
+      .executeTakeFirstOrThrow();
+    if (!row.conversation_id) throw new Error(`call ${call.callId} has no conversation`);
+    return { callRowId: row.id, conversationId: row.conversation_id, participantIds: [], startedAt: row.started_at ?? new Date() };
+  }
+
   /** The call is over: its status, its legs' end, and its conversation closed, in one transaction. */
   private async finish(call: ActiveCall, by: 'caller' | 'agent' | 'timeout'): Promise<void> {
     if (!call.stored) return; // never confirmed: nothing was stored
@@ -225,6 +269,8 @@ export class VoiceRuntime implements CallHandler {
     // waited for), then the agent runtime gets a moment to commit its answer before the conversation closes.
     await Promise.race([call.session?.idle(), new Promise((r) => setTimeout(r, 3000))]);
     await this.agentCaughtUp(stored.conversationId, call.lastUserIndex, 3000);
+    // The edge's call: its end (status, legs, conversation) is the edge's, from the dialog's end.
+    if (call.edge) return;
     const actor = systemActor(call.organisationId, 'sip');
     const ended = new Date();
     // Read before the transaction: the embedded database has one connection, which the transaction holds.
@@ -392,6 +438,16 @@ export class VoiceRuntime implements CallHandler {
       if (row && row.status !== 'active') return undefined;
       await new Promise((r) => setTimeout(r, 20));
     }
+    return undefined;
+  }
+}
+
+/** The edge's X-Parley-Call header: a call event (JSON, base64), validated as the event queue validates them. */
+function decodeEdgeCall(value: string): CallEvent | undefined {
+  try {
+    const { event } = parseCallEvent(JSON.parse(Buffer.from(value, 'base64').toString('utf8')));
+    return event;
+  } catch {
     return undefined;
   }
 }

@@ -4,7 +4,10 @@
  * the final response again until the ACK comes (13.3.1.4: timer G, doubling from T1 to T2, giving up
  * after 64*T1 with a BYE). Requests are answered at the address they came from (RFC 3581 rport
  * behaviour, which is what every UDP phone and Kamailio expect). Not a proxy and no registrar:
- * Kamailio in front does routing, authentication and NAT.
+ * Kamailio in front does routing, authentication and NAT, so requests are taken only from the
+ * addresses in `trusted` (the edge); anyone else gets 403. The dialog's route set (the INVITE's
+ * Record-Route, 12.1.1) is copied into the 2xx and put, as Route headers, on the requests we send
+ * in the dialog, so that they pass through the edge that holds the dialog.
  */
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { randomBytes } from 'node:crypto';
@@ -22,6 +25,8 @@ export interface InviteInfo {
   from: string;
   to: string;
   remote: { address: string; port: number };
+  /** The SIP edge's account of the call (header X-Parley-Call), when the edge relayed it. */
+  edgeCall?: string;
 }
 
 /** What the application says about a new call: refuse it with a status, or take it. */
@@ -54,6 +59,11 @@ export interface SipEndpointOptions {
   rtpPortMin: number;
   rtpPortMax: number;
   handler: CallHandler;
+  /**
+   * Sources whose requests are taken: `address` (any port) or `address:port` (IPv6 in brackets). Anyone else's
+   * request gets 403 and is logged; their responses are dropped.
+   */
+  trusted: string[];
   logger?: Logger;
 }
 
@@ -65,6 +75,8 @@ interface Dialog {
   remoteParty: string;
   localParty: string;
   localSeq: number;
+  /** The route set: the INVITE's Record-Route values (12.1.1), in order, as Route headers of our requests. */
+  routeSet: string[];
   inviteResponse?: Buffer;
   inviteBranch?: string;
   confirmed: boolean;
@@ -128,6 +140,15 @@ export class SipEndpoint {
       return;
     }
     const remote = { address: rinfo.address, port: rinfo.port };
+    if (!this.isTrusted(remote)) {
+      // Not the edge: this endpoint would otherwise answer (and cost media ports to) anyone who reaches it.
+      this.options.logger?.info(
+        { from: `${rinfo.address}:${rinfo.port}`, method: msg.method },
+        'voice: SIP request from an untrusted source refused',
+      );
+      if (msg.method && msg.method !== 'ACK') this.send(this.response(msg, 403, 'Forbidden', undefined, [], ''), remote);
+      return;
+    }
     if (msg.status !== undefined) {
       this.onResponse(msg);
       return;
@@ -196,6 +217,7 @@ export class SipEndpoint {
       from: header(msg, 'from')!,
       to: header(msg, 'to')!,
       remote,
+      edgeCall: header(msg, 'x-parley-call'),
     };
     const dialog: Dialog = {
       info,
@@ -204,6 +226,7 @@ export class SipEndpoint {
       remoteParty: header(msg, 'from')!,
       localParty: '',
       localSeq: Math.floor(Math.random() * 10000) + 1,
+      routeSet: msg.headers.get('record-route') ?? [],
       confirmed: false,
       ended: false,
     };
@@ -336,7 +359,12 @@ export class SipEndpoint {
       ['Call-ID', header(req, 'call-id')!],
       ['CSeq', header(req, 'cseq')!],
     ];
-    if (req.method === 'INVITE' && status >= 200 && status < 300) headers.push(['Contact', `<sip:parley@${this.hostPort()}>`]);
+    if (req.method === 'INVITE' && status >= 200 && status < 300) {
+      // The route set goes back in the 2xx (12.1.1), so the caller's side keeps the edge in the dialog.
+      const recordRoute = req.headers.get('record-route');
+      if (recordRoute?.length) headers.push(['Record-Route', recordRoute]);
+      headers.push(['Contact', `<sip:parley@${this.hostPort()}>`]);
+    }
     headers.push(['Server', 'parley-voice'], ...extra);
     return serialize(`SIP/2.0 ${status} ${reason}`, headers, body);
   }
@@ -354,6 +382,11 @@ export class SipEndpoint {
     this.send(this.response(req, status, reason, withTag ? dialog?.localTag : undefined, extra, body), to);
   }
 
+  private isTrusted(remote: { address: string; port: number }): boolean {
+    const host = remote.address.includes(':') ? `[${remote.address}]` : remote.address;
+    return this.options.trusted.some((t) => t === remote.address || t === host || t === `${host}:${remote.port}`);
+  }
+
   private hostPort(): string {
     const host = this.address.includes(':') ? `[${this.address}]` : this.address;
     return `${host}:${this.port}`;
@@ -369,6 +402,7 @@ export class SipEndpoint {
     const request = serialize(`BYE ${dialog.remoteTarget} SIP/2.0`, [
       ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=${branch};rport`],
       ['Max-Forwards', '70'],
+      ...routeHeaders(dialog),
       ['From', dialog.localParty],
       ['To', dialog.remoteParty],
       ['Call-ID', dialog.info.callId],
@@ -412,4 +446,13 @@ export class SipEndpoint {
       if (this.dialogs.get(dialog.info.callId) === dialog) this.dialogs.delete(dialog.info.callId);
     }, 32_000).unref();
   }
+}
+
+/**
+ * Route headers of a request we send in a dialog as the UAS (12.1.1, 12.2.1.1): the INVITE's Record-Route
+ * values in order. The edge's Record-Route has `lr` (loose routing, RFC 3261 16.12), so the Request-URI stays
+ * the remote target and the request goes to the first Route's host, which is where the INVITE came from.
+ */
+function routeHeaders(dialog: { routeSet: string[] }): [string, string][] {
+  return dialog.routeSet.map((r) => ['Route', r]);
 }
