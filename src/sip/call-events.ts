@@ -296,6 +296,22 @@ export class CallEvents {
     for (const leg of legs) if (UUID.test(leg.member_uuid)) await this.operatorRestore(actor, leg.member_uuid, call.id);
   }
 
+  /**
+   * An operator took over a call the voice runtime transferred to them: their leg (role `operator`) and `busy`.
+   * Their phone's own call with the caller is recorded by the edge; when it ends, presence is restored there.
+   */
+  async operatorJoined(organisationId: string, callRowId: string, sipUserId: string, at: Date): Promise<string> {
+    const actor = systemActor(organisationId, 'sip');
+    const leg = await this.options.records.create(actor, 'CallParticipant', {
+      call_id: callRowId,
+      member_uuid: sipUserId,
+      role: 'operator',
+      joined_at: at,
+    });
+    await this.operatorBusy(actor, sipUserId);
+    return leg.id;
+  }
+
   /** An operator's SIP user in a call: `busy` (source system), unless already busy. */
   private async operatorBusy(actor: Actor, sipUserId: string): Promise<void> {
     const { rows } = await sql<{ user_id: string | null; status: string | null }>`

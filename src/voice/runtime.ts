@@ -59,7 +59,15 @@ interface ActiveCall {
   lastUserIndex: number;
   /** Relayed by the SIP edge: its account of the call (the Call is the edge's; see storeCall). */
   edge?: CallEvent;
+  dialog?: DialogHandle;
+  /** A transfer to an operator under way or done: the operator's SIP URI. */
+  transferTo?: string;
 }
+
+/** Said when a handed-off call finds no operator to take it; the conversation stays queued for one. */
+export const NO_OPERATOR_TEXT = 'Sorry, no one is available to take your call right now. A colleague will get back to you.';
+/** How long a transfer may take: the operator's phone ringing, then answering. */
+const TRANSFER_TIMEOUT_MS = 45_000;
 
 export class VoiceRuntime implements CallHandler {
   readonly endpoint: SipEndpoint;
@@ -112,6 +120,11 @@ export class VoiceRuntime implements CallHandler {
 
   session(callId: string): VoiceSession | undefined {
     return this.calls.get(callId)?.session;
+  }
+
+  /** The calls being (or that were) transferred to an operator, and the operator's SIP URI. */
+  transfers(): { callId: string; target: string }[] {
+    return [...this.calls.values()].flatMap((c) => (c.transferTo ? [{ callId: c.callId, target: c.transferTo }] : []));
   }
 
   /** The sessions of the calls in progress. */
@@ -181,6 +194,7 @@ export class VoiceRuntime implements CallHandler {
       onError: (error) => this.o.logger?.error({ err: error, callId: info.callId }, 'voice: turn failed'),
     });
     call.session = session;
+    call.dialog = dialog;
     this.o.logger?.info({ callId: info.callId, agent: call.agent.id, codec: dialog.negotiated.codec }, 'voice: call answered');
     session.start();
   }
@@ -404,6 +418,55 @@ export class VoiceRuntime implements CallHandler {
   }
 
   /**
+   * A handed-off call goes to its operator (docs/voice.md, "Handoff on a call"): the agent runtime offers the
+   * queued conversation to an available operator (routing.ts, `assigned_operator`); the caller is sent to that
+   * operator's phone with a blind REFER through the edge (RFC 3515: Refer-To `sip:<sip_username>@<organisation
+   * domain>`), and once the caller's NOTIFY reports the operator's answer, the operator joins the Call (a leg,
+   * role `operator`) and goes `busy`, and this leg ends (BYE, RFC 5589 section 6). Resolves with a line to say
+   * before hanging up when no operator was offered or the transfer failed; the conversation stays queued.
+   */
+  private async transfer(call: ActiveCall, conversationId: string): Promise<string | undefined> {
+    const dialog = call.dialog;
+    if (!dialog) return NO_OPERATOR_TEXT;
+    const operator = await this.assignedOperator(call.organisationId, conversationId, 3000);
+    if (!operator) {
+      this.o.logger?.info({ callId: call.callId }, 'voice: handoff with no operator available');
+      return NO_OPERATOR_TEXT;
+    }
+    const target = `sip:${operator.sip_username}@${operator.domain}`;
+    call.transferTo = target;
+    this.o.logger?.info({ callId: call.callId, target }, 'voice: transferring the call (REFER)');
+    const status = await dialog.refer(target, `sip:agent-${call.agent.id}@${operator.domain}`, TRANSFER_TIMEOUT_MS);
+    if (status < 200 || status >= 300) {
+      this.o.logger?.info({ callId: call.callId, target, status }, 'voice: transfer failed');
+      return NO_OPERATOR_TEXT;
+    }
+    const stored = await call.stored!;
+    const leg = await this.callEvents.operatorJoined(call.organisationId, stored.callRowId, operator.id, new Date());
+    if (!call.edge) stored.participantIds.push(leg);
+    return undefined;
+  }
+
+  /** The SIP user (registered ones first) of the operator the handoff queue offered the conversation to. */
+  private async assignedOperator(organisationId: string, conversationId: string, waitMs: number) {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const { rows } = await sql<{ id: string; sip_username: string; domain: string }>`
+        SELECT s.id, s.sip_username, parley_sip_domain(o.slug) AS domain
+        FROM conversations c
+        JOIN sip_users s ON s.organisation_id = c.organisation_id AND s.user_id::text = c.metadata->>'assigned_operator'
+        JOIN organisations o ON o.id = s.organisation_id
+        WHERE c.id = ${conversationId} AND c.organisation_id = ${organisationId}
+        ORDER BY EXISTS (SELECT 1 FROM sip_locations l WHERE l.username = s.sip_username AND l.domain = parley_sip_domain(o.slug)) DESC,
+                 s.created_at, s.id
+        LIMIT 1`.execute(this.o.db);
+      if (rows[0]) return rows[0];
+      if (Date.now() >= deadline) return undefined;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /**
    * Waits until the agent runtime has handled the user item (its cursor passed it: the turn committed),
    * then reads what it wrote: the assistant reply, and whether the call should end (the workflow's `end`
    * step, a closed conversation, or a handoff, whose transfer to an operator is not built yet).
@@ -430,9 +493,11 @@ export class VoiceRuntime implements CallHandler {
           .executeTakeFirst();
         const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
         this.o.logger?.debug({ callId: call.callId, reply: reply?.content, hangup }, 'voice: agent answered');
-        if (reply) return { text: reply.content, hangup, at, itemId: reply.item_id };
-        // A handoff without a reply (the model failed): say so, as chat's system item does.
-        if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at };
+        // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
+        // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
+        const transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
+        if (reply) return { text: reply.content, hangup, at, itemId: reply.item_id, transfer };
+        if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
         return undefined;
       }
       if (row && row.status !== 'active') return undefined;

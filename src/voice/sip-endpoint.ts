@@ -16,6 +16,7 @@ import { buildAnswer, negotiate, parseOffer, SdpError, type Negotiated, type Sdp
 import { cseqOf, header, parseSip, serialize, type SipMessage, tagOf, uriOf, userOf } from './sip-message.js';
 
 const T1 = 500;
+const ALLOW = 'INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY';
 const T2 = 4000;
 
 export interface InviteInfo {
@@ -40,6 +41,12 @@ export interface DialogHandle {
   rtp: Socket;
   /** Ends the call from our side (BYE). */
   hangup(): Promise<void>;
+  /**
+   * Blind transfer (RFC 3515): REFER the caller to `target` in this dialog and wait for the outcome, the status
+   * of the caller's new call as its NOTIFYs report it (RFC 3515 2.4.5, message/sipfrag of RFC 3420); a REFER
+   * refused, never answered or a call that fails gives that status (408 when nothing came within `timeoutMs`).
+   */
+  refer(target: string, referredBy: string, timeoutMs: number): Promise<number>;
 }
 
 export interface CallHandler {
@@ -85,6 +92,9 @@ interface Dialog {
   retransmit?: NodeJS.Timeout;
   rtp?: Socket;
   byeDone?: () => void;
+  /** A REFER in progress: its final response, then each NOTIFY's sipfrag status. */
+  referResponse?: (status: number) => void;
+  referNotify?: (status: number) => void;
 }
 
 export class SipEndpoint {
@@ -196,10 +206,22 @@ export class SipEndpoint {
         if (!dialog.confirmed && !dialog.inviteResponse) this.end(dialog, 'caller');
         return;
       case 'OPTIONS':
-        this.reply(msg, remote, 200, 'OK', [['Allow', 'INVITE, ACK, BYE, CANCEL, OPTIONS']]);
+        this.reply(msg, remote, 200, 'OK', [['Allow', ALLOW]]);
         return;
+      case 'NOTIFY': {
+        // The progress of a transfer we asked for (RFC 3515 2.4.4): `Event: refer`, a message/sipfrag body
+        // whose status line is the caller's new call's latest response.
+        if (!dialog || dialog.ended || !/^refer\b/i.test(header(msg, 'event') ?? '')) {
+          this.reply(msg, remote, 481, 'Subscription Does Not Exist');
+          return;
+        }
+        this.reply(msg, remote, 200, 'OK');
+        const status = /^SIP\/2\.0 (\d{3})/.exec(msg.body.trim())?.[1];
+        if (status) dialog.referNotify?.(Number(status));
+        return;
+      }
       default:
-        this.reply(msg, remote, 405, 'Method Not Allowed', [['Allow', 'INVITE, ACK, BYE, CANCEL, OPTIONS']]);
+        this.reply(msg, remote, 405, 'Method Not Allowed', [['Allow', ALLOW]]);
         return;
     }
   }
@@ -207,6 +229,7 @@ export class SipEndpoint {
   private onResponse(msg: SipMessage): void {
     const dialog = this.dialogs.get(header(msg, 'call-id') ?? '');
     if (dialog && cseqOf(msg).method === 'BYE' && (msg.status ?? 0) >= 200) dialog.byeDone?.();
+    if (dialog && cseqOf(msg).method === 'REFER' && (msg.status ?? 0) >= 200) dialog.referResponse?.(msg.status ?? 0);
   }
 
   private async onInvite(msg: SipMessage, remote: { address: string; port: number }): Promise<void> {
@@ -281,6 +304,7 @@ export class SipEndpoint {
       offer,
       rtp,
       hangup: () => this.bye(dialog),
+      refer: (target, referredBy, timeoutMs) => this.refer(dialog, target, referredBy, timeoutMs),
     };
     final(200, 'OK', [['Content-Type', 'application/sdp']], this.answerFor(dialog));
     // Timer G: resend the 200 until the ACK, giving up after 64*T1 (13.3.1.4).
@@ -418,6 +442,66 @@ export class SipEndpoint {
       };
       const fire = () => {
         if (!this.socket || waited >= 64 * T1) return dialog.byeDone?.();
+        this.send(request, dialog.info.remote);
+        waited += interval;
+        timer = setTimeout(fire, interval);
+        interval = Math.min(interval * 2, T2);
+      };
+      fire();
+    });
+  }
+
+  /**
+   * Sends REFER in the dialog (retransmitted as a non-INVITE request, 17.1.2.2, until a final response) and
+   * follows the implicit subscription: a 2xx answer (202 Accepted) is followed by NOTIFYs, and the first one
+   * with a final status (>= 200) is the outcome. The caller hanging up meanwhile ends the wait (487).
+   */
+  private async refer(dialog: Dialog, target: string, referredBy: string, timeoutMs: number): Promise<number> {
+    if (dialog.ended || !dialog.handle) return 481;
+    dialog.localSeq++;
+    const branch = `z9hG4bK${randomBytes(8).toString('hex')}`;
+    const request = serialize(`REFER ${dialog.remoteTarget} SIP/2.0`, [
+      ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=${branch};rport`],
+      ['Max-Forwards', '70'],
+      ...routeHeaders(dialog),
+      ['From', dialog.localParty],
+      ['To', dialog.remoteParty],
+      ['Call-ID', dialog.info.callId],
+      ['CSeq', `${dialog.localSeq} REFER`],
+      ['Contact', `<sip:parley@${this.hostPort()}>`],
+      ['Refer-To', `<${target}>`],
+      ['Referred-By', `<${referredBy}>`],
+    ]);
+    return new Promise<number>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      let answered = false;
+      const deadline = setTimeout(() => done(408), timeoutMs);
+      const done = (status: number) => {
+        clearTimeout(timer);
+        clearTimeout(deadline);
+        dialog.referResponse = undefined;
+        dialog.referNotify = undefined;
+        clearInterval(watch);
+        resolve(status);
+      };
+      // A caller that hangs up (or a dialog otherwise ended) while the transfer is under way.
+      const watch = setInterval(() => {
+        if (dialog.ended) done(487);
+      }, 100);
+      dialog.referResponse = (status) => {
+        if (answered) return;
+        answered = true;
+        clearTimeout(timer);
+        if (status >= 300) done(status);
+      };
+      dialog.referNotify = (status) => {
+        if (status >= 200) done(status);
+      };
+      let interval = T1;
+      let waited = 0;
+      const fire = () => {
+        if (answered || !this.socket) return;
+        if (waited >= 64 * T1) return done(408);
         this.send(request, dialog.info.remote);
         waited += interval;
         timer = setTimeout(fire, interval);

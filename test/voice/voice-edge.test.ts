@@ -89,7 +89,11 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       config,
       agents,
       callEvents: stack.edge.events,
-      logger: pino({ level: process.env.VOICE_TEST_LOG ?? 'silent' }),
+      // VOICE_TEST_LOG=debug (and VOICE_TEST_LOG_FILE=path) shows the runtime's log.
+      logger: pino(
+        { level: process.env.VOICE_TEST_LOG ?? 'silent' },
+        process.env.VOICE_TEST_LOG_FILE ? pino.destination(process.env.VOICE_TEST_LOG_FILE) : undefined,
+      ),
     });
     await voice.start();
   }, 90_000);
@@ -280,6 +284,97 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     const call = await terminalCall(acme, `agent-${draft.id}`);
     expect(call.attributes).toMatchObject({ status: 'no_answer', sip_code: 480 });
   }, 90_000);
+
+  it("a handoff transfers the caller to the operator's phone: REFER through the edge, the operator rings and answers, joins the Call and goes busy", async () => {
+    const records = t.services.records!;
+    const actor = systemActor(acme.tenant.organisationId, 'test');
+    const handing = await records.create(actor, 'AiAgent', {
+      name: 'Handing',
+      published: true,
+      languages: ['en'],
+      workflow: {
+        steps: [
+          { type: 'message', text: 'One moment please.' },
+          { type: 'handoff', reason: 'The caller asked for a person.' },
+        ],
+      },
+    });
+    // The operator: a SIP user of the tenant's operator, available, registered and answering.
+    const opName = `op${Date.now().toString(36)}`;
+    const opPassword = `pw-${opName}-secret`;
+    const op = await acme.admin.post(
+      '/api/sip_users',
+      resourceDocument('SipUser', { sip_username: opName, sip_password: opPassword, user_id: acme.tenant.operator.id }),
+    );
+    expect(op.status).toBe(201);
+    const opSipUserId = op.body.data.id as string;
+    const status = await records.create(actor, 'OperatorStatus', { sip_user_id: opSipUserId, status: 'available', source: 'widget' });
+    const opPort = await freeUdpPort();
+    expect((await register(stack, opName, opPassword, opPort, undefined, acme.domain)).code).toBe(0);
+    const operatorPhone = sipp('callee_answer', undefined, { localPort: opPort, keys: { domain: acme.domain }, timeoutSeconds: 60 });
+
+    const caller = await sipUser(acme);
+    const callerPort = await freeUdpPort();
+    expect((await register(stack, caller.name, caller.password, callerPort, undefined, acme.domain)).code).toBe(0);
+    const recorder = await startRecorder();
+    const target = `agent-${handing.id}`;
+    const transferee = sipp('agent_transfer_caller', stack.port, {
+      localPort: callerPort,
+      keys: { from: caller.name, domain: acme.domain, rtp: String(recorder.port) },
+      args: ['-s', target, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 90,
+    });
+    // The agent said its line and REFERred the caller to the operator's phone.
+    let ended: { errors: string } | undefined;
+    void transferee.then((r) => (ended = r));
+    const transfer = await until(
+      async () => {
+        if (ended) throw new Error(`the caller ended before the REFER: ${ended.errors}`);
+        return voice.transfers()[0];
+      },
+      'the REFER',
+      40_000,
+    );
+    expect(transfer.target).toBe(`sip:${opName}@${acme.domain}`);
+    // The caller follows the REFER: a new call to the Refer-To target, through the edge (the same SIP user).
+    const followed = await sipp('caller_call', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain: acme.domain },
+      args: ['-s', opName, '-au', caller.name, '-ap', caller.password, '-d', '1500'],
+      timeoutSeconds: 30,
+    });
+    expect(followed.errors).toBe('');
+    const first = await transferee;
+    await recorder.close();
+    expect(first.errors).toBe('');
+    expect(first.logs).toContain(`user: ${opName}`);
+    expect((await operatorPhone).code).toBe(0);
+    expect(loudFrames(recorder.audio('G722'))).toBeGreaterThan(10);
+
+    // The agent's Call: completed, with the operator's leg; the conversation handed off to the operator.
+    const call = await terminalCall(acme, target);
+    expect(call.attributes.status).toBe('completed');
+    const parties = await legs(acme, call.id);
+    expect(parties.map((p) => [p.role, p.member_uuid])).toEqual([
+      ['caller', caller.id],
+      ['agent', handing.id],
+      ['operator', opSipUserId],
+    ]);
+    const conversation = await acme.admin.get(`/api/conversations/${call.attributes.conversation_id}`);
+    expect(conversation.body.data.attributes.status).toBe('pending');
+    expect(conversation.body.data.attributes.metadata.assigned_operator).toBe(acme.tenant.operator.id);
+    // The operator went busy (a system change) when the transfer was answered.
+    const events = await t.db
+      .selectFrom('operator_status_events')
+      .select(['status', 'source'])
+      .where('operator_status_id', '=', status.id)
+      .orderBy('occurred_at')
+      .execute();
+    expect(events).toContainEqual({ status: 'busy', source: 'system' });
+    // The caller's call to the operator is a call of its own, answered by the operator's phone.
+    const operatorCall = await terminalCall(acme, opName);
+    expect(operatorCall.attributes.status).toBe('completed');
+  }, 150_000);
 
   it('the runtime answers no one but the edge: an INVITE sent to it directly gets 403', async () => {
     const socket = dgram.createSocket('udp4');
