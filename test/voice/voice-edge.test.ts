@@ -12,7 +12,7 @@ import { AgentRuntime } from '../../src/agents/runtime.js';
 import type { Config } from '../../src/config/index.js';
 import { systemActor } from '../../src/jsonapi/actor.js';
 import { edgeSources, parseSipListen } from '../../src/sip/config.js';
-import { VoiceRuntime } from '../../src/voice/runtime.js';
+import { NO_OPERATOR_TEXT, VoiceRuntime } from '../../src/voice/runtime.js';
 import { client, resourceDocument, type Client } from '../helpers/http.js';
 import { DOMAIN, freeUdpPort, register, sipp, sipSkipReason, startSipStack, until, type SipStack } from '../sip/harness.js';
 import { branch, tag } from '../sip/raw.js';
@@ -375,6 +375,36 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     const operatorCall = await terminalCall(acme, opName);
     expect(operatorCall.attributes.status).toBe('completed');
   }, 150_000);
+
+  it('a handoff with no operator available: the agent says so and hangs up; the conversation stays queued', async () => {
+    const actor = systemActor(globex.tenant.organisationId, 'test');
+    const lonely = await t.services.records!.create(actor, 'AiAgent', {
+      name: 'Lonely',
+      published: true,
+      languages: ['en'],
+      workflow: { steps: [{ type: 'handoff', reason: 'Always a person.' }] },
+    });
+    const caller = await sipUser(globex);
+    const port = await freeUdpPort();
+    expect((await register(stack, caller.name, caller.password, port, undefined, globex.domain)).code).toBe(0);
+    const recorder = await startRecorder();
+    const target = `agent-${lonely.id}`;
+    const placing = await sipp('agent_caller', stack.port, {
+      localPort: port,
+      keys: { from: caller.name, domain: globex.domain, rtp: String(recorder.port) },
+      args: ['-s', target, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 60,
+    });
+    await recorder.close();
+    expect(placing.errors).toBe('');
+    expect(voice.transfers()).toEqual([]);
+    const call = await terminalCall(globex, target);
+    expect(call.attributes.status).toBe('completed');
+    const said = (await lines(globex, call.id)).map((l) => l.content);
+    expect(said).toContain(NO_OPERATOR_TEXT);
+    const conversation = await globex.admin.get(`/api/conversations/${call.attributes.conversation_id}`);
+    expect(conversation.body.data.attributes.status).toBe('pending');
+  }, 90_000);
 
   it('the runtime answers no one but the edge: an INVITE sent to it directly gets 403', async () => {
     const socket = dgram.createSocket('udp4');
