@@ -206,6 +206,12 @@ export class SipEndpoint {
         if (!dialog.confirmed && !dialog.inviteResponse) this.end(dialog, 'caller');
         return;
       case 'OPTIONS':
+        // In a dialog (the edge's keep-alive, RFC 3261 11): a dialog this runtime no longer has (it restarted
+        // mid-call) is 481, so the edge ends the call and records it instead of keeping a silent line open.
+        if (tagOf(header(msg, 'to')) && (!dialog || dialog.ended)) {
+          this.reply(msg, remote, 481, 'Call/Transaction Does Not Exist');
+          return;
+        }
         this.reply(msg, remote, 200, 'OK', [['Allow', ALLOW]]);
         return;
       case 'NOTIFY': {
