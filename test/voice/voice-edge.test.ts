@@ -250,6 +250,29 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     expect((await lines(acme, call.id))[0]).toMatchObject({ speaker: 'agent' });
   }, 90_000);
 
+  it("a registered phone dials its organisation's number routed to the agent: answered by the agent", async () => {
+    const number = '+442079460778';
+    expect((await acme.admin.post('/api/phone_numbers', resourceDocument('PhoneNumber', { number, ai_agent_id: agentId }))).status).toBe(
+      201,
+    );
+    const caller = await sipUser(acme);
+    const port = await freeUdpPort();
+    expect((await register(stack, caller.name, caller.password, port, undefined, acme.domain)).code).toBe(0);
+    const recorder = await startRecorder();
+    const placing = await sipp('agent_caller', stack.port, {
+      localPort: port,
+      keys: { from: caller.name, domain: acme.domain, rtp: String(recorder.port) },
+      args: ['-s', number, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 60,
+    });
+    await recorder.close();
+    expect(placing.errors).toBe('');
+    expect(loudFrames(recorder.audio('G722'))).toBeGreaterThan(50);
+    const call = await terminalCall(acme, number);
+    expect(call.attributes).toMatchObject({ status: 'completed', direction: 'outbound', from_number: caller.name, to_number: number });
+    expect((await legs(acme, call.id)).map((p) => p.role)).toEqual(['caller', 'agent']);
+  }, 90_000);
+
   it("another organisation's agent is 404 (never reached), an unpublished agent 480", async () => {
     const stranger = await sipUser(globex);
     const port = await freeUdpPort();
