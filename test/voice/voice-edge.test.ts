@@ -166,7 +166,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       timeoutSeconds: 60,
     });
     await recorder.close();
-    expect(placing.errors).toBe('');
+    expect(placing.errors, placing.errors).toBe('');
     expect(placing.code).toBe(0);
 
     // RTP reached the caller (through SDP that passed the edge unchanged) and carried speech, G.722 first.
@@ -231,7 +231,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       timeoutSeconds: 60,
     });
     await recorder.close();
-    expect(placing.errors).toBe('');
+    expect(placing.errors, placing.errors).toBe('');
     expect(loudFrames(recorder.audio('G722'))).toBeGreaterThan(50);
 
     const call = await terminalCall(acme, number);
@@ -266,7 +266,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       timeoutSeconds: 60,
     });
     await recorder.close();
-    expect(placing.errors).toBe('');
+    expect(placing.errors, placing.errors).toBe('');
     expect(loudFrames(recorder.audio('G722'))).toBeGreaterThan(50);
     const call = await terminalCall(acme, number);
     expect(call.attributes).toMatchObject({ status: 'completed', direction: 'outbound', from_number: caller.name, to_number: number });
@@ -283,7 +283,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       keys: { from: stranger.name, domain: globex.domain },
       args: ['-s', target, '-au', stranger.name, '-ap', stranger.password],
     });
-    expect(refused.errors).toBe('');
+    expect(refused.errors, refused.errors).toBe('');
     const foreign = await terminalCall(globex, target);
     expect(foreign.attributes).toMatchObject({ status: 'failed', sip_code: 404 });
     // Nothing of it in the agent's organisation.
@@ -303,7 +303,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       keys: { from: caller.name, domain: acme.domain },
       args: ['-s', `agent-${draft.id}`, '-au', caller.name, '-ap', caller.password],
     });
-    expect(unpublished.errors).toBe('');
+    expect(unpublished.errors, unpublished.errors).toBe('');
     const call = await terminalCall(acme, `agent-${draft.id}`);
     expect(call.attributes).toMatchObject({ status: 'no_answer', sip_code: 480 });
   }, 90_000);
@@ -366,10 +366,10 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       args: ['-s', opName, '-au', caller.name, '-ap', caller.password, '-d', '1500'],
       timeoutSeconds: 30,
     });
-    expect(followed.errors).toBe('');
+    expect(followed.errors, followed.errors).toBe('');
     const first = await transferee;
     await recorder.close();
-    expect(first.errors).toBe('');
+    expect(first.errors, first.errors).toBe('');
     expect(first.logs).toContain(`user: ${opName}`);
     expect((await operatorPhone).code).toBe(0);
     expect(loudFrames(recorder.audio('G722'))).toBeGreaterThan(10);
@@ -419,7 +419,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       timeoutSeconds: 60,
     });
     await recorder.close();
-    expect(placing.errors).toBe('');
+    expect(placing.errors, placing.errors).toBe('');
     expect(voice.transfers()).toEqual([]);
     const call = await terminalCall(globex, target);
     expect(call.attributes.status).toBe('completed');
