@@ -179,6 +179,8 @@ export async function voiceBenchmark(databaseUrl: string, calls = 10, turns = 5)
     AGENT_POLL_MS: '200',
     DATABASE_POOL_SIZE: '20',
     VOICE_SIP_PORT: '0',
+    // The bench's callers are this process, on loopback (no SIP edge in front).
+    VOICE_SIP_TRUSTED: '127.0.0.1',
     VOICE_RTP_PORT_MIN: '0',
     VOICE_RTP_PORT_MAX: '0',
     VOICE_MAX_CALLS: String(calls),

@@ -136,5 +136,12 @@ export function loginHint(url: string, demo: DemoResult): string {
     'Demo users (shown once; only password hashes are stored):',
     ...demo.users.map((u) => `  ${u.role.padEnd(8)} ${u.email}  ${u.password}`),
     `Secret key (server-to-server, shown once): ${demo.secret_key}`,
+    ...(demo.phone
+      ? [
+          'Call the demo agent from a softphone (with `parley sip serve` running; README, "Call the demo agent"):',
+          `  register as ${demo.phone.sip_username}@${demo.phone.domain}, password ${demo.phone.sip_password}`,
+          `  dial ${demo.phone.agent_user}@${demo.phone.domain} or ${demo.phone.number}`,
+        ]
+      : []),
   ].join('\n');
 }

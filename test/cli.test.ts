@@ -167,6 +167,23 @@ describe('parley command line', () => {
     expect(demo.publishable_key.split('.')).toHaveLength(3);
     expect(demo.secret_key.split('.')).toHaveLength(3);
     expect(demo.users.map((u: { role: string }) => u.role).sort()).toEqual(['admin', 'operator', 'operator', 'owner']);
+    // A softphone can call the demo agent: a SIP user to register as, and what to dial.
+    expect(demo.phone).toMatchObject({ sip_username: 'demo-phone', number: '+442079460100' });
+    expect(demo.phone.sip_password.length).toBeGreaterThanOrEqual(12);
+    expect(demo.phone.domain).toMatch(/^demo\./);
+    const database = await openDatabase(loadConfig(env));
+    try {
+      const agent = await sql<{ id: string; published: boolean }>`
+        SELECT id, published FROM ai_agents WHERE organisation_id = ${demo.organisation_id} AND name = 'Ava'`.execute(database.db);
+      expect(demo.phone.agent_user).toBe(`agent-${agent.rows[0].id}`);
+      expect(agent.rows[0].published).toBe(true);
+      const routed = await sql<{ ai_agent_id: string }>`SELECT ai_agent_id FROM phone_numbers WHERE number = '+442079460100'`.execute(
+        database.db,
+      );
+      expect(routed.rows[0].ai_agent_id).toBe(agent.rows[0].id);
+    } finally {
+      await database.close();
+    }
   }, 180_000);
 
   it('a second demo renews the demo credentials: new passwords and keys, the old keys revoked, no second organisation', async () => {
@@ -176,6 +193,8 @@ describe('parley command line', () => {
     expect(second.organisation_id).toBe(first.organisation_id);
     expect(second.publishable_key).not.toBe(first.publishable_key);
     expect(second.users.map((u: { password: string }) => u.password)).not.toEqual(first.users.map((u: { password: string }) => u.password));
+    expect(second.phone.sip_username).toBe('demo-phone');
+    expect(second.phone.sip_password).not.toBe(first.phone.sip_password);
     const database = await openDatabase(loadConfig(env));
     try {
       const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM organisations WHERE name = 'Demo'`.execute(database.db);

@@ -4,8 +4,10 @@ import { createServices } from '../app.js';
 import { loadConfig } from '../config/index.js';
 import { openDatabase } from '../db/connection.js';
 import { migrate } from '../db/migrate.js';
-import { loadSipSettings } from '../sip/config.js';
+import pino from 'pino';
+import { edgeSources, loadSipSettings } from '../sip/config.js';
 import { sipEdgeUnavailable, startSipEdge } from '../sip/edge.js';
+import { VoiceRuntime } from '../voice/runtime.js';
 
 export function addSipCommands(program: Command, fail: (error: unknown, json: boolean) => never): void {
   const sip = program.command('sip').description('the SIP edge (Kamailio; needs PostgreSQL)');
@@ -37,11 +39,36 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
         console.log(
           `Parley SIP edge: Kamailio on ${settings.listen}, SIP domain ${settings.domain}, media on rtpengine (RTP ${settings.media.rtpPortMin}-${settings.media.rtpPortMax}) (run directory ${edge.runDir})`,
         );
+        // The voice runtime answers the calls Kamailio relays to AI agents (route[VOICE]); it takes requests
+        // from Kamailio's own addresses only (VOICE_SIP_TRUSTED overrides) and applies the edge's call events
+        // in this process, so a call's records are one Call (docs/voice.md, "Behind the SIP edge").
+        let voice: VoiceRuntime | undefined;
+        if (config.voice.runtime) {
+          const trusted = config.voice.sipTrusted.length ? config.voice.sipTrusted : edgeSources(settings.listens);
+          voice = new VoiceRuntime({
+            db: database.db,
+            services,
+            config: { ...config, voice: { ...config.voice, sipTrusted: trusted } },
+            callEvents: edge.events,
+            logger: pino({ level: config.logLevel }, pino.destination(2)),
+          });
+          try {
+            await voice.start();
+          } catch (error) {
+            await edge.stop().catch(() => {});
+            throw new Error(
+              `the voice runtime cannot listen on ${settings.voiceAddress} (VOICE_SIP_HOST/VOICE_SIP_PORT): ${error instanceof Error ? error.message : String(error)}`,
+            );
+          }
+          console.log(`Parley voice runtime: AI agent calls on ${settings.voiceAddress} (taken from ${trusted.join(', ')})`);
+        }
         let stopping = false;
         const stop = async (signal: string) => {
           if (stopping) return;
           stopping = true;
           log('info', 'stopping Kamailio', { signal });
+          // Agent calls are hung up (BYE through Kamailio, which still runs) and recorded before Kamailio stops.
+          await voice?.stop().catch((error: unknown) => log('error', 'stopping the voice runtime failed', { error: String(error) }));
           await edge.stop();
           await database.close();
           process.exit(0);
@@ -59,6 +86,7 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
         ]);
         if (!stopping) {
           log('error', `${exit.process} exited`, { exit: exit.code });
+          await voice?.stop().catch(() => {});
           await edge.stop().catch(() => {});
           await database.close();
           process.exit(1);

@@ -100,6 +100,14 @@ export interface VoiceConfig {
   rtpPortMax: number;
   /** Concurrent agent calls; more get 486 Busy Here. */
   maxCalls: number;
+  /**
+   * Who may send SIP requests to the endpoint (VOICE_SIP_TRUSTED): `address` or `address:port` entries. The
+   * endpoint answers anyone else 403: it is not a public SIP server, the edge in front is. Empty: `sip serve`
+   * fills in its Kamailio's listen addresses.
+   */
+  sipTrusted: string[];
+  /** `parley sip serve` starts the voice runtime beside Kamailio (VOICE_RUNTIME, default true). */
+  runtime: boolean;
   /** Caller silence before the agent prompts (ms); the same again, and it hangs up. */
   silenceTimeoutMs: number;
   /** An utterance is cut (and answered) after this long (ms). */
@@ -254,6 +262,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       rtpPortMin: int(env, 'VOICE_RTP_PORT_MIN', 40000),
       rtpPortMax: int(env, 'VOICE_RTP_PORT_MAX', 40999),
       maxCalls: Math.max(1, int(env, 'VOICE_MAX_CALLS', 20)),
+      sipTrusted: (text(env, 'VOICE_SIP_TRUSTED') ?? '')
+        .split(',')
+        .map((a) => a.trim())
+        .filter(Boolean),
+      runtime: (text(env, 'VOICE_RUNTIME') ?? 'true') !== 'false',
       silenceTimeoutMs: Math.max(1000, int(env, 'VOICE_SILENCE_TIMEOUT_MS', 10_000)),
       maxUtteranceMs: Math.max(1000, int(env, 'VOICE_MAX_UTTERANCE_MS', 15_000)),
       endpointMs: Math.max(100, int(env, 'VOICE_ENDPOINT_MS', 600)),

@@ -14,6 +14,11 @@ export interface DemoResult {
   users: { email: string; password: string; role: Role; full_name: string }[];
   /** Whether an existing demo organisation had its passwords and keys renewed instead of being created. */
   reset?: boolean;
+  /**
+   * Calling the demo agent from a softphone (docs/voice.md, "Calling the demo agent"): a SIP user to register
+   * as, the organisation's SIP domain, and what to dial (the agent's URI user, or the demo number).
+   */
+  phone?: { sip_username: string; sip_password: string; domain: string; agent_user: string; number: string };
 }
 
 const DEMO_DOMAIN = 'demo.parley.dev';
@@ -44,6 +49,31 @@ const minutesAgo = (m: number) => {
 };
 const newPassword = () => randomBytes(9).toString('base64url');
 
+/** The softphone the demo's README instructions register as, and the demo agent's number (Ofcom's drama range). */
+export const DEMO_PHONE_USER = 'demo-phone';
+export const DEMO_AGENT_NUMBER = '+442079460100';
+
+/** What to register as and dial; the phone's password is new each time the demo is seeded or reset. */
+async function demoPhone(records: Records, org: string, agentId: string, sipUserId?: string): Promise<NonNullable<DemoResult['phone']>> {
+  const actor = systemActor(org, 'demo');
+  const password = randomBytes(12).toString('base64url');
+  const written = sipUserId
+    ? await records.update<{ attributes: { sip_uri: string } }>(actor, 'SipUser', sipUserId, { sip_password: password })
+    : await records.create<{ attributes: { sip_uri: string } }>(actor, 'SipUser', {
+        sip_username: DEMO_PHONE_USER,
+        sip_password: password,
+      });
+  // `sip:demo-phone@<the organisation's domain>`, under the SIP_DOMAIN `sip serve` last started with.
+  const uri = (written.record as unknown as { attributes: { sip_uri: string } }).attributes.sip_uri;
+  return {
+    sip_username: DEMO_PHONE_USER,
+    sip_password: password,
+    domain: uri.slice(uri.indexOf('@') + 1),
+    agent_user: `agent-${agentId}`,
+    number: DEMO_AGENT_NUMBER,
+  };
+}
+
 /**
  * Seeds the demo organisation in one transaction (a failure leaves nothing
  * behind). When it exists already, its users get new passwords and it gets new
@@ -63,6 +93,18 @@ export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
     .execute();
   if (members.length === 0) return records.transaction((tx) => seedDemoIn(tx));
   const org = members[0].organisation_id;
+  const agent = await db
+    .selectFrom('ai_agents')
+    .select('id')
+    .where('organisation_id', '=', org)
+    .where('name', '=', 'Ava')
+    .executeTakeFirst();
+  const phone = await db
+    .selectFrom('sip_users')
+    .select('id')
+    .where('organisation_id', '=', org)
+    .where('sip_username', '=', DEMO_PHONE_USER)
+    .executeTakeFirst();
   const oldKeys = await db
     .selectFrom('api_keys')
     .select('id')
@@ -70,14 +112,15 @@ export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
     .where('name', 'in', ['Website widget', 'Back office'])
     .where('revoked_at', 'is', null)
     .execute();
-  return records.transaction((tx) =>
-    resetDemo(
+  return records.transaction(async (tx) => {
+    const result = await resetDemo(
       tx,
       org,
       members,
       oldKeys.map((k) => k.id),
-    ),
-  );
+    );
+    return agent ? { ...result, phone: await demoPhone(tx, org, agent.id, phone?.id) } : result;
+  });
 }
 
 async function issueKeys(records: Records, organisationId: string, ownerId: string) {
@@ -140,6 +183,11 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
     register: true,
     inbound_acl: ['203.0.113.0/24'],
   });
+
+  // The agent answers calls to its number (dialled by a registered phone of the organisation, or arriving from a
+  // carrier through a gateway listing the caller's address) and to agent-<id> (docs/voice.md).
+  await records.create(actor, 'PhoneNumber', { number: DEMO_AGENT_NUMBER, ai_agent_id: agent.id });
+  const phone = await demoPhone(records, org, agent.id);
 
   const sipUsers: string[] = [];
   for (const [user, name] of [
@@ -237,7 +285,7 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
       }
     }
   }
-  return { organisation_id: org, ...keys, users: people };
+  return { organisation_id: org, ...keys, users: people, phone };
 }
 
 /** Whether the database holds no organisation yet (a first start). */

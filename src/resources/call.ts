@@ -24,7 +24,7 @@ export default defineResource({
     duration_seconds: attr.integer({ nullable: true, sortable: true, filterable: true }),
     /** The SIP final response of a call that did not complete (480 for an unregistered callee...). */
     sip_code: attr.integer({ nullable: true, sortable: true, filterable: true }),
-    /** Why the SIP edge refused or ended the call, when it did (`not registered`, `AI agent calls are not available yet`...). */
+    /** Why the SIP edge refused or ended the call, when it did (`not registered`, `voice runtime unavailable`...). */
     end_reason: attr.string({ nullable: true }),
     conversation_id: attr.uuid({ nullable: true, sortable: true, filterable: true, references: 'Conversation' }),
     /**

@@ -36,6 +36,11 @@ export interface CallEvent {
   code: number;
   /** When Kamailio saw it: Unix seconds with microseconds. */
   at: Date;
+  /**
+   * A call relayed to the voice runtime: the AI agent answering it (route[VOICE]). Its Conversation is the
+   * agent's, and the answering leg is the agent (role `agent`, member_uuid the agent's id).
+   */
+  ai_agent_id?: string;
   /** `refused` only: the Call's status and why. */
   status?: 'no_answer' | 'failed' | 'busy';
   reason?: string;
@@ -80,6 +85,11 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
   }
   const from = str('from');
   const to = str('to');
+  let aiAgentId: string | undefined;
+  if (b.ai_agent_id !== undefined && b.ai_agent_id !== '') {
+    aiAgentId = str('ai_agent_id', 36);
+    if (!UUID.test(aiAgentId)) problems.push('ai_agent_id must be a UUID or absent');
+  }
   const code = b.code;
   if (!Number.isInteger(code) || (code as number) < 0 || (code as number) > 699) problems.push('code must be an integer 0..699');
   const at = Number(str('at', 32));
@@ -118,6 +128,7 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
       to,
       code: code as number,
       at: new Date(Math.round(at * 1000)),
+      ...(aiAgentId ? { ai_agent_id: aiAgentId.toLowerCase() } : {}),
       ...(status ? { status, reason } : {}),
       ...(leg ? { leg } : {}),
       ...(transferor ? { transferor } : {}),
@@ -151,7 +162,7 @@ export interface CallRow {
 interface Leg {
   id?: string;
   member_uuid: string;
-  role: 'caller' | 'callee';
+  role: 'caller' | 'callee' | 'agent' | 'operator';
   joined_at: Date;
   left_at: Date | null;
   changed?: boolean;
@@ -173,7 +184,7 @@ interface SipUserRow {
 interface CallState {
   organisationId: string;
   /** Stored: its id and conversation; new: the values of its create. */
-  stored?: { id: string; conversation_id: string | null };
+  stored?: { id: string; conversation_id: string | null; conversation_status: string | null };
   create?: { event: CallEvent };
   status: string;
   started_at: Date | null;
@@ -269,11 +280,13 @@ export class CallEvents {
       id: string;
       status: string;
       conversation_id: string | null;
+      conversation_status: string | null;
       started_at: Date | null;
       answered_at: Date | null;
       legs: { id: string; member_uuid: string; role: 'caller' | 'callee'; joined_at: string; left_at: string | null }[];
     }>`
       SELECT c.id, c.status, c.conversation_id, c.started_at,
+             (SELECT v.status FROM conversations v WHERE v.id = c.conversation_id) AS conversation_status,
              coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at,
              coalesce((SELECT json_agg(json_build_object('id', p.id, 'member_uuid', p.member_uuid, 'role', p.role,
                  'joined_at', p.joined_at, 'left_at', p.left_at) ORDER BY p.joined_at, p.id)
@@ -285,7 +298,7 @@ export class CallEvents {
     const legs = typeof row.legs === 'string' ? (JSON.parse(row.legs) as typeof row.legs) : row.legs;
     return {
       organisationId,
-      stored: { id: row.id, conversation_id: row.conversation_id },
+      stored: { id: row.id, conversation_id: row.conversation_id, conversation_status: row.conversation_status },
       status: row.status,
       started_at: row.started_at,
       answered_at: row.answered_at,
@@ -379,15 +392,17 @@ export class CallEvents {
     if (typeof values.status === 'string') state.status = values.status;
   }
 
-  private join(state: CallState, member: string, at: Date): void {
-    state.legs.push({ member_uuid: member, role: 'callee', joined_at: at, left_at: null });
+  private join(state: CallState, member: string, at: Date, role: Leg['role'] = 'callee'): void {
+    state.legs.push({ member_uuid: member, role, joined_at: at, left_at: null });
   }
 
   private answer(state: CallState, event: CallEvent): void {
     // The answer time to the millisecond: the callee leg's joined_at is kept to the second.
     this.set(state, { status: 'in_progress', answered_at: event.at });
     state.answered_at = event.at;
-    this.join(state, event.callee_sip_user_id || `sip:${event.to}`, event.at);
+    // An agent call is answered by the voice runtime: the agent is the other party.
+    if (event.ai_agent_id) this.join(state, event.ai_agent_id, event.at, 'agent');
+    else this.join(state, event.callee_sip_user_id || `sip:${event.to}`, event.at);
     for (const id of [event.caller_sip_user_id, event.callee_sip_user_id]) if (id) state.busy.push(id);
   }
 
@@ -436,6 +451,7 @@ export class CallEvents {
             channel: 'voice',
             mode: 'voice',
             status: state.closeConversation ? 'closed' : 'active',
+            ...(create.ai_agent_id ? { ai_agent_id: create.ai_agent_id } : {}),
             metadata: { sip: { call_id: create.call_id, from: create.from, to: create.to } },
           });
           const sipUserId = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
@@ -452,7 +468,7 @@ export class CallEvents {
             ...state.patch,
           });
           callId = call.id;
-          state.stored = { id: call.id, conversation_id: conversation.id };
+          state.stored = { id: call.id, conversation_id: conversation.id, conversation_status: state.closeConversation ? 'closed' : 'active' };
         } else if (Object.keys(state.patch).length) {
           await records.update(actor, 'Call', callId!, state.patch);
         }
@@ -466,7 +482,8 @@ export class CallEvents {
           });
         }
         for (const leg of changedLegs) await records.update(actor, 'CallParticipant', leg.id!, { left_at: leg.left_at });
-        if (!create && state.closeConversation && state.stored?.conversation_id)
+        // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
+        if (!create && state.closeConversation && state.stored?.conversation_id && state.stored.conversation_status === 'active')
           await records.update(actor, 'Conversation', state.stored.conversation_id, { status: 'closed' });
       });
     }
@@ -497,6 +514,25 @@ export class CallEvents {
     if (!state || isTerminal(state.status)) return;
     this.finish(state, status, at);
     await this.write(state);
+  }
+
+  /**
+   * An operator took over a call the voice runtime transferred to them: their leg (role `operator`) and `busy`.
+   * Their phone's own call with the caller is recorded by the edge; when it ends, presence is restored there.
+   */
+  async operatorJoined(organisationId: string, callRowId: string, sipUserId: string, at: Date): Promise<string> {
+    const actor = systemActor(organisationId, 'sip');
+    const leg = await this.options.records.create(actor, 'CallParticipant', {
+      call_id: callRowId,
+      member_uuid: sipUserId,
+      role: 'operator',
+      joined_at: at,
+    });
+    const users = await this.sipUsers(organisationId, [sipUserId]);
+    const user = users.get(sipUserId);
+    if (user?.user_id && user.status !== 'busy')
+      await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: 'busy', source: 'system' });
+    return leg.id;
   }
 
   /**

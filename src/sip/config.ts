@@ -51,6 +51,11 @@ export interface SipSettings {
   outboundMaxCalls: number;
   /** rtpengine, the media plane (RTP_PORT_MIN/MAX, MEDIA_ADVERTISED_ADDRESS; src/config/media.ts). */
   media: MediaSettings;
+  /**
+   * Where calls to AI agents go: the voice runtime's SIP address, `host:port` (VOICE_SIP_HOST, VOICE_SIP_PORT;
+   * VOICE_ADVERTISED_ADDRESS when the runtime listens on every address).
+   */
+  voiceAddress: string;
 }
 
 /**
@@ -157,6 +162,7 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
     outboundDenyPrefixes: prefixes(env),
     outboundMaxCalls: int(env, 'SIP_OUTBOUND_MAX_CALLS', 10, 0),
     media: loadMediaSettings(env),
+    voiceAddress: voiceAddress(env),
   };
 }
 
@@ -174,6 +180,17 @@ export function mediaListenAddress(settings: SipSettings, interfaces = os.networ
     if (found) return found.address;
   }
   return '127.0.0.1';
+}
+
+const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
+
+/** The voice runtime's address as the edge sends to it: an IPv4 address (a wildcard is reached on loopback). */
+function voiceAddress(env: NodeJS.ProcessEnv): string {
+  const listen = env.VOICE_SIP_HOST || '127.0.0.1';
+  const host = listen === '0.0.0.0' ? env.VOICE_ADVERTISED_ADDRESS || '127.0.0.1' : listen;
+  if (!IPV4.test(host))
+    throw new Error(`VOICE_SIP_HOST (or VOICE_ADVERTISED_ADDRESS) must be an IPv4 address for the SIP edge, got "${host}"`);
+  return `${host}:${int(env, 'VOICE_SIP_PORT', 5070, 1)}`;
 }
 
 /** The address trunk registrations give as Contact: the first UDP listen address (else the first), `host:port`. */
@@ -240,6 +257,7 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     EVENT_QUEUE_SIZE: String(settings.eventQueueSize),
     MEDIA_DEFINE: input.rtpengineSocket ? '#!define WITH_MEDIA' : '',
     RTPENGINE_SOCK: input.rtpengineSocket ?? '',
+    VOICE_ADDR: settings.voiceAddress,
   };
   for (const [name, value] of Object.entries(values)) {
     // Values land inside double-quoted strings of the configuration language: refuse what would end one.
@@ -254,4 +272,24 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     return value;
   });
   return rendered;
+}
+
+/**
+ * The sources the voice runtime takes requests from when `sip serve` runs it: each of Kamailio's UDP listen
+ * addresses, `address:port` (Kamailio sends from its listen socket); a wildcard listen address sends from
+ * whichever address routes to the runtime, so then loopback with that port too.
+ */
+export function edgeSources(listens: SipListen[]): string[] {
+  return listens
+    .filter((l) => l.proto === 'udp')
+    .flatMap((l) =>
+      l.host === '0.0.0.0' ? [`127.0.0.1:${l.port}`, ...localAddresses().map((a) => `${a}:${l.port}`)] : [`${l.host}:${l.port}`],
+    );
+}
+
+function localAddresses(): string[] {
+  return Object.values(os.networkInterfaces())
+    .flat()
+    .filter((i) => i && i.family === 'IPv4')
+    .map((i) => i!.address);
 }

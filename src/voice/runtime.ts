@@ -20,6 +20,7 @@ import { createRecords, type Records } from '../jsonapi/records.js';
 import { buildRegistry } from '../jsonapi/routes.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { resources } from '../resources/index.js';
+import { type CallEvent, CallEvents, parseCallEvent } from '../sip/call-events.js';
 import { type Admission, type CallHandler, type DialogHandle, type InviteInfo, SipEndpoint } from './sip-endpoint.js';
 import { type CallSink, type Reply, VoiceSession } from './session.js';
 import { createStt, type SpeechToText } from './stt.js';
@@ -36,6 +37,11 @@ export interface VoiceRuntimeOptions {
   agents?: { wake(): void };
   stt?: SpeechToText;
   tts?: TextToSpeech;
+  /**
+   * The SIP edge's call events (`sip serve` passes its own, so one process applies a call's events in
+   * order): a call the edge relayed is recorded through them, as one Call with the edge's.
+   */
+  callEvents?: CallEvents;
   /** Benchmarks: each RTP packet sent, with its due time. */
   onPacketSent?: (callId: string, at: number, due: number) => void;
 }
@@ -51,7 +57,17 @@ interface ActiveCall {
   transcriptIndex: number;
   /** The last user item's content_index (the agent runtime's cursor must pass it). */
   lastUserIndex: number;
+  /** Relayed by the SIP edge: its account of the call (the Call is the edge's; see storeCall). */
+  edge?: CallEvent;
+  dialog?: DialogHandle;
+  /** A transfer to an operator under way or done: the operator's SIP URI. */
+  transferTo?: string;
 }
+
+/** Said when a handed-off call finds no operator to take it; the conversation stays queued for one. */
+export const NO_OPERATOR_TEXT = 'Sorry, no one is available to take your call right now. A colleague will get back to you.';
+/** How long a transfer may take: the operator's phone ringing, then answering. */
+const TRANSFER_TIMEOUT_MS = 45_000;
 
 export class VoiceRuntime implements CallHandler {
   readonly endpoint: SipEndpoint;
@@ -61,11 +77,15 @@ export class VoiceRuntime implements CallHandler {
   private readonly fallbackTts = new LocalTts();
   private readonly registry = buildRegistry(resources);
   private readonly endings = new Set<Promise<void>>();
+  private readonly callEvents: CallEvents;
 
   constructor(private readonly o: VoiceRuntimeOptions) {
     const v = o.config.voice;
     this.stt = o.stt ?? createStt(v);
     this.tts = o.tts ?? createTts(v);
+    this.callEvents = o.callEvents ?? new CallEvents({ db: o.db, records: o.services.records! });
+    if (v.sipTrusted.length === 0)
+      throw new Error('the voice runtime needs VOICE_SIP_TRUSTED: the addresses of the SIP edge in front of it (it answers no one else)');
     this.endpoint = new SipEndpoint({
       host: v.sipHost,
       port: v.sipPort,
@@ -73,6 +93,7 @@ export class VoiceRuntime implements CallHandler {
       rtpPortMin: v.rtpPortMin,
       rtpPortMax: v.rtpPortMax,
       handler: this,
+      trusted: v.sipTrusted,
       logger: o.logger,
     });
   }
@@ -101,6 +122,11 @@ export class VoiceRuntime implements CallHandler {
     return this.calls.get(callId)?.session;
   }
 
+  /** The calls being (or that were) transferred to an operator, and the operator's SIP URI. */
+  transfers(): { callId: string; target: string }[] {
+    return [...this.calls.values()].flatMap((c) => (c.transferTo ? [{ callId: c.callId, target: c.transferTo }] : []));
+  }
+
   /** The sessions of the calls in progress. */
   sessions(): VoiceSession[] {
     return [...this.calls.values()].flatMap((c) => (c.session ? [c.session] : []));
@@ -121,6 +147,13 @@ export class VoiceRuntime implements CallHandler {
       .executeTakeFirst();
     if (!agent) return { reject: 404, reason: 'Not Found' };
     if (!agent.published) return { reject: 480, reason: 'Temporarily Unavailable' };
+    let edge: CallEvent | undefined;
+    if (info.edgeCall !== undefined) {
+      // The edge's account of the call (sip/kamailio.cfg, route[VOICE]): the same object as its call events.
+      edge = decodeEdgeCall(info.edgeCall);
+      if (!edge || edge.ai_agent_id !== agent.id || edge.organisation_id !== agent.organisation_id || edge.call_id !== info.callId)
+        return { reject: 400, reason: 'Bad X-Parley-Call' };
+    }
     if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
     this.calls.set(info.callId, {
       callId: info.callId,
@@ -129,6 +162,7 @@ export class VoiceRuntime implements CallHandler {
       info,
       transcriptIndex: 0,
       lastUserIndex: -1,
+      edge,
     });
     return { accept: true };
   }
@@ -160,6 +194,7 @@ export class VoiceRuntime implements CallHandler {
       onError: (error) => this.o.logger?.error({ err: error, callId: info.callId }, 'voice: turn failed'),
     });
     call.session = session;
+    call.dialog = dialog;
     this.o.logger?.info({ callId: info.callId, agent: call.agent.id, codec: dialog.negotiated.codec }, 'voice: call answered');
     session.start();
   }
@@ -181,6 +216,7 @@ export class VoiceRuntime implements CallHandler {
   // ------------------------------------------------------------ records
 
   private async storeCall(call: ActiveCall) {
+    if (call.edge) return this.storeEdgeCall(call, call.edge);
     const actor = systemActor(call.organisationId, 'sip');
     const startedAt = new Date();
     return this.records.transaction(async (records) => {
@@ -217,6 +253,28 @@ export class VoiceRuntime implements CallHandler {
     });
   }
 
+  /**
+   * A call the SIP edge relayed is ONE Call, the edge's: the edge records every call it relays from its call
+   * events (src/sip/call-events.ts), keyed by the Call-ID, with the caller's real from/to and direction
+   * (inbound for a number's call from a carrier). The runtime does not write a Call of its own: it applies the
+   * edge's `initiated` event itself (the same event the edge queued, carried in X-Parley-Call), so that the
+   * Call, its voice Conversation (with the agent) and the caller's leg exist when the first turn is stored,
+   * whichever of the two gets there first (the Call-ID is unique per organisation; the loser reads the
+   * winner's). Status, answer time, the agent's leg (role `agent`, at the answer), the end and the legs'
+   * left_at stay the edge's, from the dialog it holds.
+   */
+  private async storeEdgeCall(call: ActiveCall, edge: CallEvent) {
+    await this.callEvents.apply({ ...edge, event: 'initiated' });
+    const row = await this.o.db
+      .selectFrom('calls')
+      .select(['id', 'conversation_id', 'started_at'])
+      .where('organisation_id', '=', call.organisationId)
+      .where('call_uuid', '=', call.callId)
+      .executeTakeFirstOrThrow();
+    if (!row.conversation_id) throw new Error(`call ${call.callId} has no conversation`);
+    return { callRowId: row.id, conversationId: row.conversation_id, participantIds: [], startedAt: row.started_at ?? new Date() };
+  }
+
   /** The call is over: its status, its legs' end, and its conversation closed, in one transaction. */
   private async finish(call: ActiveCall, by: 'caller' | 'agent' | 'timeout'): Promise<void> {
     if (!call.stored) return; // never confirmed: nothing was stored
@@ -225,6 +283,8 @@ export class VoiceRuntime implements CallHandler {
     // waited for), then the agent runtime gets a moment to commit its answer before the conversation closes.
     await Promise.race([call.session?.idle(), new Promise((r) => setTimeout(r, 3000))]);
     await this.agentCaughtUp(stored.conversationId, call.lastUserIndex, 3000);
+    // The edge's call: its end (status, legs, conversation) is the edge's, from the dialog's end.
+    if (call.edge) return;
     const actor = systemActor(call.organisationId, 'sip');
     const ended = new Date();
     // Read before the transaction: the embedded database has one connection, which the transaction holds.
@@ -358,6 +418,55 @@ export class VoiceRuntime implements CallHandler {
   }
 
   /**
+   * A handed-off call goes to its operator (docs/voice.md, "Handoff on a call"): the agent runtime offers the
+   * queued conversation to an available operator (routing.ts, `assigned_operator`); the caller is sent to that
+   * operator's phone with a blind REFER through the edge (RFC 3515: Refer-To `sip:<sip_username>@<organisation
+   * domain>`), and once the caller's NOTIFY reports the operator's answer, the operator joins the Call (a leg,
+   * role `operator`) and goes `busy`, and this leg ends (BYE, RFC 5589 section 6). Resolves with a line to say
+   * before hanging up when no operator was offered or the transfer failed; the conversation stays queued.
+   */
+  private async transfer(call: ActiveCall, conversationId: string): Promise<string | undefined> {
+    const dialog = call.dialog;
+    if (!dialog) return NO_OPERATOR_TEXT;
+    const operator = await this.assignedOperator(call.organisationId, conversationId, 3000);
+    if (!operator) {
+      this.o.logger?.info({ callId: call.callId }, 'voice: handoff with no operator available');
+      return NO_OPERATOR_TEXT;
+    }
+    const target = `sip:${operator.sip_username}@${operator.domain}`;
+    call.transferTo = target;
+    this.o.logger?.info({ callId: call.callId, target }, 'voice: transferring the call (REFER)');
+    const status = await dialog.refer(target, `sip:agent-${call.agent.id}@${operator.domain}`, TRANSFER_TIMEOUT_MS);
+    if (status < 200 || status >= 300) {
+      this.o.logger?.info({ callId: call.callId, target, status }, 'voice: transfer failed');
+      return NO_OPERATOR_TEXT;
+    }
+    const stored = await call.stored!;
+    const leg = await this.callEvents.operatorJoined(call.organisationId, stored.callRowId, operator.id, new Date());
+    if (!call.edge) stored.participantIds.push(leg);
+    return undefined;
+  }
+
+  /** The SIP user (registered ones first) of the operator the handoff queue offered the conversation to. */
+  private async assignedOperator(organisationId: string, conversationId: string, waitMs: number) {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const { rows } = await sql<{ id: string; sip_username: string; domain: string }>`
+        SELECT s.id, s.sip_username, parley_sip_domain(o.slug) AS domain
+        FROM conversations c
+        JOIN sip_users s ON s.organisation_id = c.organisation_id AND s.user_id::text = c.metadata->>'assigned_operator'
+        JOIN organisations o ON o.id = s.organisation_id
+        WHERE c.id = ${conversationId} AND c.organisation_id = ${organisationId}
+        ORDER BY EXISTS (SELECT 1 FROM sip_locations l WHERE l.username = s.sip_username AND l.domain = parley_sip_domain(o.slug)) DESC,
+                 s.created_at, s.id
+        LIMIT 1`.execute(this.o.db);
+      if (rows[0]) return rows[0];
+      if (Date.now() >= deadline) return undefined;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /**
    * Waits until the agent runtime has handled the user item (its cursor passed it: the turn committed),
    * then reads what it wrote: the assistant reply, and whether the call should end (the workflow's `end`
    * step, a closed conversation, or a handoff, whose transfer to an operator is not built yet).
@@ -384,14 +493,26 @@ export class VoiceRuntime implements CallHandler {
           .executeTakeFirst();
         const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
         this.o.logger?.debug({ callId: call.callId, reply: reply?.content, hangup }, 'voice: agent answered');
-        if (reply) return { text: reply.content, hangup, at, itemId: reply.item_id };
-        // A handoff without a reply (the model failed): say so, as chat's system item does.
-        if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at };
+        // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
+        // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
+        const transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
+        if (reply) return { text: reply.content, hangup, at, itemId: reply.item_id, transfer };
+        if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
         return undefined;
       }
       if (row && row.status !== 'active') return undefined;
       await new Promise((r) => setTimeout(r, 20));
     }
+    return undefined;
+  }
+}
+
+/** The edge's X-Parley-Call header: a call event (JSON, base64), validated as the event queue validates them. */
+function decodeEdgeCall(value: string): CallEvent | undefined {
+  try {
+    const { event } = parseCallEvent(JSON.parse(Buffer.from(value, 'base64').toString('utf8')));
+    return event;
+  } catch {
     return undefined;
   }
 }

@@ -38,6 +38,12 @@ export interface Reply {
   at: number;
   /** The reply's item id, for the transcript. */
   itemId?: string;
+  /**
+   * The call was handed off: once the reply has been said (heard whole or cut short by the caller), the call
+   * is transferred to an operator instead of hung up. Resolves with nothing when the transfer was done, or
+   * with a line to say before hanging up (no operator available, the transfer failed).
+   */
+  transfer?: () => Promise<string | undefined>;
 }
 
 /** Where a session's words go: the runtime turns them into records. */
@@ -290,6 +296,13 @@ export class VoiceSession {
       },
       reply.itemId,
     );
+    if (reply.transfer) {
+      // Handed off: the caller goes to an operator even after cutting the handoff line short.
+      const line = await reply.transfer();
+      if (line && !this.closed) await this.say(line, { source: 'voice', prompt: 'transfer_failed' });
+      await this.o.hangup();
+      return;
+    }
     if (reply.hangup && !result.interrupted) {
       await this.o.hangup();
       return;

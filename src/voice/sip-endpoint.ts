@@ -4,7 +4,10 @@
  * the final response again until the ACK comes (13.3.1.4: timer G, doubling from T1 to T2, giving up
  * after 64*T1 with a BYE). Requests are answered at the address they came from (RFC 3581 rport
  * behaviour, which is what every UDP phone and Kamailio expect). Not a proxy and no registrar:
- * Kamailio in front does routing, authentication and NAT.
+ * Kamailio in front does routing, authentication and NAT, so requests are taken only from the
+ * addresses in `trusted` (the edge); anyone else gets 403. The dialog's route set (the INVITE's
+ * Record-Route, 12.1.1) is copied into the 2xx and put, as Route headers, on the requests we send
+ * in the dialog, so that they pass through the edge that holds the dialog.
  */
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { randomBytes } from 'node:crypto';
@@ -13,6 +16,7 @@ import { buildAnswer, negotiate, parseOffer, SdpError, type Negotiated, type Sdp
 import { cseqOf, header, parseSip, serialize, type SipMessage, tagOf, uriOf, userOf } from './sip-message.js';
 
 const T1 = 500;
+const ALLOW = 'INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY';
 const T2 = 4000;
 
 export interface InviteInfo {
@@ -22,6 +26,8 @@ export interface InviteInfo {
   from: string;
   to: string;
   remote: { address: string; port: number };
+  /** The SIP edge's account of the call (header X-Parley-Call), when the edge relayed it. */
+  edgeCall?: string;
 }
 
 /** What the application says about a new call: refuse it with a status, or take it. */
@@ -35,6 +41,12 @@ export interface DialogHandle {
   rtp: Socket;
   /** Ends the call from our side (BYE). */
   hangup(): Promise<void>;
+  /**
+   * Blind transfer (RFC 3515): REFER the caller to `target` in this dialog and wait for the outcome, the status
+   * of the caller's new call as its NOTIFYs report it (RFC 3515 2.4.5, message/sipfrag of RFC 3420); a REFER
+   * refused, never answered or a call that fails gives that status (408 when nothing came within `timeoutMs`).
+   */
+  refer(target: string, referredBy: string, timeoutMs: number): Promise<number>;
 }
 
 export interface CallHandler {
@@ -54,6 +66,11 @@ export interface SipEndpointOptions {
   rtpPortMin: number;
   rtpPortMax: number;
   handler: CallHandler;
+  /**
+   * Sources whose requests are taken: `address` (any port) or `address:port` (IPv6 in brackets). Anyone else's
+   * request gets 403 and is logged; their responses are dropped.
+   */
+  trusted: string[];
   logger?: Logger;
 }
 
@@ -65,6 +82,8 @@ interface Dialog {
   remoteParty: string;
   localParty: string;
   localSeq: number;
+  /** The route set: the INVITE's Record-Route values (12.1.1), in order, as Route headers of our requests. */
+  routeSet: string[];
   inviteResponse?: Buffer;
   inviteBranch?: string;
   confirmed: boolean;
@@ -73,6 +92,9 @@ interface Dialog {
   retransmit?: NodeJS.Timeout;
   rtp?: Socket;
   byeDone?: () => void;
+  /** A REFER in progress: its final response, then each NOTIFY's sipfrag status. */
+  referResponse?: (status: number) => void;
+  referNotify?: (status: number) => void;
 }
 
 export class SipEndpoint {
@@ -128,6 +150,15 @@ export class SipEndpoint {
       return;
     }
     const remote = { address: rinfo.address, port: rinfo.port };
+    if (!this.isTrusted(remote)) {
+      // Not the edge: this endpoint would otherwise answer (and cost media ports to) anyone who reaches it.
+      this.options.logger?.info(
+        { from: `${rinfo.address}:${rinfo.port}`, method: msg.method },
+        'voice: SIP request from an untrusted source refused',
+      );
+      if (msg.method && msg.method !== 'ACK') this.send(this.response(msg, 403, 'Forbidden', undefined, [], ''), remote);
+      return;
+    }
     if (msg.status !== undefined) {
       this.onResponse(msg);
       return;
@@ -175,10 +206,28 @@ export class SipEndpoint {
         if (!dialog.confirmed && !dialog.inviteResponse) this.end(dialog, 'caller');
         return;
       case 'OPTIONS':
-        this.reply(msg, remote, 200, 'OK', [['Allow', 'INVITE, ACK, BYE, CANCEL, OPTIONS']]);
+        // In a dialog (the edge's keep-alive, RFC 3261 11): a dialog this runtime no longer has (it restarted
+        // mid-call) is 481, so the edge ends the call and records it instead of keeping a silent line open.
+        if (tagOf(header(msg, 'to')) && (!dialog || dialog.ended)) {
+          this.reply(msg, remote, 481, 'Call/Transaction Does Not Exist');
+          return;
+        }
+        this.reply(msg, remote, 200, 'OK', [['Allow', ALLOW]]);
         return;
+      case 'NOTIFY': {
+        // The progress of a transfer we asked for (RFC 3515 2.4.4): `Event: refer`, a message/sipfrag body
+        // whose status line is the caller's new call's latest response.
+        if (!dialog || dialog.ended || !/^refer\b/i.test(header(msg, 'event') ?? '')) {
+          this.reply(msg, remote, 481, 'Subscription Does Not Exist');
+          return;
+        }
+        this.reply(msg, remote, 200, 'OK');
+        const status = /^SIP\/2\.0 (\d{3})/.exec(msg.body.trim())?.[1];
+        if (status) dialog.referNotify?.(Number(status));
+        return;
+      }
       default:
-        this.reply(msg, remote, 405, 'Method Not Allowed', [['Allow', 'INVITE, ACK, BYE, CANCEL, OPTIONS']]);
+        this.reply(msg, remote, 405, 'Method Not Allowed', [['Allow', ALLOW]]);
         return;
     }
   }
@@ -186,6 +235,7 @@ export class SipEndpoint {
   private onResponse(msg: SipMessage): void {
     const dialog = this.dialogs.get(header(msg, 'call-id') ?? '');
     if (dialog && cseqOf(msg).method === 'BYE' && (msg.status ?? 0) >= 200) dialog.byeDone?.();
+    if (dialog && cseqOf(msg).method === 'REFER' && (msg.status ?? 0) >= 200) dialog.referResponse?.(msg.status ?? 0);
   }
 
   private async onInvite(msg: SipMessage, remote: { address: string; port: number }): Promise<void> {
@@ -196,6 +246,7 @@ export class SipEndpoint {
       from: header(msg, 'from')!,
       to: header(msg, 'to')!,
       remote,
+      edgeCall: header(msg, 'x-parley-call'),
     };
     const dialog: Dialog = {
       info,
@@ -204,6 +255,7 @@ export class SipEndpoint {
       remoteParty: header(msg, 'from')!,
       localParty: '',
       localSeq: Math.floor(Math.random() * 10000) + 1,
+      routeSet: msg.headers.get('record-route') ?? [],
       confirmed: false,
       ended: false,
     };
@@ -258,6 +310,7 @@ export class SipEndpoint {
       offer,
       rtp,
       hangup: () => this.bye(dialog),
+      refer: (target, referredBy, timeoutMs) => this.refer(dialog, target, referredBy, timeoutMs),
     };
     final(200, 'OK', [['Content-Type', 'application/sdp']], this.answerFor(dialog));
     // Timer G: resend the 200 until the ACK, giving up after 64*T1 (13.3.1.4).
@@ -336,7 +389,12 @@ export class SipEndpoint {
       ['Call-ID', header(req, 'call-id')!],
       ['CSeq', header(req, 'cseq')!],
     ];
-    if (req.method === 'INVITE' && status >= 200 && status < 300) headers.push(['Contact', `<sip:parley@${this.hostPort()}>`]);
+    if (req.method === 'INVITE' && status >= 200 && status < 300) {
+      // The route set goes back in the 2xx (12.1.1), so the caller's side keeps the edge in the dialog.
+      const recordRoute = req.headers.get('record-route');
+      if (recordRoute?.length) headers.push(['Record-Route', recordRoute]);
+      headers.push(['Contact', `<sip:parley@${this.hostPort()}>`]);
+    }
     headers.push(['Server', 'parley-voice'], ...extra);
     return serialize(`SIP/2.0 ${status} ${reason}`, headers, body);
   }
@@ -354,6 +412,11 @@ export class SipEndpoint {
     this.send(this.response(req, status, reason, withTag ? dialog?.localTag : undefined, extra, body), to);
   }
 
+  private isTrusted(remote: { address: string; port: number }): boolean {
+    const host = remote.address.includes(':') ? `[${remote.address}]` : remote.address;
+    return this.options.trusted.some((t) => t === remote.address || t === host || t === `${host}:${remote.port}`);
+  }
+
   private hostPort(): string {
     const host = this.address.includes(':') ? `[${this.address}]` : this.address;
     return `${host}:${this.port}`;
@@ -369,6 +432,7 @@ export class SipEndpoint {
     const request = serialize(`BYE ${dialog.remoteTarget} SIP/2.0`, [
       ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=${branch};rport`],
       ['Max-Forwards', '70'],
+      ...routeHeaders(dialog),
       ['From', dialog.localParty],
       ['To', dialog.remoteParty],
       ['Call-ID', dialog.info.callId],
@@ -384,6 +448,66 @@ export class SipEndpoint {
       };
       const fire = () => {
         if (!this.socket || waited >= 64 * T1) return dialog.byeDone?.();
+        this.send(request, dialog.info.remote);
+        waited += interval;
+        timer = setTimeout(fire, interval);
+        interval = Math.min(interval * 2, T2);
+      };
+      fire();
+    });
+  }
+
+  /**
+   * Sends REFER in the dialog (retransmitted as a non-INVITE request, 17.1.2.2, until a final response) and
+   * follows the implicit subscription: a 2xx answer (202 Accepted) is followed by NOTIFYs, and the first one
+   * with a final status (>= 200) is the outcome. The caller hanging up meanwhile ends the wait (487).
+   */
+  private async refer(dialog: Dialog, target: string, referredBy: string, timeoutMs: number): Promise<number> {
+    if (dialog.ended || !dialog.handle) return 481;
+    dialog.localSeq++;
+    const branch = `z9hG4bK${randomBytes(8).toString('hex')}`;
+    const request = serialize(`REFER ${dialog.remoteTarget} SIP/2.0`, [
+      ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=${branch};rport`],
+      ['Max-Forwards', '70'],
+      ...routeHeaders(dialog),
+      ['From', dialog.localParty],
+      ['To', dialog.remoteParty],
+      ['Call-ID', dialog.info.callId],
+      ['CSeq', `${dialog.localSeq} REFER`],
+      ['Contact', `<sip:parley@${this.hostPort()}>`],
+      ['Refer-To', `<${target}>`],
+      ['Referred-By', `<${referredBy}>`],
+    ]);
+    return new Promise<number>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      let answered = false;
+      const deadline = setTimeout(() => done(408), timeoutMs);
+      const done = (status: number) => {
+        clearTimeout(timer);
+        clearTimeout(deadline);
+        dialog.referResponse = undefined;
+        dialog.referNotify = undefined;
+        clearInterval(watch);
+        resolve(status);
+      };
+      // A caller that hangs up (or a dialog otherwise ended) while the transfer is under way.
+      const watch = setInterval(() => {
+        if (dialog.ended) done(487);
+      }, 100);
+      dialog.referResponse = (status) => {
+        if (answered) return;
+        answered = true;
+        clearTimeout(timer);
+        if (status >= 300) done(status);
+      };
+      dialog.referNotify = (status) => {
+        if (status >= 200) done(status);
+      };
+      let interval = T1;
+      let waited = 0;
+      const fire = () => {
+        if (answered || !this.socket) return;
+        if (waited >= 64 * T1) return done(408);
         this.send(request, dialog.info.remote);
         waited += interval;
         timer = setTimeout(fire, interval);
@@ -412,4 +536,13 @@ export class SipEndpoint {
       if (this.dialogs.get(dialog.info.callId) === dialog) this.dialogs.delete(dialog.info.callId);
     }, 32_000).unref();
   }
+}
+
+/**
+ * Route headers of a request we send in a dialog as the UAS (12.1.1, 12.2.1.1): the INVITE's Record-Route
+ * values in order. The edge's Record-Route has `lr` (loose routing, RFC 3261 16.12), so the Request-URI stays
+ * the remote target and the request goes to the first Route's host, which is where the INVITE came from.
+ */
+function routeHeaders(dialog: { routeSet: string[] }): [string, string][] {
+  return dialog.routeSet.map((r) => ['Route', r]);
 }

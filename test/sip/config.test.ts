@@ -5,7 +5,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { kamailioDatabaseUrl, loadSipSettings, renderKamailioConfig, TEMPLATE_PATH } from '../../src/sip/config.js';
+import { parseCallEvent } from '../../src/sip/call-events.js';
+import {
+  edgeSources,
+  kamailioDatabaseUrl,
+  loadSipSettings,
+  parseSipListen,
+  renderKamailioConfig,
+  TEMPLATE_PATH,
+} from '../../src/sip/config.js';
 import { haveProgram } from '../../src/sip/kamailio.js';
 
 const run = promisify(execFile);
@@ -26,6 +34,47 @@ describe('SIP settings', () => {
     expect(() => loadSipSettings({ SIP_RING_TIMEOUT_SECONDS: '0' })).toThrow(/SIP_RING_TIMEOUT_SECONDS/);
     // The dialog module refuses keep-alive intervals under 30 s.
     expect(() => loadSipSettings({ SIP_KEEPALIVE_SECONDS: '10' })).toThrow(/SIP_KEEPALIVE_SECONDS/);
+  });
+
+  it('sends agent calls to the voice runtime (VOICE_SIP_HOST/PORT), which trusts the UDP listen addresses', () => {
+    expect(loadSipSettings({}).voiceAddress).toBe('127.0.0.1:5070');
+    expect(loadSipSettings({ VOICE_SIP_HOST: '10.0.0.5', VOICE_SIP_PORT: '5090' }).voiceAddress).toBe('10.0.0.5:5090');
+    // A runtime on every address is reached on its advertised address, else on loopback.
+    expect(loadSipSettings({ VOICE_SIP_HOST: '0.0.0.0' }).voiceAddress).toBe('127.0.0.1:5070');
+    expect(loadSipSettings({ VOICE_SIP_HOST: '0.0.0.0', VOICE_ADVERTISED_ADDRESS: '10.0.0.7' }).voiceAddress).toBe('10.0.0.7:5070');
+    expect(() => loadSipSettings({ VOICE_SIP_HOST: 'voice.local' })).toThrow(/VOICE_SIP_HOST/);
+    expect(edgeSources(parseSipListen('udp:127.0.0.1:5060,tcp:127.0.0.1:5060,udp:10.0.0.1:5062'))).toEqual([
+      '127.0.0.1:5060',
+      '10.0.0.1:5062',
+    ]);
+    expect(edgeSources(parseSipListen('udp:0.0.0.0:5060'))).toContain('127.0.0.1:5060');
+    const rendered = renderKamailioConfig({
+      settings: loadSipSettings({ VOICE_SIP_PORT: '5099' }),
+      databaseUrl: 'postgres://u@h/db',
+      runDir: '/tmp/x',
+    });
+    expect(rendered).toContain('#!define VOICE_ADDR "127.0.0.1:5099"');
+  });
+
+  it('carries the agent of an agent call in its events; a malformed agent id is refused', () => {
+    const base = {
+      event: 'initiated',
+      call_id: 'c1@x',
+      organisation_id: '0190a0b0-0000-7000-8000-000000000001',
+      direction: 'inbound',
+      source: 'trunk',
+      caller_sip_user_id: '',
+      callee_sip_user_id: '',
+      from: '+15551234',
+      to: '+442079460777',
+      code: 0,
+      at: '1795625144.5',
+    };
+    expect(parseCallEvent({ ...base, ai_agent_id: '0190A0B0-0000-7000-8000-0000000000AA' }).event?.ai_agent_id).toBe(
+      '0190a0b0-0000-7000-8000-0000000000aa',
+    );
+    expect(parseCallEvent(base).event?.ai_agent_id).toBeUndefined();
+    expect(parseCallEvent({ ...base, ai_agent_id: "x' OR 1=1" }).problems).toContain('ai_agent_id must be a UUID or absent');
   });
 
   it('takes a list of transports, and a deny list of outbound prefixes (premium rate by default)', () => {

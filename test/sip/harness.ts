@@ -91,6 +91,9 @@ export async function startSipStack(t: TestApp, env: Record<string, string> = {}
     SIP_RECONCILE_INTERVAL_MS: '600000',
     SIP_CHILDREN: '2',
     SIP_KAMAILIO_DEBUG: '2',
+    // Calls to agents go to a port of this test's own (nothing listens there unless the test starts a voice
+    // runtime on it), never to the default 5070, where another run's runtime may listen.
+    VOICE_SIP_PORT: String(await freeUdpPort()),
     ...env,
     ...(env.SIP_LISTEN ? { SIP_LISTEN: env.SIP_LISTEN.replaceAll('PORT', String(port)) } : {}),
   });

@@ -347,7 +347,7 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       });
     });
 
-    it('to an AI agent: 480 until the voice runtime exists, recorded as failed with the reason', async () => {
+    it('to an AI agent while no voice runtime runs: 480, recorded as failed with the reason', async () => {
       const agent = await acme.admin.post('/api/ai_agents', resourceDocument('AiAgent', { name: 'Receptionist' }));
       expect(agent.status).toBe(201);
       await gateway(acme, '127.0.0.10/32');
@@ -355,7 +355,7 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       const refused = await carrierCall('127.0.0.10', did, 'trunk_refused_480');
       expect(refused.errors).toBe('');
       const call = await terminalCall(acme, did);
-      expect(call.attributes).toMatchObject({ status: 'failed', sip_code: 480, end_reason: 'AI agent calls are not available yet' });
+      expect(call.attributes).toMatchObject({ status: 'failed', sip_code: 480, end_reason: 'voice runtime unavailable' });
     });
   });
 
@@ -397,7 +397,7 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       });
       expect(refused.errors).toBe('');
       const agentCall = await terminalCall(acme, target);
-      expect(agentCall.attributes).toMatchObject({ status: 'failed', sip_code: 480 });
+      expect(agentCall.attributes).toMatchObject({ status: 'failed', sip_code: 480, end_reason: 'voice runtime unavailable' });
     });
   });
 

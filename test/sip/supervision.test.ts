@@ -145,6 +145,8 @@ describe.skipIf(skip !== undefined)('SIP edge supervision (Kamailio + SIPp)', ()
 
   it('kill -9 of `sip serve` mid-call: Kamailio stops with it; restarted, the call talks on and is recorded at its BYE', async () => {
     const port = await freeUdpPort();
+    // `sip serve` starts the voice runtime too: on a port of this test's own, not the default 5070.
+    const voicePort = await freeUdpPort();
     const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sip-serve-'));
     cleanup.push(async () => fs.rmSync(runDir, { recursive: true, force: true }));
     const serve = async (): Promise<ChildProcess> => {
@@ -156,6 +158,7 @@ describe.skipIf(skip !== undefined)('SIP edge supervision (Kamailio + SIPp)', ()
           SIP_DOMAIN: DOMAIN,
           SIP_RUN_DIR: runDir,
           SIP_CHILDREN: '2',
+          VOICE_SIP_PORT: String(voicePort),
           LOG_LEVEL: 'silent',
         },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -163,9 +166,12 @@ describe.skipIf(skip !== undefined)('SIP edge supervision (Kamailio + SIPp)', ()
       cleanup.push(async () => child.kill('SIGKILL'));
       let output = '';
       child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      let printed = '';
       await new Promise<void>((resolve, reject) => {
         child.stdout!.on('data', (chunk: Buffer) => {
-          if (chunk.toString().includes('Parley SIP edge:')) resolve();
+          printed += chunk.toString();
+          // Kamailio runs, and the voice runtime listens behind it, taking requests from Kamailio's address only.
+          if (printed.includes(`Parley voice runtime: AI agent calls on 127.0.0.1:${voicePort} (taken from 127.0.0.1:${port})`)) resolve();
         });
         child.on('exit', (code) => reject(new Error(`sip serve exited (${code}): ${output}`)));
       });

@@ -72,6 +72,8 @@ describe.skipIf(skip)('voice agent calls (SIPp to the voice endpoint)', () => {
         sipPort: await freeUdpPort(),
         rtpPortMin: 0,
         rtpPortMax: 0,
+        // SIPp calls the endpoint directly here, from loopback (no SIP edge in front).
+        sipTrusted: ['127.0.0.1'],
         silenceTimeoutMs: 30_000,
       },
     };

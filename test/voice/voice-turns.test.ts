@@ -60,7 +60,15 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
       agentPollMs: 50,
       llmBaseUrl: undefined,
       llmApiKey: undefined,
-      voice: { ...t.config.voice, sipHost: '127.0.0.1', sipPort: 0, rtpPortMin: 0, rtpPortMax: 0, silenceTimeoutMs: 30_000 },
+      voice: {
+        ...t.config.voice,
+        sipHost: '127.0.0.1',
+        sipPort: 0,
+        rtpPortMin: 0,
+        rtpPortMax: 0,
+        silenceTimeoutMs: 30_000,
+        sipTrusted: ['127.0.0.1'],
+      },
     };
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-voice-turns-'));
   }, 60_000);
