@@ -468,7 +468,11 @@ export class CallEvents {
             ...state.patch,
           });
           callId = call.id;
-          state.stored = { id: call.id, conversation_id: conversation.id, conversation_status: state.closeConversation ? 'closed' : 'active' };
+          state.stored = {
+            id: call.id,
+            conversation_id: conversation.id,
+            conversation_status: state.closeConversation ? 'closed' : 'active',
+          };
         } else if (Object.keys(state.patch).length) {
           await records.update(actor, 'Call', callId!, state.patch);
         }
