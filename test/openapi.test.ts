@@ -77,6 +77,8 @@ const BEYOND_SPEC = [
   'delete /api/webhook_endpoints/{id}',
   'get /api/webhook_deliveries',
   'get /api/webhook_deliveries/{id}',
+  // Issue 24: the browser softphone's short-lived SIP credential.
+  'post /api/sip_users/credential',
 ];
 
 /** Each record's related links (JSON:API section 6.3.1): one path per relationship of a type with a member URL. */
