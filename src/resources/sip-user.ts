@@ -58,7 +58,7 @@ export default defineResource({
   access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS, visible: ownRowsForOperators('user_id') },
   beforeDelete: removeStatus,
   actions: {
-    credential: {
+    issueSipCredential: {
       path: 'sip_users/credential',
       summary:
         'A short-lived SIP credential for the browser softphone (meta.sip_credential: username, password, expires_at, uri, domain, ws_uri) for `sip_user_id`, or your own SIP user when left out; operators get one for their own SIP user only',

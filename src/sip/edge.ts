@@ -112,6 +112,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   const unavailable = sipEdgeUnavailable(options.databaseUrl, settings);
   if (unavailable) throw new Error(unavailable);
   await assertSipPortFree(settings.listen);
+  // The WebSocket addresses too (SIP_WS_LISTEN): Kamailio's TCP and TLS sockets under them.
+  for (const ws of settings.wsListens) {
+    await assertAddressFree({ proto: ws.proto === 'ws' ? 'tcp' : 'tls', host: ws.host, port: ws.port }, settings.listen);
+  }
 
   // The domain every organisation's SIP domain derives from (`<slug>.<SIP_DOMAIN>`), for the views Kamailio
   // reads and for the API (Organisation sip_domain, SipUser sip_uri); migration 0012.

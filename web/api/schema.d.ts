@@ -271,7 +271,7 @@ export interface paths {
         put?: never;
         /**
          * With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token
-         * @description With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator.
          */
         post: operations["visitorSession"];
         delete?: never;
@@ -643,9 +643,9 @@ export interface paths {
         put?: never;
         /**
          * A short-lived SIP credential for the browser softphone (meta.sip_credential: username, password, expires_at, uri, domain, ws_uri) for `sip_user_id`, or your own SIP user when left out; operators get one for their own SIP user only
-         * @description A short-lived SIP credential for the browser softphone (meta.sip_credential: username, password, expires_at, uri, domain, ws_uri) for `sip_user_id`, or your own SIP user when left out; operators get one for their own SIP user only. Roles: owner, admin, operator. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description A short-lived SIP credential for the browser softphone (meta.sip_credential: username, password, expires_at, uri, domain, ws_uri) for `sip_user_id`, or your own SIP user when left out; operators get one for their own SIP user only. Roles: owner, admin, operator.
          */
-        post: operations["credential"];
+        post: operations["issueSipCredential"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7173,7 +7173,7 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
-    credential: {
+    issueSipCredential: {
         parameters: {
             query?: {
                 /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
