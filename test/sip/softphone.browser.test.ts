@@ -8,7 +8,7 @@
  * Media does not flow here: the caller's offer has no ICE candidates, and bridging a browser's DTLS-SRTP to a
  * phone's RTP is rtpengine's part (docs/sip.md). This tests the signalling and the console.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -19,13 +19,26 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildServer } from '../../src/http/server.js';
 import { client, resourceDocument, type Client } from '../helpers/http.js';
 import { freePort } from '../helpers/ports.js';
+import { sql } from 'kysely';
 import { startTestApp, type TestApp } from '../support/app.js';
 import { seedTenant, type Tenant } from '../support/seed.js';
-import { freeUdpPort, sipp, sipSkipReason, startSipStack, until, type SipStack } from './harness.js';
+import { freeUdpPort, register, sipp, sipSkipReason, startSipStack, until, type SipStack } from './harness.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+
+/** Kamailio's websocket module is a package of its own (Debian: kamailio-websocket-modules). */
+function websocketModule(): boolean {
+  return ['/usr/lib', '/usr/lib64', '/usr/local/lib'].some(
+    (lib) =>
+      existsSync(path.join(lib, 'kamailio/modules/websocket.so')) ||
+      (existsSync(lib) && readdirSync(lib).some((arch) => existsSync(path.join(lib, arch, 'kamailio/modules/websocket.so')))),
+  );
+}
+
 const skip =
-  sipSkipReason() ?? (existsSync(CHROMIUM) ? undefined : `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
+  sipSkipReason() ??
+  (websocketModule() ? undefined : "Kamailio's websocket module is not installed (Debian: kamailio-websocket-modules)") ??
+  (existsSync(CHROMIUM) ? undefined : `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
 if (skip) console.warn(`softphone browser tests skipped: ${skip}`);
 
 const SCREENSHOTS = path.resolve(process.env.UPDATE_SCREENSHOTS === '1' ? 'docs/screenshots' : 'test-results/screenshots');
@@ -253,4 +266,36 @@ describe.skipIf(skip !== undefined)('the softphone in the console (Chromium, Kam
     expect(after.status).toBe('available');
     console.log(`softphone: INVITE to both tabs ringing in ${ringingAfterMs} ms (SIPp start to the panel shown, loaded machine)`);
   }, 90_000);
+  it('Kamailio takes a credential only as its own SIP user, and no longer once its session is revoked or it expired', async () => {
+    const ask = async (token: string) =>
+      (await client(t.app, token).post('/api/sip_users/credential', resourceDocument('SipUser', { sip_user_id: operatorSip.id }))).body.meta
+        .sip_credential as { username: string; password: string };
+    const registerAs = (user: string, credential: { username: string; password: string }, scenario = 'register') =>
+      freeUdpPort().then((localPort) =>
+        sipp(scenario, stack.port, {
+          localPort,
+          keys: { domain },
+          args: ['-s', user, '-au', credential.username, '-ap', credential.password],
+        }),
+      );
+    const own = await ask(tenant.operator.token);
+    expect((await registerAs(operatorSip.name, own)).code).toBe(0);
+    // The credential names its SIP user: it cannot register (or call) as another.
+    expect((await registerAs(caller.name, own, 'register_refused')).code).toBe(0);
+    // The SIP user's stored password still works for desk phones.
+    expect((await register(stack, caller.name, caller.password, await freeUdpPort(), undefined, domain)).code).toBe(0);
+
+    const expiring = await ask(tenant.admin.token);
+    expect((await registerAs(operatorSip.name, expiring)).code).toBe(0);
+    await sql`UPDATE sip_credentials SET expires_at = now() - interval '1 second' WHERE username = ${expiring.username}`.execute(t.db);
+    expect((await registerAs(operatorSip.name, expiring, 'register_refused')).code).toBe(0);
+
+    // Signing the operator out everywhere (an admin's revoke_tokens) ends the sessions and their credentials.
+    const revoke = await admin.patch(
+      `/api/users/${tenant.operator.id}`,
+      resourceDocument('User', { revoke_tokens: true }, tenant.operator.id),
+    );
+    expect(revoke.status).toBe(200);
+    expect((await registerAs(operatorSip.name, own, 'register_refused')).code).toBe(0);
+  }, 60_000);
 });
