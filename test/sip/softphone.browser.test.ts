@@ -266,6 +266,28 @@ describe.skipIf(skip !== undefined)('the softphone in the console (Chromium, Kam
     expect(after.status).toBe('available');
     console.log(`softphone: INVITE to both tabs ringing in ${ringingAfterMs} ms (SIPp start to the panel shown, loaded machine)`);
   }, 90_000);
+  it('says so in words when the microphone is refused, and the rest of the console keeps working', async () => {
+    const page = await context.newPage();
+    // The browser's answer when the user (or a policy) blocks the microphone.
+    await page.addInitScript(
+      "navigator.mediaDevices.getUserMedia = () => Promise.reject(new DOMException('Permission denied', 'NotAllowedError'));",
+    );
+    await signIn(page);
+    await page.getByRole('status').filter({ hasText: 'Phone ready' }).waitFor({ timeout: 20_000 });
+    await page.getByLabel('Call a number or SIP user').fill('no good!');
+    await page.getByRole('button', { name: 'Call', exact: true }).click();
+    await page.getByRole('alert').filter({ hasText: 'Enter a phone number or a SIP user name' }).waitFor();
+    await page.getByLabel('Call a number or SIP user').fill(caller.name);
+    await page.getByRole('button', { name: 'Call', exact: true }).click();
+    await page.getByRole('alert').filter({ hasText: 'The microphone is blocked' }).waitFor({ timeout: 10_000 });
+    expect(await page.getByRole('region', { name: 'Call' }).count()).toBe(0);
+    // Chat is untouched: the inbox and the other sections still answer.
+    await page.getByRole('button', { name: 'Calls' }).click();
+    await page.getByRole('button', { name: 'Conversations' }).click();
+    expect(await page.getByRole('button', { name: 'Sign out' }).isVisible()).toBe(true);
+    await page.close();
+  }, 60_000);
+
   it('Kamailio takes a credential only as its own SIP user, and no longer once its session is revoked or it expired', async () => {
     const ask = async (token: string) =>
       (await client(t.app, token).post('/api/sip_users/credential', resourceDocument('SipUser', { sip_user_id: operatorSip.id }))).body.meta
