@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { describeError, type ApiClient, type ConversationItemResource } from '../../api/client';
-import { type CallView, dialTarget, Phone, type PhoneState, type SipCredential } from './phone';
+import { type CallView, dialTarget, Phone, PhoneNotSetUp, type PhoneState, type SipCredential } from './phone';
 
 const KEYS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '*', '0', '#'];
 const ROLE_LABELS: Record<string, string> = { user: 'Customer', assistant: 'Agent', operator: 'Operator', system: 'Note' };
@@ -13,10 +13,11 @@ interface Props {
 
 /** A credential from the API; only the SIP user's name is asked for beside it, never its stored password. */
 async function fetchCredential(api: ApiClient, sipUserId: string): Promise<SipCredential> {
-  const { data, error } = await api.POST('/api/sip_users/credential', {
+  const { data, error, response } = await api.POST('/api/sip_users/credential', {
     params: { query: { fields: { SipUser: 'sip_username' } } },
     body: { data: { type: 'SipUser', attributes: { sip_user_id: sipUserId } } },
   });
+  if (response.status === 409) throw new PhoneNotSetUp();
   const credential = (data?.meta as { sip_credential?: SipCredential } | undefined)?.sip_credential;
   if (!credential) throw new Error(describeError(error, 'The phone is not available.'));
   return credential;
@@ -50,7 +51,7 @@ export function Softphone({ api, sipUserId }: Props) {
     };
   }, [api, sipUserId]);
 
-  if (!sipUserId || !state) return null;
+  if (!sipUserId || !state || state.registration === 'absent') return null;
   const ready = state.registration === 'registered';
   const call = state.call;
 

@@ -19,7 +19,11 @@ export interface SipCredential {
   ws_uri: string;
 }
 
-export type Registration = 'starting' | 'connecting' | 'registered' | 'unregistered' | 'failed';
+/** `absent`: this server has no softphone (no SIP_WS_URL), so the console shows none. */
+export type Registration = 'starting' | 'connecting' | 'registered' | 'unregistered' | 'failed' | 'absent';
+
+/** The API has no SIP WebSocket address (409): not an error to show, just no phone. */
+export class PhoneNotSetUp extends Error {}
 
 export interface CallView {
   direction: 'incoming' | 'outgoing';
@@ -155,7 +159,8 @@ export class Phone {
     try {
       credential = await this.options.credential();
     } catch (error) {
-      this.set({ registration: 'failed', problem: error instanceof Error ? error.message : String(error) });
+      if (error instanceof PhoneNotSetUp) this.set({ registration: 'absent', problem: undefined });
+      else this.set({ registration: 'failed', problem: error instanceof Error ? error.message : String(error) });
       return;
     }
     if (this.stopped) return;
