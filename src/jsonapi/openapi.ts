@@ -600,7 +600,7 @@ function actionOperation(resource: ResourceDef, name: string, action: CustomActi
     },
     responses: {
       [String(action.status ?? 200)]: ok(action.status === 201 ? 'Created' : 'OK', ref(`${resource.type}Document`)),
-      ...errors([403, 409, 413, 415, 422, 429]),
+      ...errors([403, 409, 413, 415, 422, 429, ...(action.errors ?? [])]),
     },
   };
 }
