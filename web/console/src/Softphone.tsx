@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { describeError, type ApiClient, type ConversationItemResource } from '../../api/client';
-import { type CallView, dialTarget, Phone, PhoneNotSetUp, type PhoneState, type SipCredential } from './phone';
+import type { Phone } from './phone';
+import { type CallView, dialTarget, PhoneNotSetUp, type PhoneState, type SipCredential } from './phone-model';
 
 const KEYS = ['1', '2', '3', '4', '5', '6', '7', '8', '9', '*', '0', '#'];
 const ROLE_LABELS: Record<string, string> = { user: 'Customer', assistant: 'Agent', operator: 'Operator', system: 'Note' };
@@ -37,16 +38,24 @@ export function Softphone({ api, sipUserId }: Props) {
 
   useEffect(() => {
     if (!sipUserId) return;
-    const created = new Phone({ credential: () => fetchCredential(api, sipUserId), onChange: setState, audio: () => audio.current });
-    phone.current = created;
-    setState(created.state);
-    void created.start();
+    let created: Phone | undefined;
+    let gone = false;
     // Unregisters when the operator signs out or the tab goes.
-    const leave = () => created.stop();
-    window.addEventListener('pagehide', leave);
+    const leave = () => created?.stop();
+    void (async () => {
+      // The phone (JsSIP) is loaded only here, for operators with a SIP user.
+      const { Phone } = await import('./phone');
+      if (gone) return;
+      created = new Phone({ credential: () => fetchCredential(api, sipUserId), onChange: setState, audio: () => audio.current });
+      phone.current = created;
+      setState(created.state);
+      window.addEventListener('pagehide', leave);
+      await created.start();
+    })();
     return () => {
+      gone = true;
       window.removeEventListener('pagehide', leave);
-      created.stop();
+      created?.stop();
       phone.current = undefined;
     };
   }, [api, sipUserId]);
