@@ -80,6 +80,8 @@ const BEYOND_SPEC = [
   // Issue 27: the organisation's signing secret for agent tool calls; agent test suites over the API.
   'post /api/organisations/tool_secret',
   'post /api/ai_agents/test',
+  // Issue 24: the browser softphone's short-lived SIP credential.
+  'post /api/sip_users/credential',
 ];
 
 /** Each record's related links (JSON:API section 6.3.1): one path per relationship of a type with a member URL. */

@@ -54,6 +54,13 @@ export interface Config {
    * address or `localhost`: the SIP edge sends REGISTERs and calls there (development and tests only).
    */
   sipAllowPrivateGateways: boolean;
+  /**
+   * The SIP edge's WebSocket address the browser softphone connects to (`wss://sip.example.com:8443`, one of
+   * `parley sip serve`'s SIP_WS_LISTEN addresses as browsers reach it); unset: no softphone credentials.
+   */
+  sipWsUrl: string | undefined;
+  /** Lifetime of a softphone's SIP credential, in seconds (docs/sip.md, "Softphone credentials"). */
+  sipCredentialTtlSeconds: number;
   /** Lifetime of a visitor credential (the chat widget's), in seconds. */
   visitorTokenTtlSeconds: number;
   /** Requests per minute one visitor credential may make. */
@@ -187,7 +194,22 @@ function dataDir(raw: string | undefined): string {
 }
 
 /** A comma-separated list of origins; each must be scheme://host[:port] (an origin as browsers send it, RFC 6454). */
-function origins(raw: string | undefined): string[] {
+/** SIP_WS_URL: a ws:// or wss:// URL (the SIP edge's WebSocket, RFC 7118), or unset. */
+function wsUrl(raw: string | undefined): string | undefined {
+  if (!raw) return undefined;
+  let parsed: URL | undefined;
+  try {
+    parsed = new URL(raw);
+  } catch {
+    parsed = undefined;
+  }
+  if (!parsed || !/^wss?:$/.test(parsed.protocol) || parsed.username || parsed.password || parsed.search || parsed.hash) {
+    throw new Error(`SIP_WS_URL: "${raw}" is not a WebSocket URL like wss://sip.example.com:8443`);
+  }
+  return raw;
+}
+
+export function origins(raw: string | undefined, name = 'CORS_ALLOWED_ORIGINS'): string[] {
   if (!raw) return [];
   return raw.split(',').map((entry) => {
     const origin = entry.trim().replace(/\/+$/, '');
@@ -198,7 +220,7 @@ function origins(raw: string | undefined): string[] {
       parsed = undefined;
     }
     if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.origin !== origin) {
-      throw new Error(`CORS_ALLOWED_ORIGINS: "${entry.trim()}" is not an origin like https://www.example.com`);
+      throw new Error(`${name}: "${entry.trim()}" is not an origin like https://www.example.com`);
     }
     return origin;
   });
@@ -239,6 +261,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     trustProxy: trustProxy(text(env, 'TRUST_PROXY')),
     corsAllowedOrigins: origins(text(env, 'CORS_ALLOWED_ORIGINS')),
     sipAllowPrivateGateways: text(env, 'SIP_ALLOW_PRIVATE_GATEWAYS') === 'true',
+    sipWsUrl: wsUrl(text(env, 'SIP_WS_URL')),
+    sipCredentialTtlSeconds: Math.max(60, int(env, 'SIP_CREDENTIAL_TTL_SECONDS', 600)),
     visitorTokenTtlSeconds: int(env, 'VISITOR_TOKEN_TTL_SECONDS', 2 * 3600),
     visitorRateLimitPerMinute: int(env, 'VISITOR_RATE_LIMIT_PER_MINUTE', 60),
     visitorAddressRateLimitPerMinute: int(env, 'VISITOR_ADDRESS_RATE_LIMIT_PER_MINUTE', 600),

@@ -251,6 +251,19 @@ export const tables = {
     keepalive: integer().default(),
     partition: integer().default(),
   },
+  // Short-lived credentials of the browser softphone (migration 0022), read by Kamailio through sip_subscriber.
+  sip_credentials: {
+    id: uuid(),
+    organisation_id: uuid(),
+    sip_user_id: uuid(),
+    user_id: uuid(),
+    session_id: uuid().null(),
+    api_key_id: uuid().null(),
+    username: text(),
+    password: text(),
+    expires_at: timestamptz(),
+    created_at: timestamptz().default(),
+  },
   // The call event queue and Kamailio's dialogs (migration 0013).
   sip_call_events: {
     id: bigserial(),

@@ -56,7 +56,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const registry = registerResources(app, resources, options);
   registerEventStream(app, { ...options, registry });
   await registerDocs(app, resources, options);
-  await registerWebAssets(app);
+  await registerWebAssets(app, undefined, { sipWsUrl: config.sipWsUrl });
   return app;
 }
 

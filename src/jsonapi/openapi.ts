@@ -582,11 +582,15 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
   };
 }
 
+/** The limits of actions that check a password (sign-in, accepting an invitation). */
+const PASSWORD_ACTION_TEXT =
+  ' Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.';
+
 function actionOperation(resource: ResourceDef, name: string, action: CustomAction, registry: Registry): Schema {
   return {
     operationId: name,
     summary: action.summary,
-    description: `${action.summary}. ${action.allowPublishable ? "Takes a publishable key (the organisation is the key's). " : ''}${rolesText(action.roles)} Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.`,
+    description: `${action.summary}. ${action.allowPublishable ? "Takes a publishable key (the organisation is the key's). " : ''}${rolesText(action.roles)}${'password' in action.input ? PASSWORD_ACTION_TEXT : ''}`,
     tags: [resource.type],
     security: action.allowPublishable ? [{ publishableKey: [] }, ...MEMBER_SECURITY] : MEMBER_SECURITY,
     parameters: queryParameters(resource, false, registry),
@@ -596,7 +600,7 @@ function actionOperation(resource: ResourceDef, name: string, action: CustomActi
     },
     responses: {
       [String(action.status ?? 200)]: ok(action.status === 201 ? 'Created' : 'OK', ref(`${resource.type}Document`)),
-      ...errors([403, 409, 413, 415, 422, 429]),
+      ...errors([403, 409, 413, 415, 422, 429, ...(action.errors ?? [])]),
     },
   };
 }

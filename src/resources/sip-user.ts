@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
+import { issueSipCredential } from '../auth/sip-credentials.js';
 import { type ActionContext, attr, defineResource, rel } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
 import { timestamps } from './timestamps.js';
@@ -56,4 +57,17 @@ export default defineResource({
   operations: { create: true, list: true, get: true, update: true, delete: true },
   access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS, visible: ownRowsForOperators('user_id') },
   beforeDelete: removeStatus,
+  actions: {
+    issueSipCredential: {
+      path: 'sip_users/credential',
+      summary:
+        'A short-lived SIP credential for the browser softphone (meta.sip_credential: username, password, expires_at, uri, domain, ws_uri) for `sip_user_id`, or your own SIP user when left out; operators get one for their own SIP user only',
+      input: {
+        sip_user_id: attr.uuid({ create: true, nullable: true, description: 'The SIP user; default: your own.' }),
+      },
+      // 404: no such SIP user, or none of the caller's; 409: the server has no SIP WebSocket (SIP_WS_URL).
+      errors: [404],
+      run: issueSipCredential,
+    },
+  },
 });

@@ -4,9 +4,17 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadMediaSettings, type MediaSettings } from '../config/media.js';
+import { origins } from '../config/index.js';
 
 export interface SipListen {
   proto: 'udp' | 'tcp' | 'tls';
+  host: string;
+  port: number;
+}
+
+/** A WebSocket listen address (RFC 7118): `ws` over TCP, `wss` over TLS. */
+export interface SipWsListen {
+  proto: 'ws' | 'wss';
   host: string;
   port: number;
 }
@@ -19,6 +27,13 @@ export interface SipSettings {
   /** PEM certificate chain and private key for the TLS listen addresses (SIP_TLS_CERT, SIP_TLS_KEY). */
   tlsCert: string | undefined;
   tlsKey: string | undefined;
+  /** SIP_WS_LISTEN: the WebSocket addresses browsers connect to (`wss:0.0.0.0:8443`); empty: none. */
+  wsListens: SipWsListen[];
+  /**
+   * Origins (scheme://host[:port]) whose pages may open a SIP WebSocket: the console's (SIP_WS_ORIGINS, else
+   * PUBLIC_URL's origin). A handshake with any other Origin, or none, is refused with 403.
+   */
+  wsOrigins: string[];
   /** The one SIP domain users register in: `<sip_username>@<domain>`. */
   domain: string;
   /** Ring timeout before an unanswered call ends as no_answer. */
@@ -125,17 +140,65 @@ export function parseSipListen(listen: string): SipListen[] {
   });
 }
 
+const WS_LISTEN = /^(wss?):(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
+
+/** SIP_WS_LISTEN's addresses (`wss:0.0.0.0:8443,ws:127.0.0.1:8080`); empty or unset: none. */
+export function parseSipWsListen(listen: string | undefined): SipWsListen[] {
+  if (!listen) return [];
+  return listen.split(',').map((one) => {
+    const match = WS_LISTEN.exec(one.trim());
+    if (!match || Number(match[4]) < 1 || Number(match[4]) > 65535) {
+      throw new Error(
+        `SIP_WS_LISTEN must be one or more ws|wss:<IP address>:<port>, comma-separated (wss:0.0.0.0:8443,ws:127.0.0.1:8080), got "${listen}"`,
+      );
+    }
+    return { proto: match[1] as SipWsListen['proto'], host: match[2], port: Number(match[4]) };
+  });
+}
+
+/** Kamailio's socket under a WebSocket address: ws over a TCP socket, wss over a TLS one. */
+const wsSocketProto = (l: SipWsListen) => (l.proto === 'ws' ? 'tcp' : 'tls');
+
+/** Whether two addresses share a port on overlapping hosts (0.0.0.0 overlaps every IPv4 address). */
+const overlaps = (a: { host: string; port: number }, b: { host: string; port: number }) =>
+  a.port === b.port && (a.host === b.host || a.host === '0.0.0.0' || b.host === '0.0.0.0');
+
+function wsOrigins(env: NodeJS.ProcessEnv): string[] {
+  const raw = env.SIP_WS_ORIGINS || (env.PUBLIC_URL ? new URL(env.PUBLIC_URL).origin : undefined);
+  const list = origins(raw, 'SIP_WS_ORIGINS');
+  // Built into the configuration's comparisons: only the characters an origin can have.
+  for (const origin of list) {
+    if (!/^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$|^https?:\/\/\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(origin))
+      throw new Error(`SIP_WS_ORIGINS: "${origin}" is not an origin like https://console.example.com`);
+  }
+  return list;
+}
+
 export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettings {
   const listen = env.SIP_LISTEN || 'udp:127.0.0.1:5060';
   const listens = parseSipListen(listen);
+  const wsListens = parseSipWsListen(env.SIP_WS_LISTEN);
+  for (const ws of wsListens) {
+    const clash = listens.find((l) => l.proto !== 'udp' && overlaps(l, ws));
+    if (clash)
+      throw new Error(
+        `SIP_WS_LISTEN ${ws.proto}:${ws.host}:${ws.port} shares its port with SIP_LISTEN ${clash.proto}:${clash.host}:${clash.port}`,
+      );
+  }
+  const origins = wsListens.length ? wsOrigins(env) : [];
+  if (wsListens.length && origins.length === 0) {
+    throw new Error(
+      "SIP_WS_LISTEN needs the console's origin, whose pages may open the SIP WebSocket: set SIP_WS_ORIGINS (https://console.example.com) or PUBLIC_URL",
+    );
+  }
   const tlsCert = env.SIP_TLS_CERT || undefined;
   const tlsKey = env.SIP_TLS_KEY || undefined;
-  if (listens.some((l) => l.proto === 'tls')) {
+  if (listens.some((l) => l.proto === 'tls') || wsListens.some((l) => l.proto === 'wss')) {
     for (const [name, file] of [
       ['SIP_TLS_CERT', tlsCert],
       ['SIP_TLS_KEY', tlsKey],
     ] as const) {
-      if (!file) throw new Error(`${name} must name a PEM file when SIP_LISTEN has a tls: address`);
+      if (!file) throw new Error(`${name} must name a PEM file when SIP_LISTEN has a tls: address or SIP_WS_LISTEN a wss: one`);
       if (!fs.existsSync(file)) throw new Error(`${name}: ${file} does not exist`);
     }
   }
@@ -146,6 +209,8 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
     listens,
     tlsCert,
     tlsKey,
+    wsListens,
+    wsOrigins: origins,
     domain,
     ringTimeoutSeconds: int(env, 'SIP_RING_TIMEOUT_SECONDS', 30, 1),
     floodRequests: int(env, 'SIP_FLOOD_REQUESTS', 200),
@@ -215,6 +280,24 @@ export function kamailioDatabaseUrl(databaseUrl: string): string {
 /** The template ships beside `src/` and `dist/` (both two levels below the package root). */
 export const TEMPLATE_PATH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../sip/kamailio.cfg');
 
+/** Placeholders that are whole expressions of the configuration language, with strings of their own. */
+const QUOTED = new Set(['WS_SOCKETS', 'WS_ORIGINS']);
+
+/**
+ * A condition true for an HTTP request (a WebSocket handshake) or a SIP message received on one of the
+ * WebSocket sockets: its local port, transport and (unless it listens on every address) local address.
+ */
+export function wsSocketsCondition(listens: SipWsListen[]): string {
+  if (listens.length === 0) return '0';
+  return listens
+    .map((l) => {
+      const parts = [`$Rp == ${l.port}`, `$pr == "${wsSocketProto(l)}"`];
+      if (l.host !== '0.0.0.0' && l.host !== '[::]') parts.push(`$Ri == "${l.host.replace(/^\[|\]$/g, '')}"`);
+      return `(${parts.join(' && ')})`;
+    })
+    .join(' || ');
+}
+
 export interface RenderInput {
   settings: SipSettings;
   databaseUrl: string;
@@ -235,10 +318,18 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     LOG_LEVEL: String(settings.kamailioDebug),
     LOG_PREFIX: 'kamailio ',
     CHILDREN: String(settings.children),
-    LISTENS: settings.listens.map((l) => `listen=${l.proto}:${l.host}:${l.port}`).join('\n'),
-    DISABLE_TCP: settings.listens.some((l) => l.proto !== 'udp') ? 'no' : 'yes',
-    // TLS (RFC 3261 section 26.2) is Kamailio's tls module, loaded only when a tls: address is listened on.
-    TLS_DEFINE: settings.listens.some((l) => l.proto === 'tls') ? '#!define WITH_TLS' : '',
+    LISTENS: [
+      ...settings.listens.map((l) => `listen=${l.proto}:${l.host}:${l.port}`),
+      ...settings.wsListens.map((l) => `listen=${wsSocketProto(l)}:${l.host}:${l.port}`),
+    ].join('\n'),
+    DISABLE_TCP: settings.listens.some((l) => l.proto !== 'udp') || settings.wsListens.length ? 'no' : 'yes',
+    // TLS (RFC 3261 section 26.2) is Kamailio's tls module, loaded only when a tls: or wss: address is listened on.
+    TLS_DEFINE:
+      settings.listens.some((l) => l.proto === 'tls') || settings.wsListens.some((l) => l.proto === 'wss') ? '#!define WITH_TLS' : '',
+    // SIP over WebSocket (RFC 7118): the xhttp and websocket modules, loaded only with SIP_WS_LISTEN.
+    WS_DEFINE: settings.wsListens.length ? '#!define WITH_WS' : '',
+    WS_SOCKETS: wsSocketsCondition(settings.wsListens),
+    WS_ORIGINS: settings.wsOrigins.length ? settings.wsOrigins.map((o) => `$hdr(Origin) == "${o}"`).join(' || ') : '0',
     TLS_CERT: settings.tlsCert ?? '',
     TLS_KEY: settings.tlsKey ?? '',
     RUN_DIR: input.runDir,
@@ -262,7 +353,8 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
   for (const [name, value] of Object.entries(values)) {
     // Values land inside double-quoted strings of the configuration language: refuse what would end one.
     // The listen lines are one per address, each built from validated parts above.
-    if (/["\r]/.test(value) || (name !== 'LISTENS' && value.includes('\n'))) {
+    // The WebSocket conditions quote validated origins and addresses themselves.
+    if ((/["]/.test(value) && !QUOTED.has(name)) || /\r/.test(value) || (name !== 'LISTENS' && value.includes('\n'))) {
       throw new Error(`${name} must not contain quotes or line breaks`);
     }
   }

@@ -124,6 +124,10 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
     log('warn', `${range.taken.length} of the ${range.total} RTP ports are taken by other processes; rtpengine skips them`, {
       first: range.taken.slice(0, 10),
     });
+  // The WebSocket addresses too (SIP_WS_LISTEN): Kamailio's TCP and TLS sockets under them.
+  for (const ws of settings.wsListens) {
+    await assertAddressFree({ proto: ws.proto === 'ws' ? 'tcp' : 'tls', host: ws.host, port: ws.port }, settings.listen);
+  }
 
   // The domain every organisation's SIP domain derives from (`<slug>.<SIP_DOMAIN>`), for the views Kamailio
   // reads and for the API (Organisation sip_domain, SipUser sip_uri); migration 0012.

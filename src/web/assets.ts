@@ -13,14 +13,17 @@ export const PUBLIC_DIR = fileURLToPath(new URL('../../dist/public/', import.met
 
 /**
  * The console's own pages allow scripts, styles and connections from this origin only, and no framing
- * (clickjacking); the sign-in token lives in sessionStorage, so it never leaves with a Referer either.
+ * (clickjacking); the sign-in token lives in sessionStorage, so it never leaves with a Referer either. The one
+ * other connection allowed is the softphone's WebSocket to the SIP edge (SIP_WS_URL), when there is one.
  */
-const CONSOLE_HEADERS: Record<string, string> = {
-  'Content-Security-Policy':
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
-  'Referrer-Policy': 'no-referrer',
-  'X-Content-Type-Options': 'nosniff',
-};
+export function consoleHeaders(sipWsUrl?: string): Record<string, string> {
+  const connect = ["'self'", ...(sipWsUrl ? [new URL(sipWsUrl).origin] : [])].join(' ');
+  return {
+    'Content-Security-Policy': `default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src ${connect}; frame-ancestors 'none'; base-uri 'none'; form-action 'none'`,
+    'Referrer-Policy': 'no-referrer',
+    'X-Content-Type-Options': 'nosniff',
+  };
+}
 
 function missing(reply: FastifyReply) {
   return reply
@@ -29,7 +32,8 @@ function missing(reply: FastifyReply) {
     .send('The console has not been built: run `npm run build:web` (npm install runs it).\n');
 }
 
-export async function registerWebAssets(app: FastifyInstance, root = PUBLIC_DIR): Promise<void> {
+export async function registerWebAssets(app: FastifyInstance, root = PUBLIC_DIR, options: { sipWsUrl?: string } = {}): Promise<void> {
+  const CONSOLE_HEADERS = consoleHeaders(options.sipWsUrl);
   const built = () => existsSync(`${root}console/index.html`);
   const config = { public: true };
   await app.register(fastifyStatic, {

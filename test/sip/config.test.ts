@@ -156,3 +156,74 @@ describe('the Kamailio configuration', () => {
     expect(fs.existsSync(TEMPLATE_PATH)).toBe(true);
   });
 });
+
+describe('SIP over WebSocket (SIP_WS_LISTEN)', () => {
+  const base = { SIP_LISTEN: 'udp:127.0.0.1:25999', SIP_DOMAIN: 'voice.example.com' };
+
+  it('takes ws and wss addresses with the console origin, and refuses what cannot work', () => {
+    const settings = loadSipSettings({
+      ...base,
+      SIP_WS_LISTEN: 'ws:127.0.0.1:25080',
+      SIP_WS_ORIGINS: 'http://127.0.0.1:8080,https://console.example.com',
+    });
+    expect(settings.wsListens).toEqual([{ proto: 'ws', host: '127.0.0.1', port: 25080 }]);
+    expect(settings.wsOrigins).toEqual(['http://127.0.0.1:8080', 'https://console.example.com']);
+    // PUBLIC_URL's origin is the console's by default.
+    expect(
+      loadSipSettings({ ...base, SIP_WS_LISTEN: 'ws:127.0.0.1:25080', PUBLIC_URL: 'https://parley.example.com/base' }).wsOrigins,
+    ).toEqual(['https://parley.example.com']);
+    expect(() => loadSipSettings({ ...base, SIP_WS_LISTEN: 'ws:127.0.0.1:25080' })).toThrow(/SIP_WS_ORIGINS/);
+    expect(() => loadSipSettings({ ...base, SIP_WS_LISTEN: 'http:127.0.0.1:25080', SIP_WS_ORIGINS: 'https://a.example' })).toThrow(
+      /SIP_WS_LISTEN/,
+    );
+    expect(() => loadSipSettings({ ...base, SIP_WS_LISTEN: 'wss:0.0.0.0:8443', SIP_WS_ORIGINS: 'https://a.example' })).toThrow(
+      /SIP_TLS_CERT/,
+    );
+    expect(() => loadSipSettings({ ...base, SIP_WS_LISTEN: 'ws:127.0.0.1:25080', SIP_WS_ORIGINS: 'https://a.example/"x' })).toThrow(
+      /SIP_WS_ORIGINS/,
+    );
+    expect(() =>
+      loadSipSettings({ SIP_LISTEN: 'tcp:0.0.0.0:5060', SIP_WS_LISTEN: 'ws:127.0.0.1:5060', SIP_WS_ORIGINS: 'https://a.example' }),
+    ).toThrow(/shares its port/);
+  });
+
+  it('renders the websocket modules, the WebSocket sockets, the handshake only there and the Origin check', () => {
+    const settings = loadSipSettings({
+      ...base,
+      SIP_WS_LISTEN: 'ws:127.0.0.1:25080,ws:0.0.0.0:25081',
+      SIP_WS_ORIGINS: 'https://console.example.com',
+    });
+    const rendered = renderKamailioConfig({ settings, databaseUrl: 'postgres://postgres@127.0.0.1:5432/parley', runDir: '/tmp/x' });
+    expect(rendered).toMatch(/^#!define WITH_WS$/m);
+    expect(rendered).toContain('listen=udp:127.0.0.1:25999\nlisten=tcp:127.0.0.1:25080\nlisten=tcp:0.0.0.0:25081');
+    expect(rendered).toContain('disable_tcp=no');
+    expect(rendered).toContain('if (!(($Rp == 25080 && $pr == "tcp" && $Ri == "127.0.0.1") || ($Rp == 25081 && $pr == "tcp"))) {');
+    expect(rendered).toContain('if (!($hdr(Origin) == "https://console.example.com")) {');
+    const none = renderKamailioConfig({
+      settings: loadSipSettings(base),
+      databaseUrl: 'postgres://postgres@127.0.0.1:5432/parley',
+      runDir: '/tmp/x',
+    });
+    expect(none).not.toMatch(/^#!define WITH_WS$/m);
+    expect(none).toContain('if ((0) && !(proto == WS || proto == WSS)) {');
+  });
+
+  it.skipIf(!haveProgram('kamailio'))('is accepted by Kamailio with ws and wss listeners (kamailio -c)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sipws-'));
+    // Empty files do: the check parses the configuration and loads no certificate.
+    const [cert, key] = ['cert.pem', 'key.pem'].map((f) => path.join(dir, f));
+    for (const f of [cert, key]) fs.writeFileSync(f, '');
+    const settings = loadSipSettings({
+      ...base,
+      SIP_WS_LISTEN: 'ws:127.0.0.1:25080,wss:127.0.0.1:25443',
+      SIP_WS_ORIGINS: 'https://console.example.com',
+      SIP_TLS_CERT: cert,
+      SIP_TLS_KEY: key,
+    });
+    const file = path.join(dir, 'kamailio.cfg');
+    fs.writeFileSync(file, renderKamailioConfig({ settings, databaseUrl: 'postgres://postgres@127.0.0.1:5432/parley', runDir: dir }));
+    const { stderr, stdout } = await run('kamailio', ['-c', '-f', file]);
+    expect(stdout + stderr).toContain('config file ok');
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+});

@@ -271,7 +271,7 @@ export interface paths {
         put?: never;
         /**
          * With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token
-         * @description With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description With a publishable key: open a chat conversation for a website visitor; returns it and a visitor token in meta.token. Takes a publishable key (the organisation is the key's). Roles: owner, admin, operator.
          */
         post: operations["visitorSession"];
         delete?: never;
@@ -646,6 +646,26 @@ export interface paths {
         get: operations["getGatewayOrganisation"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/sip_users/credential": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A short-lived SIP credential for the browser softphone (meta.sip_credential: username, password, expires_at, uri, domain, ws_uri) for `sip_user_id`, or your own SIP user when left out; operators get one for their own SIP user only
+         * @description A short-lived SIP credential for the browser softphone (meta.sip_credential: username, password, expires_at, uri, domain, ws_uri) for `sip_user_id`, or your own SIP user when left out; operators get one for their own SIP user only. Roles: owner, admin, operator.
+         */
+        post: operations["issueSipCredential"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7283,6 +7303,100 @@ export interface operations {
             404: components["responses"]["Error404"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    issueSipCredential: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. SipUser: id, sip_username, sip_password, user_id, sip_uri, registered, created_at, updated_at, organisation, user.
+                 * @example {
+                 *       "SipUser": "id,sip_username"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "SipUser",
+                 *         "attributes": {}
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "SipUser";
+                        attributes?: {
+                            /**
+                             * Format: uuid
+                             * @description The SIP user; default: your own.
+                             */
+                            sip_user_id?: string | null;
+                        };
+                        relationships?: Record<string, unknown>;
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["SipUserDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
             429: components["responses"]["Error429"];
             500: components["responses"]["Error500"];
             503: components["responses"]["Error503"];

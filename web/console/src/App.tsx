@@ -9,6 +9,7 @@ import { ConversationView } from './ConversationView';
 import { Inbox } from './Inbox';
 import { actionOf, emptyState, reduce } from './live';
 import { SignIn } from './SignIn';
+import { Softphone } from './Softphone';
 import { keepKey, loadSession, saveSession, takeKeyFromFragment, type Session } from './session';
 
 const STREAM_LABELS: Record<StreamState, string> = {
@@ -124,7 +125,11 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
       const conversations = await api.GET('/api/conversations', { params: { query: { sort: '-id', 'page[limit]': 100 } } });
       if (conversations.data) dispatch({ kind: 'conversations', list: conversations.data.data });
       else setError(describeError(conversations.error, 'The conversations could not be loaded.'));
-      const sipUsers = await api.GET('/api/sip_users', { params: { query: { filter: { user_id: session.userId } } } });
+      // Only the name: the SIP user's stored password never comes into the page (the softphone gets a
+      // short-lived credential of its own).
+      const sipUsers = await api.GET('/api/sip_users', {
+        params: { query: { filter: { user_id: session.userId }, fields: { SipUser: 'sip_username' } } },
+      });
       const mine = sipUsers.data?.data[0];
       setSipUser(mine ? { id: mine.id, username: mine.attributes.sip_username ?? '' } : null);
       if (mine) {
@@ -252,6 +257,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           <Calls api={api} state={state} dispatch={dispatch} sipUsername={sipUser?.username} />
         )}
       </main>
+      <Softphone api={api} sipUserId={sipUser?.id} />
     </div>
   );
 }
