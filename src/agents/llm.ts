@@ -15,6 +15,8 @@ import type { Config } from '../config/index.js';
 export type ChatMessage = ChatCompletionMessageParam;
 
 export interface ToolCall {
+  /** The call's id, which the answer to it names (`tool_call_id`). */
+  id: string;
   name: string;
   /** Parsed JSON arguments ({} when the model sent none or sent invalid JSON). */
   arguments: Record<string, unknown>;
@@ -107,7 +109,7 @@ export function createChatModel(config: Config): ChatModel | undefined {
           let text = '';
           let answeredBy = model;
           let usage: ModelAnswer['usage'];
-          const calls = new Map<number, { name: string; args: string }>();
+          const calls = new Map<number, { id: string; name: string; args: string }>();
           for await (const chunk of started.stream) {
             if (chunk.model) answeredBy = chunk.model;
             if (chunk.usage)
@@ -120,7 +122,8 @@ export function createChatModel(config: Config): ChatModel | undefined {
             if (!delta) continue;
             if (delta.content) text += delta.content;
             for (const call of delta.tool_calls ?? []) {
-              const entry = calls.get(call.index) ?? { name: '', args: '' };
+              const entry = calls.get(call.index) ?? { id: '', name: '', args: '' };
+              if (call.id) entry.id = call.id;
               if (call.function?.name) entry.name += call.function.name;
               if (call.function?.arguments) entry.args += call.function.arguments;
               calls.set(call.index, entry);
@@ -129,7 +132,7 @@ export function createChatModel(config: Config): ChatModel | undefined {
           const lastTokenAt = performance.now();
           const toolCalls = [...calls.values()]
             .filter((c) => c.name !== '')
-            .map((c) => ({ name: c.name, arguments: parseArguments(c.args) }));
+            .map((c, index) => ({ id: c.id || `call_${index}`, name: c.name, arguments: parseArguments(c.args) }));
           if (text.trim() === '' && toolCalls.length === 0) throw new EmptyAnswer('The model returned an empty answer.');
           return {
             text: text.trim(),

@@ -41,7 +41,18 @@ import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
 import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
+import {
+  DEFAULT_RESULTS,
+  formatHits,
+  type KnowledgeHit,
+  knowledgeMode,
+  MAX_SEARCHES_PER_TURN,
+  SEARCH_KNOWLEDGE_TOOL,
+  searchKnowledge,
+  sourcesOf,
+} from './knowledge.js';
 import { createChatModel, HANDOFF_TOOL, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
+import { Analyst } from './analysis.js';
 import { assignQueued, handOff } from './routing.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
 
@@ -147,6 +158,8 @@ export class AgentRuntime {
   private readonly db: Db;
   private readonly registry: Registry;
   private readonly model: ChatModel | undefined;
+  /** Analyses of closed conversations (src/agents/analysis.ts), claimed by the same ticks as the turns. */
+  private readonly analyst: Analyst;
   private readonly inFlight = new Set<string>();
   private running = false;
   private loop?: Promise<void>;
@@ -165,6 +178,13 @@ export class AgentRuntime {
     this.logger = options.logger;
     this.registry = buildRegistry(resources);
     this.model = options.model === undefined ? createChatModel(options.config) : (options.model ?? undefined);
+    this.analyst = new Analyst({
+      db: this.db,
+      config: options.config,
+      model: this.model,
+      records: (trx) => this.records(trx),
+      logger: () => this.logger,
+    });
   }
 
   private records(trx: Db): Records {
@@ -216,6 +236,7 @@ export class AgentRuntime {
     await this.stopListening();
     await this.loop;
     while (this.inFlight.size > 0) await new Promise((r) => setTimeout(r, 10));
+    await this.analyst.idle();
   }
 
   /** As if the process were killed: nothing more is committed and leases are left to expire. */
@@ -265,6 +286,8 @@ export class AgentRuntime {
       .limit(1)
       .executeTakeFirst();
     if (queued) await assignQueued(this.db, (trx) => this.records(trx));
+    // Analyses run beside the turns, bounded by the same concurrency on their own.
+    if (!this.dead) await this.analyst.tick(this.options.config.agentConcurrency);
     const room = this.options.config.agentConcurrency - this.inFlight.size;
     if (room <= 0) return 0;
     const claimed = await this.claim(room);
@@ -545,6 +568,11 @@ export class AgentRuntime {
     }
 
     const model = this.model!;
+    // The knowledge base (docs/agents.md, "Knowledge"): passages in the prompt, or a tool the model may call.
+    const mode = await knowledgeMode(this.db, agent.id, agent.workflow ?? {});
+    const maxResults = agent.workflow?.knowledge?.max_results ?? DEFAULT_RESULTS;
+    const found: KnowledgeHit[] =
+      mode === 'retrieve' ? await searchKnowledge(this.db, conversation.organisation_id, agent.id, item.content, maxResults) : [];
     const messages = await this.prompt(
       conversation,
       agent,
@@ -552,11 +580,47 @@ export class AgentRuntime {
       { ...conversation.metadata, ...plan.answers },
       guardrails.instructions,
       plan.decision.instructions,
+      mode === 'retrieve' ? found : undefined,
     );
     const started = performance.now();
     let answer: ModelAnswer;
     try {
-      answer = await model.complete(messages, [HANDOFF_TOOL]);
+      answer = await model.complete(messages, mode === 'tool' ? [HANDOFF_TOOL, SEARCH_KNOWLEDGE_TOOL] : [HANDOFF_TOOL]);
+      // The model's searches, answered and fed back; a bounded number per turn, the last call offered no search.
+      for (let searches = 0; mode === 'tool'; ) {
+        const calls = answer.toolCalls.filter((c) => c.name === 'search_knowledge');
+        if (calls.length === 0 || answer.toolCalls.some((c) => c.name === 'handoff_to_operator')) break;
+        messages.push({
+          role: 'assistant',
+          content: answer.text || null,
+          tool_calls: calls.map((c) => ({
+            id: c.id,
+            type: 'function',
+            function: { name: c.name, arguments: JSON.stringify(c.arguments) },
+          })),
+        });
+        for (const call of calls) {
+          const query = typeof call.arguments.query === 'string' ? call.arguments.query : '';
+          const hits = query.trim() === '' ? [] : await searchKnowledge(this.db, conversation.organisation_id, agent.id, query, maxResults);
+          found.push(...hits);
+          messages.push({
+            role: 'tool',
+            tool_call_id: call.id,
+            content: query.trim() === '' ? 'search_knowledge needs a non-empty `query`.' : formatHits(hits),
+          });
+        }
+        searches += calls.length;
+        const usage = answer.usage;
+        const last = searches >= MAX_SEARCHES_PER_TURN;
+        answer = await model.complete(messages, last ? [HANDOFF_TOOL] : [HANDOFF_TOOL, SEARCH_KNOWLEDGE_TOOL]);
+        if (usage && answer.usage)
+          answer.usage = {
+            prompt_tokens: usage.prompt_tokens + answer.usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens + answer.usage.completion_tokens,
+            total_tokens: usage.total_tokens + answer.usage.total_tokens,
+          };
+        if (last) break;
+      }
     } catch (error) {
       if (!(error instanceof ModelFailure)) throw error;
       // The provider's error text (it may name a masked key or an internal URL) goes to the log only: the
@@ -576,12 +640,15 @@ export class AgentRuntime {
         },
       };
     }
+    const sources = sourcesOf(found);
     const modelMetadata = {
       source: 'model',
       model: answer.model,
       latency_ms: Math.round(performance.now() - started),
       attempts: answer.attempts,
       ...(answer.usage ? { usage: answer.usage } : {}),
+      // The passages the model was given for this reply (docs/agents.md, "Knowledge").
+      ...(sources.length > 0 ? { sources } : {}),
     };
     const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
     const outputTrip =
@@ -611,6 +678,8 @@ export class AgentRuntime {
     metadata: Record<string, unknown>,
     rules: string[],
     stepInstructions?: string,
+    /** Passages retrieved for this turn (`knowledge.mode: retrieve`); undefined when the mode is another. */
+    passages?: KnowledgeHit[],
   ): Promise<ChatMessage[]> {
     const lines = [agent.system_prompt?.trim() || `You are ${agent.name}, a helpful assistant.`];
     if (agent.tone) lines.push(`Tone: ${agent.tone}.`);
@@ -622,6 +691,11 @@ export class AgentRuntime {
       ([k, v]) => typeof v === 'string' && !['handoff_reason', 'assigned_operator', 'assigned_at'].includes(k),
     );
     if (known.length > 0) lines.push('What you know about this conversation:', ...known.map(([k, v]) => `- ${k}: ${String(v)}`));
+    if (passages)
+      lines.push(
+        'Passages from the knowledge base that may answer the user (answer from them when they do; do not invent facts they lack):',
+        formatHits(passages),
+      );
     lines.push('Call handoff_to_operator when the user asks for a human or you cannot help.');
 
     const recent = await sql<Item>`
