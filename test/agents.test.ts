@@ -218,7 +218,7 @@ describe('scripted workflow with no model', () => {
       ['assistant', DEMO_WORKFLOW.steps[2].text],
       ['user', 'My invoice'],
       ['assistant', 'I am passing you to a colleague, who will be with you shortly.'],
-      ['system', `Handed to an operator: ${DEMO_WORKFLOW.steps[3].reason}`],
+      ['system', `Handed to an operator: ${DEMO_WORKFLOW.steps[4].reason}`],
     ]);
     expectOneReplyEach(list);
     expect(list[1].metadata).toMatchObject({ source: 'workflow' });

@@ -1568,6 +1568,94 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/knowledge_documents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List KnowledgeDocument records
+         * @description The KnowledgeDocument records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listKnowledgeDocuments"];
+        put?: never;
+        /**
+         * Create a KnowledgeDocument
+         * @description Creates a KnowledgeDocument in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createKnowledgeDocument"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/knowledge_documents/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one KnowledgeDocument
+         * @description One KnowledgeDocument of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getKnowledgeDocument"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a KnowledgeDocument
+         * @description Removes the KnowledgeDocument and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deleteKnowledgeDocument"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/knowledge_documents/{id}/ai_agent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the ai_agent of one KnowledgeDocument
+         * @description The KnowledgeDocument's `ai_agent` (its related link): the AiAgent, or `data: null` when there is none or the caller may not see it. 404 when the KnowledgeDocument is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getKnowledgeDocumentAiAgent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/knowledge_documents/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one KnowledgeDocument
+         * @description The KnowledgeDocument's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the KnowledgeDocument is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getKnowledgeDocumentOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/events": {
         parameters: {
             query?: never;
@@ -1577,7 +1665,7 @@ export interface paths {
         };
         /**
          * Stream the organisation's events (server-sent events)
-         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, PhoneNumber.created, PhoneNumber.updated, PhoneNumber.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted, Invitation.created, Invitation.updated, Invitation.deleted.
+         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, Conversation.analysed, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, PhoneNumber.created, PhoneNumber.updated, PhoneNumber.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted, Invitation.created, Invitation.updated, Invitation.deleted, KnowledgeDocument.created, KnowledgeDocument.updated, KnowledgeDocument.deleted.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -1822,6 +1910,8 @@ export interface components {
             metadata?: Record<string, unknown>;
             /** Format: uuid */
             ai_agent_id?: string | null;
+            /** @description The analysis of the finished conversation (read-only): summary, data (per the agent workflow's analysis schema), success, analysed_at; or skipped/error with analysed_at. Null until the conversation closes and is analysed. */
+            analysis?: Record<string, unknown> | null;
             /**
              * Format: date-time
              * @description When the record was created.
@@ -2985,6 +3075,81 @@ export interface components {
             links: components["schemas"]["PageLinks"];
             jsonapi: components["schemas"]["JsonApi"];
         };
+        KnowledgeDocumentAttributes: {
+            /**
+             * Format: uuid
+             * @description The AI agent that answers from this document.
+             */
+            ai_agent_id?: string;
+            title?: string;
+            /** @description The document: text, Markdown or HTML as `content_type` says; at most KNOWLEDGE_MAX_BYTES (512 KiB). */
+            content?: string;
+            /** @enum {string} */
+            content_type?: "text/plain" | "text/markdown" | "text/html";
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
+        };
+        KnowledgeDocumentResource: {
+            /** Format: uuid */
+            id: string;
+            /** @constant */
+            type: "KnowledgeDocument";
+            attributes: components["schemas"]["KnowledgeDocumentAttributes"];
+            relationships: {
+                ai_agent?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "AiAgent";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                organisation?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Organisation";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+            };
+            links?: {
+                /** Format: uri */
+                self?: string;
+            };
+            meta?: Record<string, unknown>;
+        };
+        KnowledgeDocumentDocument: {
+            data: components["schemas"]["KnowledgeDocumentResource"];
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        KnowledgeDocumentRelatedDocument: {
+            data: components["schemas"]["KnowledgeDocumentResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        KnowledgeDocumentListDocument: {
+            data: components["schemas"]["KnowledgeDocumentResource"][];
+            included: components["schemas"]["Included"];
+            meta: components["schemas"]["PageMeta"];
+            links: components["schemas"]["PageLinks"];
+            jsonapi: components["schemas"]["JsonApi"];
+        };
     };
     responses: {
         /** @description Malformed request or query parameter */
@@ -3199,6 +3364,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
@@ -3431,6 +3597,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3555,6 +3722,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3654,6 +3822,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3753,6 +3922,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3816,6 +3986,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3879,6 +4050,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3972,6 +4144,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4069,6 +4242,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
@@ -4245,6 +4419,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4344,6 +4519,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4452,6 +4628,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4515,6 +4692,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
@@ -4678,6 +4856,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4741,6 +4920,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4778,7 +4958,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -4801,6 +4981,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4868,7 +5049,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -4891,6 +5072,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at.
@@ -5094,7 +5276,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5117,6 +5299,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5210,7 +5393,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5233,6 +5416,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5273,7 +5457,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5296,6 +5480,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5419,6 +5604,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5482,6 +5668,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5545,6 +5732,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5608,6 +5796,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, created_at, updated_at.
@@ -5747,6 +5936,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5787,7 +5977,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5810,6 +6000,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5873,6 +6064,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5936,6 +6128,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6085,6 +6278,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
@@ -6246,6 +6440,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6349,6 +6544,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6448,6 +6644,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6556,6 +6753,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6619,6 +6817,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
@@ -6804,6 +7003,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6910,6 +7110,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7009,6 +7210,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7119,6 +7321,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7182,6 +7385,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
@@ -7346,6 +7550,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7454,6 +7659,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7553,6 +7759,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7650,6 +7857,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7713,6 +7921,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7776,6 +7985,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at.
@@ -7974,6 +8184,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8110,6 +8321,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8209,6 +8421,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8350,6 +8563,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8413,6 +8627,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8476,6 +8691,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8539,6 +8755,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8602,6 +8819,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
@@ -8817,6 +9035,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8943,6 +9162,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9006,6 +9226,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9069,6 +9290,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9132,6 +9354,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9195,6 +9418,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
@@ -9461,6 +9685,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9524,6 +9749,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9587,6 +9813,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9650,6 +9877,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9713,6 +9941,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at.
@@ -10025,6 +10254,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10065,7 +10295,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -10088,6 +10318,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10151,6 +10382,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10214,6 +10446,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
@@ -10446,6 +10679,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10509,6 +10743,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10607,6 +10842,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10670,6 +10906,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10733,6 +10970,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
@@ -10954,6 +11192,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11017,6 +11256,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11080,6 +11320,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11143,6 +11384,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
@@ -11302,6 +11544,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11365,6 +11608,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11463,6 +11707,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
@@ -11630,6 +11875,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11743,6 +11989,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11842,6 +12089,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11948,6 +12196,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12011,6 +12260,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
@@ -12248,6 +12498,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12311,6 +12562,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12374,6 +12626,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12437,6 +12690,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
@@ -12686,6 +12940,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12801,6 +13056,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12900,6 +13156,549 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    listKnowledgeDocuments: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. KnowledgeDocument: id, ai_agent_id, title, content, content_type, created_at, updated_at, ai_agent, organisation.
+                 * @example {
+                 *       "KnowledgeDocument": "id,ai_agent_id"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, ai_agent_id, title, content_type, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    ai_agent_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    title?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    content_type?: ("text/plain" | "text/markdown" | "text/html") | {
+                        /** @enum {string} */
+                        eq?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        not_eq?: "text/plain" | "text/markdown" | "text/html";
+                        in?: string | ("text/plain" | "text/markdown" | "text/html")[];
+                        /** @enum {string} */
+                        less_than?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        greater_than?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        less_than_or_equal?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, ai_agent_id, title, content_type, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createKnowledgeDocument: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. KnowledgeDocument: id, ai_agent_id, title, content, content_type, created_at, updated_at, ai_agent, organisation.
+                 * @example {
+                 *       "KnowledgeDocument": "id,ai_agent_id"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "KnowledgeDocument",
+                 *         "attributes": {
+                 *           "ai_agent_id": "00000000-0000-7000-8000-000000000000",
+                 *           "title": "Example",
+                 *           "content": "Example"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "KnowledgeDocument";
+                        attributes?: {
+                            /**
+                             * Format: uuid
+                             * @description The AI agent that answers from this document.
+                             */
+                            ai_agent_id: string;
+                            title: string;
+                            /** @description The document: text, Markdown or HTML as `content_type` says; at most KNOWLEDGE_MAX_BYTES (512 KiB). */
+                            content: string;
+                            /**
+                             * @default text/plain
+                             * @enum {string}
+                             */
+                            content_type?: "text/plain" | "text/markdown" | "text/html";
+                        };
+                        relationships?: {
+                            /** @description The same as the attribute `ai_agent_id`; both may be given when they agree. */
+                            ai_agent?: {
+                                data: {
+                                    /** @constant */
+                                    type: "AiAgent";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                };
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                        };
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description The existing record (idempotent repeat or update) */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentDocument"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getKnowledgeDocument: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. KnowledgeDocument: id, ai_agent_id, title, content, content_type, created_at, updated_at, ai_agent, organisation.
+                 * @example {
+                 *       "KnowledgeDocument": "id,ai_agent_id"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteKnowledgeDocument: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getKnowledgeDocumentAiAgent: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["AiAgentRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getKnowledgeDocumentOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
