@@ -408,7 +408,7 @@ describe('analysis', () => {
     const fixed = await closedConversation(agentId);
     model.script(
       { toolCalls: [{ name: 'record_analysis', arguments: { summary: 'Refund.', success: true, data: { topic: 'money' } } }] },
-      { text: '{"summary": "Refund.", "success": true, "data": {"topic": "refund"}}' },
+      { text: '{"summary": "Refund.", "success": true, "data": {"topic": "refund"}}', analysis: true },
     );
     await withRuntime(config(), async () => {
       await waitFor(() => analysisOf(fixed), 'the analysis');

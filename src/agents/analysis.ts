@@ -29,6 +29,8 @@ const LEASE_MS = 120_000;
 const TRANSCRIPT_MAX_CHARS = 48_000;
 /** Characters of the summary that are stored. */
 const SUMMARY_MAX_CHARS = 4000;
+/** Bytes of JSON the data may take (the attribute holds 64 KiB in all). */
+const DATA_MAX_BYTES = 32 * 1024;
 
 export interface Analysis {
   summary: string | null;
@@ -100,6 +102,17 @@ export class Analyst {
       WHERE c.id = ${claimed.conversation_id}`.execute(db);
     if (!rows[0]) return; // deleted meanwhile: its row went with it
     const now = () => new Date().toISOString();
+    if (claimed.attempts > config.analysisMaxAttempts) {
+      // Every attempt ended without storing anything (a crash, a write refused): stop, and say so.
+      await this.store(claimed, {
+        summary: null,
+        data: null,
+        success: null,
+        analysed_at: now(),
+        error: 'The analysis could not be completed.',
+      });
+      return;
+    }
     const transcript = await this.transcript(claimed.conversation_id);
     if (!model) {
       await this.store(claimed, { summary: null, data: null, success: null, analysed_at: now(), skipped: SKIPPED_NO_MODEL });
@@ -228,6 +241,8 @@ export async function analyse(
     const call = answer.toolCalls.find((c) => c.name === RECORD_TOOL);
     last = call?.arguments ?? parseJson(answer.text) ?? {};
     problems = problemsOf(last, validate);
+    if (problems === '' && Buffer.byteLength(JSON.stringify(last.data)) > DATA_MAX_BYTES)
+      problems = `\`data\` is longer than ${DATA_MAX_BYTES} bytes of JSON`;
     if (problems === '')
       return {
         summary: String(last.summary).slice(0, SUMMARY_MAX_CHARS),
@@ -242,7 +257,8 @@ export async function analyse(
       { role: 'user', content: `That analysis is not valid: ${problems}. Call ${RECORD_TOOL} again with valid arguments.` },
     );
   }
-  const dataValid = validate(last.data) && typeof last.data === 'object' && last.data !== null;
+  const dataValid =
+    validate(last.data) && typeof last.data === 'object' && last.data !== null && Buffer.byteLength(JSON.stringify(last.data)) <= DATA_MAX_BYTES;
   return {
     summary: typeof last.summary === 'string' ? last.summary.slice(0, SUMMARY_MAX_CHARS) : null,
     data: dataValid ? (last.data as Record<string, unknown>) : null,

@@ -166,6 +166,7 @@ export class AgentRuntime {
   private wakeUp?: () => void;
   private woken = false;
   private lastTick = 0;
+  private lastAnalysisLook = 0;
   private notifyTimer?: NodeJS.Timeout;
   private unlisten?: Promise<(() => Promise<void>) | undefined>;
   /** Crashed (tests): stop renewing leases and never commit, as a killed process would. */
@@ -286,8 +287,13 @@ export class AgentRuntime {
       .limit(1)
       .executeTakeFirst();
     if (queued) await assignQueued(this.db, (trx) => this.records(trx));
-    // Analyses run beside the turns, bounded by the same concurrency on their own.
-    if (!this.dead) await this.analyst.tick(this.options.config.agentConcurrency);
+    // Analyses run beside the turns, bounded by the same concurrency on their own. They are looked for once per
+    // AGENT_POLL_MS, not at every wake-up: a closed conversation waits at most that long for its analysis, and
+    // the turns' hot path (a look per commit announcement) pays no extra statement.
+    if (!this.dead && Date.now() - this.lastAnalysisLook >= this.options.config.agentPollMs) {
+      this.lastAnalysisLook = Date.now();
+      await this.analyst.tick(this.options.config.agentConcurrency);
+    }
     const room = this.options.config.agentConcurrency - this.inFlight.size;
     if (room <= 0) return 0;
     const claimed = await this.claim(room);

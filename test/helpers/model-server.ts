@@ -2,7 +2,7 @@
  * A local OpenAI-compatible model server for tests: POST /v1/chat/completions
  * answering with streamed SSE chunks (text deltas, tool-call deltas, a usage
  * chunk, `data: [DONE]`). Each test scripts its answers; without a script it
- * echoes the last user message.
+ * echoes the last user message. Analysis requests and turns take scripted answers of their own kind.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,6 +16,12 @@ export interface ScriptedAnswer {
   until?: Promise<void>;
   /** Send nothing at all (an empty answer). */
   empty?: boolean;
+  /**
+   * For an analysis request (one offering `record_analysis`, src/agents/analysis.ts); implied by a
+   * `record_analysis` tool call. Scripted answers go to requests of their kind only, so that the analysis of a
+   * conversation an earlier test closed never takes the answer a test scripted for a turn, nor the reverse.
+   */
+  analysis?: boolean;
 }
 
 export interface ReceivedRequest {
@@ -47,7 +53,13 @@ export async function startModelServer(): Promise<ModelServer> {
       const received: ReceivedRequest = { at: performance.now(), body: JSON.parse(raw) };
       requests.push(received);
       const lastUser = [...received.body.messages].reverse().find((m) => m.role === 'user');
-      const answer = queue.shift() ?? fallback?.(received) ?? { text: `You said: ${lastUser?.content ?? ''}` };
+      const isAnalysis = ((received.body.tools ?? []) as { function?: { name?: string } }[]).some(
+        (tool) => tool.function?.name === 'record_analysis',
+      );
+      const forAnalysis = (a: ScriptedAnswer) => a.analysis === true || (a.toolCalls ?? []).some((c) => c.name === 'record_analysis');
+      const index = queue.findIndex((a) => forAnalysis(a) === isAnalysis);
+      const scripted = index === -1 ? undefined : queue.splice(index, 1)[0];
+      const answer = scripted ?? fallback?.(received) ?? { text: `You said: ${lastUser?.content ?? ''}` };
       if (answer.until) await answer.until;
       if (answer.status && answer.status !== 200) {
         res.writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers });
