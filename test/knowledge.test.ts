@@ -284,6 +284,39 @@ describe('retrieval', () => {
     expect(toolMessage?.content).toContain('five working days');
   });
 
+  it('searches are bounded per turn: the last model call is offered no search, and a turn with no answer hands off', async () => {
+    const conversation = await owner.post('/api/conversations', resourceDocument('Conversation', { ai_agent_id: agentId }));
+    const conversationId = conversation.body.data.id;
+    const before = model.requests.length;
+    model.always(() => ({ toolCalls: [{ name: 'search_knowledge', arguments: { query: 'refund' } }] }));
+    try {
+      await withRuntime(config(), async () => {
+        await owner.post(
+          '/api/conversation_items',
+          resourceDocument('ConversationItem', { conversation_id: conversationId, role: 'user', content: 'Refund?' }),
+        );
+        await waitFor(async () => {
+          const { rows } = await sql<{ status: string }>`SELECT status FROM conversations WHERE id = ${conversationId}`.execute(t.db);
+          return rows[0].status === 'pending';
+        }, 'the handoff');
+      });
+    } finally {
+      model.always(undefined);
+    }
+    const mine = model.requests.slice(before).filter((r) => JSON.stringify(r.body).includes('Refund?'));
+    expect(mine).toHaveLength(4);
+    const offered = mine.map((r) => (r.body.tools as { function: { name: string } }[]).map((x) => x.function.name));
+    expect(offered.slice(0, 3).every((names) => names.includes('search_knowledge'))).toBe(true);
+    expect(offered[3]).toEqual(['handoff_to_operator']);
+    const { rows } = await sql<{ role: string; content: string; metadata: Record<string, any> }>`
+      SELECT role, content, metadata FROM conversation_items WHERE conversation_id = ${conversationId} ORDER BY content_index`.execute(
+      t.db,
+    );
+    expect(rows.map((r) => r.role)).toEqual(['user', 'assistant', 'system']);
+    expect(rows[1].metadata.sources[0].document_id).toBe(documents.Refunds);
+    expect(rows[2].content).toContain('The model gave no answer.');
+  });
+
   it('retrieve mode puts the best passages into the prompt before the model turn and cites them', async () => {
     const retrieving = await newAgent({ workflow: { knowledge: { mode: 'retrieve', max_results: 1 } } });
     const doc = await owner.post(

@@ -673,6 +673,14 @@ export class AgentRuntime {
           : 'The model asked for an operator.';
       return { ...out, ...timing, reply: { content, metadata: modelMetadata }, handoff: { reason, metadata: { rule: 'model_tool' } } };
     }
+    // Only tool calls, and none that answers (a search past the turn's bound, an unknown tool): no text to store.
+    if (content === '')
+      return {
+        ...out,
+        ...timing,
+        reply: { content: HANDOFF_TEXT, metadata: modelMetadata },
+        handoff: { reason: 'The model gave no answer.', metadata: { rule: 'model_tool' } },
+      };
     return { ...out, ...timing, reply: { content, metadata: modelMetadata } };
   }
 
