@@ -172,9 +172,10 @@ export function markdownToText(markdown: string): string {
     line = line.replace(/^\s{0,3}(>\s?)+/, '');
     line = line.replace(/^\s{0,3}#{1,6}\s+/, '').replace(/\s+#+\s*$/, '');
     line = line.replace(/^\s*(?:[-*+]|\d{1,9}[.)])\s+(?:\[[ xX]\]\s+)?/, '');
-    line = line.replace(/!\[([^\]]{0,200})\]\([^)]{0,500}\)/g, '$1');
-    line = line.replace(/\[([^\]]{0,200})\]\([^)]{0,500}\)/g, '$1');
-    line = line.replace(/\[([^\]]{0,200})\]\[[^\]]{0,100}\]/g, '$1');
+    // Links and images only where a line has their middle (`](`, `][`): the patterns' bounded scans then run on
+    // lines that may hold one, not on every `[` of a document.
+    if (line.includes('](')) line = line.replace(/!?\[([^\]]{0,200})\]\([^)]{0,300}\)/g, '$1');
+    if (line.includes('][')) line = line.replace(/\[([^\]]{0,200})\]\[[^\]]{0,100}\]/g, '$1');
     line = line.replace(/`+/g, '');
     line = line.replace(/(\*\*|__)(?=\S)([^*_]{1,500}?)(?<=\S)\1/g, '$2');
     line = line.replace(/(^|[^\w*])[*_](?=\S)([^*_]{1,500}?)(?<=\S)[*_](?![\w*])/g, '$1$2');
