@@ -16,7 +16,8 @@
  *   its conversation, src/sip/call-events.ts and src/voice/runtime.ts), and the agent runtime claims ready rows
  *   with FOR UPDATE SKIP LOCKED through a partial index, so looking for work costs what there is to do.
  *   `available_at` delays a retry after a model failure; `version` is bumped when a conversation is closed
- *   again while its analysis runs, so the finished run deletes the row only at the version it read.
+ *   again while its analysis runs, so the finished run deletes the row only at the version it read. A
+ *   conversation created closed (an import, the demo's history) was never closed by anyone: it is not queued.
  */
 export const up = /* sql */ `
 ALTER TABLE conversations ADD COLUMN analysis jsonb;
@@ -72,8 +73,5 @@ END
 $$;
 CREATE TRIGGER conversations_analysis AFTER UPDATE OF status ON conversations
   FOR EACH ROW WHEN (NEW.status = 'closed' AND OLD.status IS DISTINCT FROM 'closed' AND NEW.ai_agent_id IS NOT NULL)
-  EXECUTE FUNCTION parley_queue_analysis();
-CREATE TRIGGER conversations_analysis_insert AFTER INSERT ON conversations
-  FOR EACH ROW WHEN (NEW.status = 'closed' AND NEW.ai_agent_id IS NOT NULL)
   EXECUTE FUNCTION parley_queue_analysis();
 `;
