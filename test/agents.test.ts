@@ -218,7 +218,7 @@ describe('scripted workflow with no model', () => {
       ['assistant', DEMO_WORKFLOW.steps[2].text],
       ['user', 'My invoice'],
       ['assistant', 'I am passing you to a colleague, who will be with you shortly.'],
-      ['system', `Handed to an operator: ${DEMO_WORKFLOW.steps[3].reason}`],
+      ['system', `Handed to an operator: ${DEMO_WORKFLOW.steps[4].reason}`],
     ]);
     expectOneReplyEach(list);
     expect(list[1].metadata).toMatchObject({ source: 'workflow' });
@@ -382,7 +382,8 @@ describe('guardrails', () => {
     await withRuntime(config(), async () => {
       await say(conversationId, 'Here is my Card   Number');
       await waitFor(async () => (await items(conversationId)).length === 2, 'input refusal');
-      expect(model.requests.length).toBe(seen);
+      // (Other requests may be analyses of conversations that earlier tests closed.)
+      expect(model.requests.slice(seen).filter((r) => JSON.stringify(r.body).includes('Card   Number'))).toHaveLength(0);
       model.script({ text: 'Sure, use 4111-1111-1111-1111 to pay.' });
       await say(conversationId, 'how do I pay?');
       await waitFor(async () => (await items(conversationId)).length === 4, 'output refusal');
@@ -397,7 +398,8 @@ describe('guardrails', () => {
       metadata: { guardrail: { rule: '/\\b\\d{4}-\\d{4}-\\d{4}-\\d{4}\\b/', stage: 'output' }, model: 'test-model' },
     });
     expect(list[3].content).not.toContain('4111');
-    expect(model.requests[seen].body.messages[0].content).toContain('Never ask for card numbers.');
+    const turn = model.requests.slice(seen).find((r) => JSON.stringify(r.body).includes('how do I pay?'));
+    expect(turn?.body.messages[0].content).toContain('Never ask for card numbers.');
   });
 });
 

@@ -78,6 +78,14 @@ const fresh: Record<string, () => Promise<string>> = {
         number: `+4420${String(80_000_000 + serial++)}`,
       })
     ).id,
+  KnowledgeDocument: async () =>
+    (
+      await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'KnowledgeDocument', {
+        ai_agent_id: ids.AiAgent,
+        title: 'Doomed',
+        content: 'Refunds take five days.',
+      })
+    ).id,
 };
 /** The id a request's path names: a fresh record for a DELETE, else the record of the operation's type. */
 async function pathId(operation: Operation): Promise<string | undefined> {
@@ -122,6 +130,7 @@ beforeAll(async () => {
   ids.WebhookEndpoint = await newWebhookEndpoint();
   ids.Invitation = await fresh.Invitation();
   ids.PhoneNumber = await fresh.PhoneNumber();
+  ids.KnowledgeDocument = await fresh.KnowledgeDocument();
 
   const served = await t.app.inject({ url: '/api/open_api' });
   doc = JSON.parse(served.body);

@@ -74,6 +74,7 @@ beforeAll(async () => {
   );
   ids.sipUser = sipUser.body.data.id;
   ids.phoneNumber = await fresh.phoneNumber();
+  ids.knowledge = await fresh.knowledge();
   // The SIP password is returned by design (the spec's SipUser); the gateway password never is.
   secrets.push('gateway-secret-1');
   ids.status = (
@@ -177,6 +178,14 @@ const fresh = {
     (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'SipUser', { sip_username: `d${unique()}` })).id,
   phoneNumber: async () =>
     (await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'PhoneNumber', { number: randomNumber() })).id,
+  knowledge: async () =>
+    (
+      await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'KnowledgeDocument', {
+        ai_agent_id: ids.agent,
+        title: 'doomed',
+        content: 'Refunds take five days.',
+      })
+    ).id,
   operatorKey: async () =>
     (
       await createApiKey(t.services.records!, {
@@ -392,6 +401,33 @@ const ENDPOINTS: Endpoint[] = [
     other: 404,
   },
   { name: 'list gateways', method: 'GET', url: () => '/api/gateways', operator: 403, admin: 200, other: 200 },
+  { name: 'list knowledge documents', method: 'GET', url: () => '/api/knowledge_documents', operator: 200, admin: 200, other: 200 },
+  {
+    name: 'get knowledge document',
+    method: 'GET',
+    url: () => `/api/knowledge_documents/${ids.knowledge}`,
+    operator: 200,
+    admin: 200,
+    other: 404,
+  },
+  {
+    name: 'create knowledge document',
+    method: 'POST',
+    url: () => '/api/knowledge_documents',
+    // Another organisation's admin names our agent: a 422 on ai_agent_id (references stay in the organisation).
+    body: () => doc('KnowledgeDocument', { ai_agent_id: ids.agent, title: 'FAQ', content: 'Refunds take five days.' }),
+    operator: 403,
+    admin: 201,
+    other: 422,
+  },
+  {
+    name: 'delete knowledge document',
+    method: 'DELETE',
+    url: async () => `/api/knowledge_documents/${await fresh.knowledge()}`,
+    operator: 403,
+    admin: 200,
+    other: 404,
+  },
   { name: 'list phone numbers', method: 'GET', url: () => '/api/phone_numbers', operator: 200, admin: 200, other: 200 },
   { name: 'get phone number', method: 'GET', url: () => `/api/phone_numbers/${ids.phoneNumber}`, operator: 200, admin: 200, other: 404 },
   {
@@ -547,7 +583,7 @@ function expected(endpoint: Endpoint, credential: Credential): number {
 
 describe('security matrix', () => {
   it(`${ENDPOINTS.length} endpoints x ${CREDENTIALS.length} credentials answer as expected`, async () => {
-    expect(ENDPOINTS).toHaveLength(61);
+    expect(ENDPOINTS).toHaveLength(65);
     const failures: string[] = [];
     const ourIds = new Set([tenant.organisationId, ...Object.values(ids)]);
     // The visitor may see its own conversation, and nothing else of the organisation.

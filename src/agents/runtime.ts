@@ -41,7 +41,9 @@ import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
 import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
+import { DEFAULT_RESULTS, formatHits, type KnowledgeHit, knowledgeMode, searchKnowledge, sourcesOf } from './knowledge.js';
 import { createChatModel, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
+import { Analyst } from './analysis.js';
 import { assignQueued, handOff } from './routing.js';
 import { offeredTools, runToolCall, type ToolEffect, type ToolEnvironment } from './tools.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
@@ -169,12 +171,15 @@ export class AgentRuntime {
   private readonly db: Db;
   private readonly registry: Registry;
   private readonly model: ChatModel | undefined;
+  /** Analyses of closed conversations (src/agents/analysis.ts), claimed by the same ticks as the turns. */
+  private readonly analyst: Analyst;
   private readonly inFlight = new Set<string>();
   private running = false;
   private loop?: Promise<void>;
   private wakeUp?: () => void;
   private woken = false;
   private lastTick = 0;
+  private lastAnalysisLook = 0;
   private notifyTimer?: NodeJS.Timeout;
   private unlisten?: Promise<(() => Promise<void>) | undefined>;
   /** Crashed (tests): stop renewing leases and never commit, as a killed process would. */
@@ -187,6 +192,13 @@ export class AgentRuntime {
     this.logger = options.logger;
     this.registry = buildRegistry(resources);
     this.model = options.model === undefined ? createChatModel(options.config) : (options.model ?? undefined);
+    this.analyst = new Analyst({
+      db: this.db,
+      config: options.config,
+      model: this.model,
+      records: (trx) => this.records(trx),
+      logger: () => this.logger,
+    });
   }
 
   private records(trx: Db): Records {
@@ -238,6 +250,7 @@ export class AgentRuntime {
     await this.stopListening();
     await this.loop;
     while (this.inFlight.size > 0) await new Promise((r) => setTimeout(r, 10));
+    await this.analyst.idle();
   }
 
   /** As if the process were killed: nothing more is committed and leases are left to expire. */
@@ -287,6 +300,13 @@ export class AgentRuntime {
       .limit(1)
       .executeTakeFirst();
     if (queued) await assignQueued(this.db, (trx) => this.records(trx));
+    // Analyses run beside the turns, bounded by the same concurrency on their own. They are looked for once per
+    // AGENT_POLL_MS, not at every wake-up: a closed conversation waits at most that long for its analysis, and
+    // the turns' hot path (a look per commit announcement) pays no extra statement.
+    if (!this.dead && Date.now() - this.lastAnalysisLook >= this.options.config.agentPollMs) {
+      this.lastAnalysisLook = Date.now();
+      await this.analyst.tick(this.options.config.agentConcurrency);
+    }
     const room = this.options.config.agentConcurrency - this.inFlight.size;
     if (room <= 0) return 0;
     const claimed = await this.claim(room);
@@ -578,6 +598,11 @@ export class AgentRuntime {
     }
 
     const model = this.model!;
+    // The knowledge base (docs/agents.md, "Knowledge"): passages in the prompt, or a tool the model may call.
+    const mode = await knowledgeMode(this.db, agent.id, agent.workflow ?? {});
+    const maxResults = agent.workflow?.knowledge?.max_results ?? DEFAULT_RESULTS;
+    const found: KnowledgeHit[] =
+      mode === 'retrieve' ? await searchKnowledge(this.db, conversation.organisation_id, agent.id, item.content, maxResults) : [];
     const messages = await this.prompt(
       conversation,
       agent,
@@ -586,14 +611,17 @@ export class AgentRuntime {
       guardrails.instructions,
       plan.decision.instructions,
       options.history,
+      mode === 'retrieve' ? found : undefined,
     );
     const started = performance.now();
     const declared = Array.isArray(agent.workflow?.tools) ? agent.workflow.tools : [];
-    const tools = offeredTools(declared, conversation);
+    // search_knowledge is offered only when the agent's knowledge is a tool (it has documents, mode `tool`).
+    const tools = offeredTools(declared, conversation).filter((t) => mode === 'tool' || !(t.type === 'function' && t.function.name === 'search_knowledge'));
     const env: ToolEnvironment = {
       db: this.db,
       config: this.options.config,
       conversation,
+      ...(mode === 'tool' ? { knowledge: { agentId: agent.id, maxResults, found, searches: 0 } } : {}),
       ...(options.callDeclared ? { callDeclared: options.callDeclared } : {}),
     };
     const recorded: RecordedToolCall[] = [];
@@ -687,6 +715,7 @@ export class AgentRuntime {
         },
       };
     }
+    const sources = sourcesOf(found);
     const modelMetadata = {
       source: 'model',
       model: answer.model,
@@ -694,6 +723,8 @@ export class AgentRuntime {
       attempts,
       ...(usage ? { usage } : {}),
       ...(recorded.length > 0 ? { tool_calls: recorded.length } : {}),
+      // The passages the model was given for this reply (docs/agents.md, "Knowledge").
+      ...(sources.length > 0 ? { sources } : {}),
     };
     const withTools = { ...out, answers, ...(recorded.length > 0 ? { tools: recorded } : {}) };
     const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
@@ -736,6 +767,8 @@ export class AgentRuntime {
     rules: string[],
     stepInstructions?: string,
     history?: Item[],
+    /** Passages retrieved for this turn (`knowledge.mode: retrieve`); undefined when the mode is another. */
+    passages?: KnowledgeHit[],
   ): Promise<ChatMessage[]> {
     const lines = [agent.system_prompt?.trim() || `You are ${agent.name}, a helpful assistant.`];
     if (agent.tone) lines.push(`Tone: ${agent.tone}.`);
@@ -747,6 +780,11 @@ export class AgentRuntime {
       ([k, v]) => typeof v === 'string' && !['handoff_reason', 'assigned_operator', 'assigned_at'].includes(k),
     );
     if (known.length > 0) lines.push('What you know about this conversation:', ...known.map(([k, v]) => `- ${k}: ${String(v)}`));
+    if (passages)
+      lines.push(
+        'Passages from the knowledge base that may answer the user (answer from them when they do; do not invent facts they lack):',
+        formatHits(passages),
+      );
     lines.push('Call handoff_to_operator when the user asks for a human or you cannot help.');
 
     const rows = history

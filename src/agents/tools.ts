@@ -16,6 +16,7 @@ import type { FunctionDefinition } from 'openai/resources/shared';
 import type { ChatCompletionTool } from 'openai/resources/chat/completions';
 import type { Config } from '../config/index.js';
 import type { Db } from '../db/schema.js';
+import { formatHits, type KnowledgeHit, MAX_SEARCHES_PER_TURN, SEARCH_KNOWLEDGE_DEFINITION, searchKnowledge } from './knowledge.js';
 import { BUILT_IN_TOOL_NAMES, compileParameters, TOOL_TIMEOUT_MS, type WorkflowTool } from '../resources/ai-agent-workflow.js';
 import { newWebhookSecret } from '../resources/webhook-endpoint.js';
 import { signedPost } from '../resources/webhook-url.js';
@@ -58,6 +59,8 @@ export interface ToolEnvironment {
   db: Db;
   config: Config;
   conversation: ToolConversation;
+  /** The agent's knowledge base when it is offered as a tool: its passages found this turn are the reply's sources. */
+  knowledge?: { agentId: string; maxResults: number; found: KnowledgeHit[]; searches: number };
   /** Replaces the HTTP call of declared tools (an agent test suite's `mock_tools`). */
   callDeclared?: (tool: WorkflowTool, args: Record<string, unknown>) => Promise<ToolOutcome | undefined>;
 }
@@ -176,6 +179,21 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
       if (['agent_paused', 'handoff_reason', 'assigned_operator', 'assigned_at'].includes(key))
         return { ok: false, result: `${key} is reserved; choose another key.` };
       return { ok: true, result: `Stored ${key}.`, effect: { kind: 'answer', key, value: String(args.value) } };
+    },
+  },
+  search_knowledge: {
+    definition: SEARCH_KNOWLEDGE_DEFINITION,
+    run: async (args, env) => {
+      const knowledge = env.knowledge;
+      if (!knowledge) return { ok: false, refused: true, result: 'This agent has no knowledge base to search.' };
+      if (knowledge.searches >= MAX_SEARCHES_PER_TURN)
+        return { ok: false, refused: true, result: 'No more searches in this turn: answer from what you found, or say you do not know.' };
+      knowledge.searches += 1;
+      const query = String(args.query).trim();
+      if (query === '') return { ok: false, refused: true, result: 'search_knowledge needs a non-empty `query`.' };
+      const hits = await searchKnowledge(env.db, env.conversation.organisation_id, knowledge.agentId, query, knowledge.maxResults);
+      knowledge.found.push(...hits);
+      return { ok: true, result: formatHits(hits) };
     },
   },
 };

@@ -91,6 +91,12 @@ export interface Config {
   agentMaxAttempts: number;
   /** Tool calls one turn may make (custom and built-in); past it the loop is cut and the turn handed off. */
   agentMaxToolCalls: number;
+  /** Largest knowledge document (`content`, bytes of UTF-8); larger ones are refused with 422. */
+  knowledgeMaxBytes: number;
+  /** Attempts at one conversation's analysis (model failures and answers that do not fit the schema). */
+  analysisMaxAttempts: number;
+  /** Wait before an analysis whose model failed is tried again; doubled after each failure. */
+  analysisRetryMs: number;
   voice: VoiceConfig;
   /** Live events: the outbox, GET /api/events and webhooks (docs/events.md). */
   events: EventsConfig;
@@ -279,6 +285,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentConcurrency: int(env, 'AGENT_CONCURRENCY', 8),
     agentMaxAttempts: Math.max(1, int(env, 'AGENT_MAX_ATTEMPTS', 3)),
     agentMaxToolCalls: Math.min(50, Math.max(1, int(env, 'AGENT_MAX_TOOL_CALLS', 5))),
+    knowledgeMaxBytes: int(env, 'KNOWLEDGE_MAX_BYTES', 512 * 1024),
+    analysisMaxAttempts: Math.max(1, int(env, 'ANALYSIS_MAX_ATTEMPTS', 3)),
+    analysisRetryMs: int(env, 'ANALYSIS_RETRY_MS', 30_000),
     voice: {
       sipHost: text(env, 'VOICE_SIP_HOST') ?? '127.0.0.1',
       sipPort: int(env, 'VOICE_SIP_PORT', 5070),

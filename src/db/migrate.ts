@@ -24,6 +24,7 @@ import * as agentWork from './migrations/0018_agent_work.js';
 import * as voice from './migrations/0019_voice.js';
 import * as sipCredentials from './migrations/0022_sip_credentials.js';
 import * as toolSecrets from './migrations/0024_tool_secrets.js';
+import * as knowledge from './migrations/0025_knowledge.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -51,6 +52,7 @@ const migrations: Record<string, { up: string }> = {
   '0019_voice': voice,
   '0022_sip_credentials': sipCredentials,
   '0024_tool_secrets': toolSecrets,
+  '0025_knowledge': knowledge,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

@@ -111,6 +111,8 @@ export const tables = {
     ai_agent_id: uuid().null(),
     metadata: jsonb().default(),
     next_content_index: integer().default(),
+    // Migration 0025: the analysis of the finished conversation (docs/agents.md).
+    analysis: jsonb().null(),
     ...stamps(),
   },
   conversation_items: {
@@ -353,6 +355,38 @@ export const tables = {
     queued_at: timestamptz().default(),
     version: bigint().default(),
     parked: boolean().default(),
+  },
+  // The knowledge base (migration 0025): documents and their indexed chunks.
+  knowledge_documents: {
+    id: uuid(),
+    organisation_id: uuid(),
+    ai_agent_id: uuid(),
+    title: text(),
+    content: text(),
+    content_type: text(),
+    ...stamps(),
+  },
+  knowledge_chunks: {
+    id: uuid(),
+    organisation_id: uuid(),
+    ai_agent_id: uuid(),
+    document_id: uuid(),
+    chunk_index: integer(),
+    content: text(),
+    language: new Column<string>('regconfig', false, false),
+    // Generated from `content` (never written).
+    tsv: new Column<string>('tsvector', false, false).null(),
+  },
+  // Conversations whose analysis is due (migration 0025).
+  analysis_work: {
+    conversation_id: uuid(),
+    organisation_id: uuid(),
+    queued_at: timestamptz().default(),
+    available_at: timestamptz().default(),
+    version: bigint().default(),
+    attempts: integer().default(),
+    lease_until: timestamptz().null(),
+    last_error: text().null(),
   },
   agent_handoffs: {
     conversation_id: uuid(),

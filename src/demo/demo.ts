@@ -1,5 +1,6 @@
 /** The demo organisation: enough data that every read endpoint shows something, written through the records service. */
 import { randomBytes } from 'node:crypto';
+import { DEMO_FAQ, DEMO_FAQ_TITLE } from './faq.js';
 import { createOrganisation, createUserInOrganisation } from '../auth/accounts.js';
 import { createApiKey } from '../auth/api-keys.js';
 import type { Db } from '../db/schema.js';
@@ -30,16 +31,37 @@ const PEOPLE: { email: string; role: Role; full_name: string }[] = [
 ];
 
 /**
- * The demo agent's workflow: scripted steps only, so that the agent answers
- * with no model configured (see docs/agents.md for the schema).
+ * The demo agent's workflow (see docs/agents.md for the schema). With no model configured it answers with its
+ * scripted steps (the `model` step is passed over) and hands off after two questions. With a model, the
+ * `model` step answers the visitor's questions from the Parley FAQ (`DEMO_FAQ`, through `search_knowledge`,
+ * cited in the reply's `metadata.sources`) for three turns before the handoff; the conversation's analysis
+ * then records its topic.
  */
 export const DEMO_WORKFLOW = {
   steps: [
     { id: 'greet', type: 'message', text: 'Hello! I am Ava, the demo agent. I can take a message or find you a human.' },
     { id: 'ask_name', type: 'question', text: 'What is your name?', store_as: 'visitor_name' },
     { id: 'ask_topic', type: 'question', text: 'Thanks! What can we help you with?', store_as: 'topic' },
+    {
+      id: 'answer',
+      type: 'model',
+      instructions: 'Answer questions about Parley from the knowledge base: call search_knowledge first, and say so when it has no answer.',
+      max_turns: 3,
+    },
     { id: 'handoff', type: 'handoff', reason: 'The demo agent hands every conversation to an operator after two questions.' },
   ],
+  knowledge: { mode: 'tool' },
+  analysis: {
+    schema: {
+      type: 'object',
+      properties: {
+        topic: { type: 'string', description: 'What the visitor wanted, in a few words.' },
+        answered_from_faq: { type: 'boolean', description: 'Whether the FAQ answered the question.' },
+      },
+      required: ['topic'],
+    },
+    success_criteria: "The visitor's question was answered, or the visitor reached an operator.",
+  },
 };
 
 const minutesAgo = (m: number) => {
@@ -174,6 +196,12 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
     system_prompt: 'You are Ava, a helpful support agent.',
     safety_guardrails: 'Never ask for card numbers.',
     published: true,
+  });
+  await records.create(actor, 'KnowledgeDocument', {
+    ai_agent_id: agent.id,
+    title: DEMO_FAQ_TITLE,
+    content: DEMO_FAQ,
+    content_type: 'text/markdown',
   });
   await records.create(actor, 'Gateway', {
     provider: 'generic',

@@ -533,7 +533,9 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
 
 /** GET /api/events: server-sent events, not a JSON:API document (docs/events.md). */
 function eventStreamOperation(resources: ResourceDef[]): Schema {
-  const types = resources.filter((r) => r.events !== false).flatMap((r) => EVENT_ACTIONS.map((a) => `${r.type}.${a}`));
+  const types = resources
+    .filter((r) => r.events !== false)
+    .flatMap((r) => [...EVENT_ACTIONS, ...(r.extraEvents ?? [])].map((a) => `${r.type}.${a}`));
   return {
     operationId: 'streamEvents',
     summary: "Stream the organisation's events (server-sent events)",

@@ -27,6 +27,8 @@ export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<
 export interface WriteOptions<T> {
   /** How to render the stored record (HTTP: the request's document); default: the resource object. */
   render?: RenderWritten<T>;
+  /** An update's further event, one of the type's `extraEvents` (`analysed`), queued after its `updated` event. */
+  event?: string;
 }
 
 export interface Written<T = Row> {
@@ -98,7 +100,7 @@ function bind(options: RecordsOptions, db: Database): Records {
    * Queues the change's event (the outbox, src/jsonapi/outbox.ts): the record as a GET by the organisation
    * renders it (its members' roles are applied when the event is read), never a write-only or shown-once value.
    */
-  const emit = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction, id: string, rendered?: Row) => {
+  const emit = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction | string, id: string, rendered?: Row) => {
     if (resource.events === false) return;
     const organisationId = principalOf(actor).organisationId;
     const data = rendered ?? (await plainRender(systemActor(organisationId, 'engine'), resource)(trx, { id, status: 200 }));
@@ -183,8 +185,12 @@ function bind(options: RecordsOptions, db: Database): Records {
             .execute();
         }
         const record = await render(trx, { id, status: 200 });
-        if (Object.keys(columns).length > 0 || ctx.storedElsewhere)
-          await emit(trx, actor, resource, 'updated', id, !opts.render && actor.kind === 'system' ? (record as Row) : undefined);
+        const same = !opts.render && actor.kind === 'system' ? (record as Row) : undefined;
+        if (Object.keys(columns).length > 0 || ctx.storedElsewhere) await emit(trx, actor, resource, 'updated', id, same);
+        if (opts.event !== undefined) {
+          if (!resource.extraEvents?.includes(opts.event)) throw new Error(`records: ${resource.type} has no event ${opts.event}`);
+          await emit(trx, actor, resource, opts.event, id, same);
+        }
         return { id, status: 200 as const, record };
       });
     },

@@ -219,6 +219,11 @@ export interface ResourceDef {
    * Default true; false only for bookkeeping that would feed on itself (webhook deliveries).
    */
   events?: boolean;
+  /**
+   * Further event actions of this type besides created/updated/deleted (`Conversation.analysed`): a write
+   * through the records service names one in `WriteOptions.event`, and it is queued after the `updated` event.
+   */
+  extraEvents?: readonly string[];
   description?: string;
 }
 

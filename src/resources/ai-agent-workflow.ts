@@ -110,6 +110,32 @@ export const WORKFLOW_SCHEMA = {
         ],
       },
     },
+    knowledge: {
+      type: 'object',
+      additionalProperties: false,
+      description: 'How model turns use the agent\'s knowledge documents (docs/agents.md, "Knowledge").',
+      properties: {
+        mode: {
+          enum: ['tool', 'retrieve', 'off'],
+          description:
+            'tool: the model may call search_knowledge (default when the agent has documents); retrieve: the best passages for the user message go into the prompt before each model turn; off: neither.',
+        },
+        max_results: { type: 'integer', minimum: 1, maximum: 10, description: 'Passages per search (default 4).' },
+      },
+    },
+    analysis: {
+      type: 'object',
+      additionalProperties: false,
+      description: 'The analysis of the finished conversation (docs/agents.md, "Analysis").',
+      properties: {
+        schema: {
+          type: 'object',
+          description: 'A JSON Schema (draft 2020-12 subset that ajv compiles) for `analysis.data`.',
+        },
+        success_criteria: { type: 'string', minLength: 1, maxLength: 2000, description: 'What makes the conversation a success.' },
+        instructions: { type: 'string', minLength: 1, maxLength: 4000, description: 'Further instructions for the analysis.' },
+      },
+    },
   },
 } as const;
 
@@ -132,6 +158,8 @@ export interface WorkflowTool {
 export interface Workflow {
   steps?: WorkflowStep[];
   tools?: WorkflowTool[];
+  knowledge?: { mode?: 'tool' | 'retrieve' | 'off'; max_results?: number };
+  analysis?: { schema?: Record<string, unknown>; success_criteria?: string; instructions?: string };
 }
 
 const ajv = new Ajv({ allErrors: true, strict: false });
@@ -144,6 +172,20 @@ ajv.addFormat('regex', (value: string) => {
     return false;
   }
 });
+/** The agents' analysis schemas, compiled by their own instance (not the workflow's). */
+const analysisAjv = new Ajv({ allErrors: true, strict: false });
+
+/**
+ * Compiles an agent's analysis schema (throws when it does not compile). Ajv keeps each compiled schema by its
+ * object (and `$id`): it is removed again at once, so that agents' schemas neither accumulate nor collide.
+ */
+export function compileAnalysisSchema(schema: object) {
+  try {
+    return analysisAjv.compile(schema);
+  } finally {
+    analysisAjv.removeSchema(schema);
+  }
+}
 const validate = ajv.compile(WORKFLOW_SCHEMA);
 
 /** The failing schema branches of `if/then` repeat their error as "must match then schema": only the specific ones are kept. */
@@ -183,7 +225,16 @@ export function workflowProblems(workflow: unknown, rules: WorkflowRules = {}): 
   const found = validate(workflow) ? [] : problems(validate.errors ?? []);
   const steps = (workflow as Workflow | null)?.steps;
   const tools = (workflow as Workflow | null)?.tools;
-  return [...found, ...(Array.isArray(steps) ? duplicateIds(steps) : []), ...(Array.isArray(tools) ? toolProblems(tools, rules) : [])];
+  const all = [...found, ...(Array.isArray(steps) ? duplicateIds(steps) : []), ...(Array.isArray(tools) ? toolProblems(tools, rules) : [])];
+  const schema = (workflow as Workflow | null)?.analysis?.schema;
+  if (schema && typeof schema === 'object' && !Array.isArray(schema)) {
+    try {
+      compileAnalysisSchema(schema);
+    } catch (error) {
+      all.push({ pointer: '/analysis/schema', detail: `must be a JSON Schema that compiles (${(error as Error).message})` });
+    }
+  }
+  return all;
 }
 
 /** Throws a 422 naming every problem at `/data/attributes/workflow/...`. */

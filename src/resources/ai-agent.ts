@@ -1,10 +1,21 @@
-import { ApiError, attr, defineResource, rel } from '../jsonapi/index.js';
+import { sql } from 'kysely';
+import { type ActionContext, ApiError, attr, defineResource, rel } from '../jsonapi/index.js';
 import { assertWorkflow } from './ai-agent-workflow.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
 
 /** BCP 47 language tag, e.g. `en`, `en-GB`, `zh-Hant-TW`. */
 const LANGUAGE_TAG = '^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$';
+
+/**
+ * The agent's knowledge documents go with it (through the records service: each is a `KnowledgeDocument.deleted`
+ * event, and its chunks follow it). A delete refused because conversations name the agent rolls them back too.
+ */
+async function removeKnowledge(ctx: ActionContext): Promise<Record<string, number>> {
+  const { rows } = await sql<{ id: string }>`SELECT id FROM knowledge_documents WHERE ai_agent_id = ${ctx.existing!.id}`.execute(ctx.db);
+  for (const row of rows) await ctx.records.delete(ctx.actor, 'KnowledgeDocument', row.id);
+  return rows.length > 0 ? { KnowledgeDocument: rows.length } : {};
+}
 
 /**
  * Created, updated and deleted by owners and admins (or the command line). A delete is refused (409) while
@@ -46,6 +57,7 @@ export default defineResource({
     if (ctx.values.workflow !== undefined)
       assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
   },
+  beforeDelete: removeKnowledge,
   access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS },
   actions: {
     test: {

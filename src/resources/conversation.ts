@@ -29,6 +29,13 @@ export default defineResource({
       default: () => ({}),
     }),
     ai_agent_id: attr.uuid({ create: true, update: true, nullable: true, sortable: true, filterable: true, references: 'AiAgent' }),
+    /** Written by the agent runtime when the conversation closes (docs/agents.md, "Analysis"); no client writes it. */
+    analysis: attr.object({
+      nullable: true,
+      maxBytes: 64 * 1024,
+      description:
+        "The analysis of the finished conversation (read-only): summary, data (per the agent workflow's analysis schema), success, analysed_at; or skipped/error with analysed_at. Null until the conversation closes and is analysed.",
+    }),
     ...timestamps,
   },
   relationships: {
@@ -38,6 +45,8 @@ export default defineResource({
     conversation_items: rel.hasMany('ConversationItem', 'conversation_id', { includable: true }),
   },
   operations: { list: true, get: true, create: true, update: true },
+  // Written with the analysis (src/agents/analysis.ts), after that write's `Conversation.updated`.
+  extraEvents: ['analysed'],
   access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE, update: EVERY_ROLE, visible: ownConversationForVisitors('id') },
   actions: {
     visitorSession: {

@@ -8,6 +8,7 @@ import conversation from './conversation.js';
 import conversationItem from './conversation-item.js';
 import gateway from './gateway.js';
 import invitation from './invitation.js';
+import knowledgeDocument from './knowledge-document.js';
 import operatorStatus from './operator-status.js';
 import operatorStatusEvent from './operator-status-event.js';
 import organisation from './organisation.js';
@@ -36,4 +37,5 @@ export const resources: ResourceDef[] = [
   webhookEndpoint,
   webhookDelivery,
   invitation,
+  knowledgeDocument,
 ];

@@ -4,6 +4,7 @@
  * chunk, `data: [DONE]`). Each test scripts its answers; without a script it
  * echoes the last user message. A scripted answer may call tools (`toolCalls`, streamed in pieces as a real
  * server does, each with an id `call_<n>`); the next request then carries the results as `tool` messages.
+ * Analysis requests and turns take scripted answers of their own kind.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -17,6 +18,12 @@ export interface ScriptedAnswer {
   until?: Promise<void>;
   /** Send nothing at all (an empty answer). */
   empty?: boolean;
+  /**
+   * For an analysis request (one offering `record_analysis`, src/agents/analysis.ts); implied by a
+   * `record_analysis` tool call. Scripted answers go to requests of their kind only, so that the analysis of a
+   * conversation an earlier test closed never takes the answer a test scripted for a turn, nor the reverse.
+   */
+  analysis?: boolean;
 }
 
 export interface ReceivedRequest {
@@ -59,7 +66,13 @@ export async function startModelServer(): Promise<ModelServer> {
       const received: ReceivedRequest = { at: performance.now(), body: JSON.parse(raw) };
       requests.push(received);
       const lastUser = [...received.body.messages].reverse().find((m) => m.role === 'user');
-      const answer = queue.shift() ?? fallback?.(received) ?? { text: `You said: ${lastUser?.content ?? ''}` };
+      const isAnalysis = ((received.body.tools ?? []) as { function?: { name?: string } }[]).some(
+        (tool) => tool.function?.name === 'record_analysis',
+      );
+      const forAnalysis = (a: ScriptedAnswer) => a.analysis === true || (a.toolCalls ?? []).some((c) => c.name === 'record_analysis');
+      const index = queue.findIndex((a) => forAnalysis(a) === isAnalysis);
+      const scripted = index === -1 ? undefined : queue.splice(index, 1)[0];
+      const answer = scripted ?? fallback?.(received) ?? { text: `You said: ${lastUser?.content ?? ''}` };
       if (answer.until) await answer.until;
       if (answer.status && answer.status !== 200) {
         res.writeHead(answer.status, { 'content-type': 'application/json', ...answer.headers });

@@ -1628,6 +1628,94 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/knowledge_documents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List KnowledgeDocument records
+         * @description The KnowledgeDocument records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). Roles: owner, admin, operator.
+         */
+        get: operations["listKnowledgeDocuments"];
+        put?: never;
+        /**
+         * Create a KnowledgeDocument
+         * @description Creates a KnowledgeDocument in the caller's organisation. References may be given as `x_id` attributes or as relationship linkage; ids in the example must be replaced with your own records'. Roles: owner, admin.
+         */
+        post: operations["createKnowledgeDocument"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/knowledge_documents/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read one KnowledgeDocument
+         * @description One KnowledgeDocument of the caller's organisation; 404 for an unknown id or another organisation's record. Roles: owner, admin, operator.
+         */
+        get: operations["getKnowledgeDocument"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a KnowledgeDocument
+         * @description Removes the KnowledgeDocument and answers 200 with `meta.removed`, the exact counts by type of what went. A record that others still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type takes along instead). Roles: owner, admin.
+         */
+        delete: operations["deleteKnowledgeDocument"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/knowledge_documents/{id}/ai_agent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the ai_agent of one KnowledgeDocument
+         * @description The KnowledgeDocument's `ai_agent` (its related link): the AiAgent, or `data: null` when there is none or the caller may not see it. 404 when the KnowledgeDocument is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getKnowledgeDocumentAiAgent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/knowledge_documents/{id}/organisation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the organisation of one KnowledgeDocument
+         * @description The KnowledgeDocument's `organisation` (its related link): the Organisation, or `data: null` when there is none or the caller may not see it. 404 when the KnowledgeDocument is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getKnowledgeDocumentOrganisation"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/events": {
         parameters: {
             query?: never;
@@ -1637,7 +1725,7 @@ export interface paths {
         };
         /**
          * Stream the organisation's events (server-sent events)
-         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, PhoneNumber.created, PhoneNumber.updated, PhoneNumber.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted, Invitation.created, Invitation.updated, Invitation.deleted.
+         * @description A `text/event-stream` (WHATWG HTML, server-sent events) of the changes in the caller's organisation that its role may read: each message has `id:` (the event id, a UUIDv7 in commit order), `event:` (the type) and `data:` (the event JSON `{id, type, occurred_at, organisation_id, data}`, `data` being the resource object as a GET renders it). `Last-Event-ID` (or `page[after]`) replays the retained events after that id, then the stream goes live; a comment line comes every 15 s. A client that reads too slowly is disconnected (it resumes with Last-Event-ID); each credential may hold a few streams at once (429). Event types: ApiKey.created, ApiKey.updated, ApiKey.deleted, User.created, User.updated, User.deleted, Conversation.created, Conversation.updated, Conversation.deleted, Conversation.analysed, ConversationItem.created, ConversationItem.updated, ConversationItem.deleted, AiAgent.created, AiAgent.updated, AiAgent.deleted, Gateway.created, Gateway.updated, Gateway.deleted, SipUser.created, SipUser.updated, SipUser.deleted, PhoneNumber.created, PhoneNumber.updated, PhoneNumber.deleted, OperatorStatus.created, OperatorStatus.updated, OperatorStatus.deleted, OperatorStatusEvent.created, OperatorStatusEvent.updated, OperatorStatusEvent.deleted, Call.created, Call.updated, Call.deleted, CallParticipant.created, CallParticipant.updated, CallParticipant.deleted, CallTranscript.created, CallTranscript.updated, CallTranscript.deleted, Organisation.created, Organisation.updated, Organisation.deleted, WebhookEndpoint.created, WebhookEndpoint.updated, WebhookEndpoint.deleted, Invitation.created, Invitation.updated, Invitation.deleted, KnowledgeDocument.created, KnowledgeDocument.updated, KnowledgeDocument.deleted.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -1882,6 +1970,8 @@ export interface components {
             metadata?: Record<string, unknown>;
             /** Format: uuid */
             ai_agent_id?: string | null;
+            /** @description The analysis of the finished conversation (read-only): summary, data (per the agent workflow's analysis schema), success, analysed_at; or skipped/error with analysed_at. Null until the conversation closes and is analysed. */
+            analysis?: Record<string, unknown> | null;
             /**
              * Format: date-time
              * @description When the record was created.
@@ -3045,6 +3135,81 @@ export interface components {
             links: components["schemas"]["PageLinks"];
             jsonapi: components["schemas"]["JsonApi"];
         };
+        KnowledgeDocumentAttributes: {
+            /**
+             * Format: uuid
+             * @description The AI agent that answers from this document.
+             */
+            ai_agent_id?: string;
+            title?: string;
+            /** @description The document: text, Markdown or HTML as `content_type` says; at most KNOWLEDGE_MAX_BYTES (512 KiB). */
+            content?: string;
+            /** @enum {string} */
+            content_type?: "text/plain" | "text/markdown" | "text/html";
+            /**
+             * Format: date-time
+             * @description When the record was created.
+             */
+            created_at?: string;
+            /**
+             * Format: date-time
+             * @description When the record last changed.
+             */
+            updated_at?: string;
+        };
+        KnowledgeDocumentResource: {
+            /** Format: uuid */
+            id: string;
+            /** @constant */
+            type: "KnowledgeDocument";
+            attributes: components["schemas"]["KnowledgeDocumentAttributes"];
+            relationships: {
+                ai_agent?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "AiAgent";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                organisation?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "Organisation";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+            };
+            links?: {
+                /** Format: uri */
+                self?: string;
+            };
+            meta?: Record<string, unknown>;
+        };
+        KnowledgeDocumentDocument: {
+            data: components["schemas"]["KnowledgeDocumentResource"];
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        KnowledgeDocumentRelatedDocument: {
+            data: components["schemas"]["KnowledgeDocumentResource"] | null;
+            included: components["schemas"]["Included"];
+            meta: Record<string, unknown>;
+            links: {
+                /** Format: uri */
+                self: string;
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
+        KnowledgeDocumentListDocument: {
+            data: components["schemas"]["KnowledgeDocumentResource"][];
+            included: components["schemas"]["Included"];
+            meta: components["schemas"]["PageMeta"];
+            links: components["schemas"]["PageLinks"];
+            jsonapi: components["schemas"]["JsonApi"];
+        };
     };
     responses: {
         /** @description Malformed request or query parameter */
@@ -3259,6 +3424,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
@@ -3491,6 +3657,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3615,6 +3782,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3714,6 +3882,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3813,6 +3982,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3876,6 +4046,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -3939,6 +4110,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4032,6 +4204,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4129,6 +4302,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
@@ -4305,6 +4479,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4404,6 +4579,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4512,6 +4688,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4575,6 +4752,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
@@ -4738,6 +4916,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4801,6 +4980,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4838,7 +5018,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -4861,6 +5041,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -4928,7 +5109,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -4951,6 +5132,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at.
@@ -5154,7 +5336,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5177,6 +5359,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5270,7 +5453,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5293,6 +5476,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5333,7 +5517,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5356,6 +5540,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5479,6 +5664,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5542,6 +5728,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5605,6 +5792,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5668,6 +5856,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, created_at, updated_at.
@@ -5807,6 +5996,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5847,7 +6037,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -5870,6 +6060,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5933,6 +6124,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -5996,6 +6188,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6240,6 +6433,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
@@ -6401,6 +6595,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6504,6 +6699,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6603,6 +6799,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6711,6 +6908,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6774,6 +6972,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
@@ -6959,6 +7158,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7065,6 +7265,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7164,6 +7365,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7274,6 +7476,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7431,6 +7634,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
@@ -7595,6 +7799,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7703,6 +7908,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7802,6 +8008,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7899,6 +8106,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7962,6 +8170,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8025,6 +8234,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at.
@@ -8223,6 +8433,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8359,6 +8570,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8458,6 +8670,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8599,6 +8812,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8662,6 +8876,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8725,6 +8940,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8788,6 +9004,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -8851,6 +9068,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
@@ -9066,6 +9284,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9192,6 +9411,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9255,6 +9475,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9318,6 +9539,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9381,6 +9603,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9444,6 +9667,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
@@ -9710,6 +9934,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9773,6 +9998,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9836,6 +10062,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9899,6 +10126,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -9962,6 +10190,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at.
@@ -10274,6 +10503,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10314,7 +10544,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, call, call.conversation, call.organisation, organisation, conversation_items, conversation_items.conversation, conversation_items.organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, ai_agent, call, organisation, conversation_items.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Conversation: id, status, channel, mode, public_id, metadata, ai_agent_id, analysis, created_at, updated_at, ai_agent, call, organisation, conversation_items.
                  * @example {
                  *       "Conversation": "id,status"
                  *     }
@@ -10337,6 +10567,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10400,6 +10631,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10463,6 +10695,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
@@ -10695,6 +10928,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10758,6 +10992,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10856,6 +11091,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10919,6 +11155,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -10982,6 +11219,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
@@ -11203,6 +11441,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11266,6 +11505,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11329,6 +11569,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11479,6 +11720,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
@@ -11638,6 +11880,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11701,6 +11944,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11799,6 +12043,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
@@ -11966,6 +12211,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12079,6 +12325,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12178,6 +12425,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12284,6 +12532,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12347,6 +12596,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
@@ -12584,6 +12834,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12647,6 +12898,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12710,6 +12962,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -12773,6 +13026,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
                 /**
                  * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
@@ -13022,6 +13276,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -13137,6 +13392,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -13236,6 +13492,549 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["OrganisationRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    listKnowledgeDocuments: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. KnowledgeDocument: id, ai_agent_id, title, content, content_type, created_at, updated_at, ai_agent, organisation.
+                 * @example {
+                 *       "KnowledgeDocument": "id,ai_agent_id"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+                /**
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, ai_agent_id, title, content_type, created_at, updated_at.
+                 * @example {
+                 *       "created_at": {
+                 *         "less_than": "2999-01-01T00:00:00Z"
+                 *       }
+                 *     }
+                 */
+                filter?: {
+                    id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    ai_agent_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    title?: string | {
+                        eq?: string;
+                        not_eq?: string;
+                        in?: string | string[];
+                        less_than?: string;
+                        greater_than?: string;
+                        less_than_or_equal?: string;
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                        contains?: string;
+                    };
+                    content_type?: ("text/plain" | "text/markdown" | "text/html") | {
+                        /** @enum {string} */
+                        eq?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        not_eq?: "text/plain" | "text/markdown" | "text/html";
+                        in?: string | ("text/plain" | "text/markdown" | "text/html")[];
+                        /** @enum {string} */
+                        less_than?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        greater_than?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        less_than_or_equal?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        greater_than_or_equal?: "text/plain" | "text/markdown" | "text/html";
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    created_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    updated_at?: string | {
+                        /** Format: date-time */
+                        eq?: string;
+                        /** Format: date-time */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: date-time */
+                        less_than?: string;
+                        /** Format: date-time */
+                        greater_than?: string;
+                        /** Format: date-time */
+                        less_than_or_equal?: string;
+                        /** Format: date-time */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    and?: Record<string, unknown> | unknown[];
+                    or?: Record<string, unknown> | unknown[];
+                    not?: Record<string, unknown>;
+                };
+                /** @description Comma-separated keys of id, ai_agent_id, title, content_type, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                sort?: string;
+                /** @description Page size; any larger value is clamped to 100. */
+                "page[limit]"?: number;
+                /** @description Offset paging; not with page[after] or page[before]. */
+                "page[offset]"?: number;
+                /** @description Keyset cursor from links.next (bound to the sort and the organisation). */
+                "page[after]"?: string;
+                /** @description Keyset cursor from links.prev. */
+                "page[before]"?: string;
+                /** @description Adds meta.page.total. */
+                "page[count]"?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentListDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    createKnowledgeDocument: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. KnowledgeDocument: id, ai_agent_id, title, content, content_type, created_at, updated_at, ai_agent, organisation.
+                 * @example {
+                 *       "KnowledgeDocument": "id,ai_agent_id"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "type": "KnowledgeDocument",
+                 *         "attributes": {
+                 *           "ai_agent_id": "00000000-0000-7000-8000-000000000000",
+                 *           "title": "Example",
+                 *           "content": "Example"
+                 *         }
+                 *       }
+                 *     }
+                 */
+                "application/vnd.api+json": {
+                    data: {
+                        /** @constant */
+                        type: "KnowledgeDocument";
+                        attributes?: {
+                            /**
+                             * Format: uuid
+                             * @description The AI agent that answers from this document.
+                             */
+                            ai_agent_id: string;
+                            title: string;
+                            /** @description The document: text, Markdown or HTML as `content_type` says; at most KNOWLEDGE_MAX_BYTES (512 KiB). */
+                            content: string;
+                            /**
+                             * @default text/plain
+                             * @enum {string}
+                             */
+                            content_type?: "text/plain" | "text/markdown" | "text/html";
+                        };
+                        relationships?: {
+                            /** @description The same as the attribute `ai_agent_id`; both may be given when they agree. */
+                            ai_agent?: {
+                                data: {
+                                    /** @constant */
+                                    type: "AiAgent";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                };
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                        };
+                        meta?: Record<string, unknown>;
+                        links?: Record<string, unknown>;
+                        lid?: string;
+                    };
+                    meta?: Record<string, unknown>;
+                    jsonapi?: Record<string, unknown>;
+                };
+            };
+        };
+        responses: {
+            /** @description The existing record (idempotent repeat or update) */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentDocument"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            413: components["responses"]["Error413"];
+            415: components["responses"]["Error415"];
+            422: components["responses"]["Error422"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getKnowledgeDocument: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: ai_agent, ai_agent.organisation, organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. KnowledgeDocument: id, ai_agent_id, title, content, content_type, created_at, updated_at, ai_agent, organisation.
+                 * @example {
+                 *       "KnowledgeDocument": "id,ai_agent_id"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["KnowledgeDocumentDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    deleteKnowledgeDocument: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["DeleteDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getKnowledgeDocumentAiAgent: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. AiAgent: id, name, voice, tone, languages, workflow, system_prompt, safety_guardrails, published, created_at, updated_at, organisation.
+                 * @example {
+                 *       "AiAgent": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["AiAgentRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getKnowledgeDocumentOrganisation: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @example {
+                 *       "Organisation": "id,name"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;

@@ -196,6 +196,7 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
           <li key={item.id} class={`item role-${item.attributes.role}`}>
             <span class="item-role">{AUTHOR_LABELS[item.attributes.role ?? 'system'] ?? item.attributes.role}</span>
             <p class="item-content">{item.attributes.content}</p>
+            <Sources metadata={item.attributes.metadata} />
             <time class="item-time" dateTime={item.attributes.occurred_at}>
               {item.attributes.occurred_at ? new Date(item.attributes.occurred_at).toLocaleTimeString() : ''}
             </time>
@@ -203,6 +204,7 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
         ))}
         {sorted.length === 0 && older === null && <li class="muted pad">No messages yet.</li>}
       </ol>
+      <AnalysisPanel analysis={attributes.analysis} />
       {error && (
         <p class="banner error" role="alert">
           {error}
@@ -228,5 +230,61 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
         </button>
       </form>
     </section>
+  );
+}
+
+/** A conversation's analysis as the agent runtime wrote it when the conversation closed (docs/agents.md, "Analysis"). */
+interface Analysis {
+  summary?: string | null;
+  data?: Record<string, unknown> | null;
+  success?: boolean | null;
+  analysed_at?: string;
+  skipped?: string;
+  error?: string;
+}
+
+function AnalysisPanel({ analysis }: { analysis: unknown }) {
+  if (!analysis || typeof analysis !== 'object') return null;
+  const a = analysis as Analysis;
+  const data = a.data && Object.keys(a.data).length > 0 ? Object.entries(a.data) : [];
+  return (
+    <section class="analysis" aria-label="Analysis">
+      <h3>
+        Analysis
+        {typeof a.success === 'boolean' && (
+          <span class={`badge ${a.success ? 'success' : 'failure'}`}>{a.success ? 'success' : 'not a success'}</span>
+        )}
+      </h3>
+      {a.skipped && <p class="muted">Not analysed: {a.skipped}.</p>}
+      {a.summary && <p>{a.summary}</p>}
+      {data.length > 0 && (
+        <dl>
+          {data.map(([key, value]) => (
+            <div key={key}>
+              <dt>{key}</dt>
+              <dd>{typeof value === 'string' ? value : JSON.stringify(value)}</dd>
+            </div>
+          ))}
+        </dl>
+      )}
+      {a.error && <p class="muted">{a.error}</p>}
+    </section>
+  );
+}
+
+/** The knowledge passages a reply was given (`metadata.sources`). */
+function Sources({ metadata }: { metadata: unknown }) {
+  const sources = (metadata as { sources?: { document_id: string; title: string; chunk: number }[] } | undefined)?.sources;
+  if (!Array.isArray(sources) || sources.length === 0) return null;
+  return (
+    <p class="item-sources">
+      Sources:{' '}
+      {sources.map((s, i) => (
+        <span key={`${s.document_id}:${s.chunk}`} title={s.document_id}>
+          {i > 0 ? ', ' : ''}
+          {s.title} (part {s.chunk + 1})
+        </span>
+      ))}
+    </p>
   );
 }

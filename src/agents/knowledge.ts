@@ -1,0 +1,116 @@
+/**
+ * Retrieval from an agent's knowledge documents (docs/agents.md, "Knowledge"): PostgreSQL full text search
+ * over the chunks that a `KnowledgeDocument`'s create wrote (src/resources/knowledge-document.ts), ranked
+ * with `ts_rank`. Used two ways, as the workflow's `knowledge.mode` says: the model calls the
+ * `search_knowledge` tool, or the runtime searches with the user's message before each model turn.
+ */
+import { sql } from 'kysely';
+import type { FunctionDefinition } from 'openai/resources/shared';
+import type { Db } from '../db/schema.js';
+import type { Workflow } from '../resources/ai-agent-workflow.js';
+
+/** The built-in tool's definition (src/agents/tools.ts offers it when the agent's knowledge mode is `tool`). */
+export const SEARCH_KNOWLEDGE_DEFINITION: FunctionDefinition = {
+  name: 'search_knowledge',
+  description:
+    "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
+  parameters: {
+    type: 'object',
+    properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
+    required: ['query'],
+    additionalProperties: false,
+  },
+};
+
+/** Passages per search unless the workflow says otherwise. */
+export const DEFAULT_RESULTS = 4;
+/** Searches the model may make in one turn; the last model call of the turn is offered no search. */
+export const MAX_SEARCHES_PER_TURN = 3;
+/** Characters of a query that are searched for (a question, not a document). */
+const QUERY_MAX_CHARS = 1000;
+
+export interface KnowledgeHit {
+  document_id: string;
+  title: string;
+  /** The chunk's index in its document. */
+  chunk: number;
+  content: string;
+  rank: number;
+}
+
+/** How a citation is stored in a reply's `metadata.sources`. */
+export interface Source {
+  document_id: string;
+  title: string;
+  chunk: number;
+}
+
+export type KnowledgeMode = 'tool' | 'retrieve' | 'off';
+
+/**
+ * The agent's mode: the workflow's `knowledge.mode`, else `tool` when the agent has documents and `off`
+ * when it has none (no tool the model could only call in vain).
+ */
+export async function knowledgeMode(db: Db, agentId: string, workflow: Workflow): Promise<KnowledgeMode> {
+  const mode = workflow.knowledge?.mode;
+  if (mode) return mode;
+  const { rows } = await sql<{ any: boolean }>`
+    SELECT EXISTS (SELECT 1 FROM knowledge_chunks WHERE ai_agent_id = ${agentId}) AS any`.execute(db);
+  return rows[0]?.any ? 'tool' : 'off';
+}
+
+/**
+ * The best chunks of the agent's documents for `query`. The query's words, reduced to lexemes by each
+ * configuration the agent's chunks were indexed with, are OR-ed (a question's words rarely all occur in the
+ * passage that answers it), and the chunks matching any are ranked by `ts_rank`. The GIN index on `tsv`
+ * answers the match; the organisation bounds it as everywhere else.
+ */
+export async function searchKnowledge(
+  db: Db,
+  organisationId: string,
+  agentId: string,
+  query: string,
+  limit = DEFAULT_RESULTS,
+): Promise<KnowledgeHit[]> {
+  const text = query.replaceAll('\u0000', '').slice(0, QUERY_MAX_CHARS);
+  if (text.trim() === '') return [];
+  // Each lexeme quoted for tsquery input (quotes and backslashes doubled), so no character of the visitor's
+  // message is tsquery syntax.
+  const { rows } = await sql<KnowledgeHit>`
+    WITH configs AS (
+      SELECT DISTINCT language FROM knowledge_chunks WHERE ai_agent_id = ${agentId} AND organisation_id = ${organisationId}
+    ), queries AS (
+      SELECT language, (
+        SELECT string_agg('''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || '''', ' | ')
+        FROM unnest(tsvector_to_array(to_tsvector(language, ${text}))) AS lexeme
+      )::tsquery AS query
+      FROM configs
+    )
+    SELECT c.document_id, d.title, c.chunk_index AS chunk, c.content, ts_rank(c.tsv, q.query)::float8 AS rank
+    FROM queries q
+    JOIN knowledge_chunks c ON c.language = q.language AND c.tsv @@ q.query
+    JOIN knowledge_documents d ON d.id = c.document_id
+    WHERE q.query IS NOT NULL AND c.ai_agent_id = ${agentId} AND c.organisation_id = ${organisationId}
+    ORDER BY rank DESC, c.document_id, c.chunk_index
+    LIMIT ${limit}`.execute(db);
+  return rows.map((r) => ({ ...r, rank: Number(r.rank) }));
+}
+
+/** What the model reads of a search: the passages, numbered, with their document ids. */
+export function formatHits(hits: KnowledgeHit[]): string {
+  if (hits.length === 0) return 'No passage of the knowledge base matches.';
+  return hits.map((h, i) => `[${i + 1}] document ${h.document_id}, "${h.title}", part ${h.chunk + 1}:\n${h.content}`).join('\n\n');
+}
+
+/** Citations of the passages a reply was given, each once, in the order they were found. */
+export function sourcesOf(hits: KnowledgeHit[]): Source[] {
+  const seen = new Set<string>();
+  const out: Source[] = [];
+  for (const h of hits) {
+    const key = `${h.document_id}:${h.chunk}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push({ document_id: h.document_id, title: h.title, chunk: h.chunk });
+  }
+  return out;
+}
