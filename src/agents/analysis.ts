@@ -258,7 +258,10 @@ export async function analyse(
     );
   }
   const dataValid =
-    validate(last.data) && typeof last.data === 'object' && last.data !== null && Buffer.byteLength(JSON.stringify(last.data)) <= DATA_MAX_BYTES;
+    validate(last.data) &&
+    typeof last.data === 'object' &&
+    last.data !== null &&
+    Buffer.byteLength(JSON.stringify(last.data)) <= DATA_MAX_BYTES;
   return {
     summary: typeof last.summary === 'string' ? last.summary.slice(0, SUMMARY_MAX_CHARS) : null,
     data: dataValid ? (last.data as Record<string, unknown>) : null,

@@ -616,7 +616,9 @@ export class AgentRuntime {
     const started = performance.now();
     const declared = Array.isArray(agent.workflow?.tools) ? agent.workflow.tools : [];
     // search_knowledge is offered only when the agent's knowledge is a tool (it has documents, mode `tool`).
-    const tools = offeredTools(declared, conversation).filter((t) => mode === 'tool' || !(t.type === 'function' && t.function.name === 'search_knowledge'));
+    const tools = offeredTools(declared, conversation).filter(
+      (t) => mode === 'tool' || !(t.type === 'function' && t.function.name === 'search_knowledge'),
+    );
     const env: ToolEnvironment = {
       db: this.db,
       config: this.options.config,
