@@ -366,7 +366,11 @@ export class CallEvents {
       case 'answered':
         if (RANK[state.status] < RANK.in_progress) this.set(state, { status: 'in_progress', answered_at: event.at });
         state.answered_at ??= event.at;
-        this.join(state, event.callee_sip_user_id || `sip:${event.to}`, event.at);
+        {
+          // An operator the voice runtime handed the call to is already a leg (operatorJoined): not twice.
+          const member = event.callee_sip_user_id || `sip:${event.to}`;
+          if (!state.legs.some((l) => l.left_at === null && l.member_uuid === member)) this.join(state, member, event.at);
+        }
         if (event.callee_sip_user_id) state.busy.push(event.callee_sip_user_id);
         return;
       case 'failed':
@@ -407,7 +411,8 @@ export class CallEvents {
   }
 
   private leave(state: CallState, role: 'caller' | 'callee', member: string, at: Date): void {
-    const open = state.legs.filter((l) => l.left_at === null && l.role === role);
+    // The callee of an agent call is the agent's leg (role `agent`).
+    const open = state.legs.filter((l) => l.left_at === null && (l.role === role || (role === 'callee' && l.role === 'agent')));
     const leg = open.find((l) => l.member_uuid === member) ?? open[0];
     if (!leg) return;
     leg.left_at = later(at, leg.joined_at);
@@ -526,6 +531,12 @@ export class CallEvents {
    */
   async operatorJoined(organisationId: string, callRowId: string, sipUserId: string, at: Date): Promise<string> {
     const actor = systemActor(organisationId, 'sip');
+    // The edge may have recorded the transfer's answered leg first (route[INITIAL] links it): not twice.
+    const { rows: open } = await sql<{ id: string }>`
+      SELECT id FROM call_participants WHERE call_id = ${callRowId} AND member_uuid = ${sipUserId} AND left_at IS NULL`.execute(
+      this.options.db,
+    );
+    if (open[0]) return open[0].id;
     const leg = await this.options.records.create(actor, 'CallParticipant', {
       call_id: callRowId,
       member_uuid: sipUserId,

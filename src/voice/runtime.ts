@@ -421,8 +421,9 @@ export class VoiceRuntime implements CallHandler {
    * A handed-off call goes to its operator (docs/voice.md, "Handoff on a call"): the agent runtime offers the
    * queued conversation to an available operator (routing.ts, `assigned_operator`); the caller is sent to that
    * operator's phone with a blind REFER through the edge (RFC 3515: Refer-To `sip:<sip_username>@<organisation
-   * domain>`), and once the caller's NOTIFY reports the operator's answer, the operator joins the Call (a leg,
-   * role `operator`) and goes `busy`, and this leg ends (BYE, RFC 5589 section 6). Resolves with a line to say
+   * domain>`), and once the caller's NOTIFY reports the operator's answer, this leg ends (BYE, RFC 5589 section
+   * 6). Behind the edge the caller's new call is a leg of the same Call (the operator joins it as `callee` and goes
+   * `busy` there); a call reaching the runtime directly gets the operator's leg (role `operator`) here. Resolves with a line to say
    * before hanging up when no operator was offered or the transfer failed; the conversation stays queued.
    */
   private async transfer(call: ActiveCall, conversationId: string): Promise<string | undefined> {
@@ -441,9 +442,11 @@ export class VoiceRuntime implements CallHandler {
       this.o.logger?.info({ callId: call.callId, target, status }, 'voice: transfer failed');
       return NO_OPERATOR_TEXT;
     }
+    // Behind the edge, the caller's new call to the operator is linked to this Call by the edge (route[INITIAL],
+    // docs/sip.md "Transfers"): the operator joins it as the transfer's answered leg, and goes busy there.
+    if (call.edge) return undefined;
     const stored = await call.stored!;
-    const leg = await this.callEvents.operatorJoined(call.organisationId, stored.callRowId, operator.id, new Date());
-    if (!call.edge) stored.participantIds.push(leg);
+    stored.participantIds.push(await this.callEvents.operatorJoined(call.organisationId, stored.callRowId, operator.id, new Date()));
     return undefined;
   }
 
