@@ -22,6 +22,7 @@ import * as agentTurnFailures from './migrations/0015_a_agent_turn_failures.js';
 import * as webhookFairClaim from './migrations/0015_b_webhook_fair_claim.js';
 import * as agentWork from './migrations/0018_agent_work.js';
 import * as voice from './migrations/0019_voice.js';
+import * as operatorUsers from './migrations/0023_operator_users.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -47,6 +48,7 @@ const migrations: Record<string, { up: string }> = {
   '0015_b_webhook_fair_claim': webhookFairClaim,
   '0018_agent_work': agentWork,
   '0019_voice': voice,
+  '0023_operator_users': operatorUsers,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

@@ -960,6 +960,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/operator_statuses/{id}/user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the user of one OperatorStatus
+         * @description The OperatorStatus's `user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatus is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/operator_status_events": {
         parameters: {
             query?: never;
@@ -1052,6 +1072,26 @@ export interface paths {
          * @description The OperatorStatusEvent's `sip_user` (its related link): the SipUser, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatusEvent is not visible. Roles: owner, admin, operator.
          */
         get: operations["getOperatorStatusEventSipUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/operator_status_events/{id}/user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the user of one OperatorStatusEvent
+         * @description The OperatorStatusEvent's `user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatusEvent is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusEventUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2286,7 +2326,9 @@ export interface components {
         };
         OperatorStatusAttributes: {
             /** Format: uuid */
-            sip_user_id?: string;
+            sip_user_id?: string | null;
+            /** Format: uuid */
+            user_id?: string | null;
             agent_name?: string;
             /** @enum {string} */
             status?: "available" | "busy" | "wrap_up" | "away" | "offline";
@@ -2336,6 +2378,14 @@ export interface components {
                         meta?: Record<string, unknown>;
                     } | null;
                 };
+                user?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "User";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
             };
             links?: {
                 /** Format: uri */
@@ -2368,7 +2418,9 @@ export interface components {
         };
         OperatorStatusEventAttributes: {
             /** Format: uuid */
-            sip_user_id?: string;
+            sip_user_id?: string | null;
+            /** Format: uuid */
+            user_id?: string | null;
             agent_name?: string;
             /** @enum {string} */
             status?: "available" | "busy" | "wrap_up" | "away" | "offline";
@@ -2421,6 +2473,14 @@ export interface components {
                         id: string;
                         /** @constant */
                         type: "SipUser";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                user?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "User";
                         meta?: Record<string, unknown>;
                     } | null;
                 };
@@ -8576,10 +8636,10 @@ export interface operations {
     listOperatorStatuss: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatus": "id,sip_user_id"
                  *     }
@@ -8604,7 +8664,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -8630,6 +8690,23 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     sip_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    user_id?: string | {
                         /** Format: uuid */
                         eq?: string;
                         /** Format: uuid */
@@ -8747,7 +8824,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -8791,10 +8868,10 @@ export interface operations {
     createOperatorStatus: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatus": "id,sip_user_id"
                  *     }
@@ -8830,7 +8907,6 @@ export interface operations {
                  *       "data": {
                  *         "type": "OperatorStatus",
                  *         "attributes": {
-                 *           "sip_user_id": "00000000-0000-7000-8000-000000000000",
                  *           "status": "available"
                  *         }
                  *       }
@@ -8842,7 +8918,9 @@ export interface operations {
                         type: "OperatorStatus";
                         attributes?: {
                             /** Format: uuid */
-                            sip_user_id: string;
+                            sip_user_id?: string | null;
+                            /** Format: uuid */
+                            user_id?: string | null;
                             /** @enum {string} */
                             status: "available" | "busy" | "wrap_up" | "away" | "offline";
                             /**
@@ -8860,7 +8938,19 @@ export interface operations {
                                     /** Format: uuid */
                                     id: string;
                                     meta?: Record<string, unknown>;
-                                };
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `user_id`; both may be given when they agree. */
+                            user?: {
+                                data: {
+                                    /** @constant */
+                                    type: "User";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
                                 links?: Record<string, unknown>;
                                 meta?: Record<string, unknown>;
                             };
@@ -8917,10 +9007,10 @@ export interface operations {
     getOperatorStatus: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatus": "id,sip_user_id"
                  *     }
@@ -9166,13 +9256,76 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getOperatorStatusUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listOperatorStatusEvents: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatusEvent": "id,sip_user_id"
                  *     }
@@ -9197,7 +9350,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -9223,6 +9376,23 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     sip_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    user_id?: string | {
                         /** Format: uuid */
                         eq?: string;
                         /** Format: uuid */
@@ -9391,7 +9561,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -9435,10 +9605,10 @@ export interface operations {
     getOperatorStatusEvent: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatusEvent": "id,sip_user_id"
                  *     }
@@ -9671,6 +9841,69 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.api+json": components["schemas"]["SipUserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    getOperatorStatusEventUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
                 };
             };
             400: components["responses"]["Error400"];

@@ -104,7 +104,7 @@ export function reduce(state: LiveState, action: Action): LiveState {
 }
 
 /** What an event from GET /api/events changes, if anything. */
-export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUserId?: string }): Action | undefined {
+export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUserId?: string; me?: string }): Action | undefined {
   const data = event.data as never;
   switch (event.type) {
     case 'Conversation.created':
@@ -120,10 +120,15 @@ export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUs
       return { kind: 'participant', record: data };
     case 'OperatorStatus.created':
     case 'OperatorStatus.updated': {
-      const attributes = (event.data.attributes ?? {}) as { sip_user_id?: string; status?: OperatorAvailability };
-      return attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId
-        ? { kind: 'status', status: attributes.status }
-        : undefined;
+      const attributes = (event.data.attributes ?? {}) as {
+        sip_user_id?: string | null;
+        user_id?: string | null;
+        status?: OperatorAvailability;
+      };
+      const mine =
+        (attributes.user_id && attributes.user_id === context.me) ||
+        (attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId);
+      return mine ? { kind: 'status', status: attributes.status } : undefined;
     }
     default:
       return undefined;
