@@ -528,7 +528,49 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
   }
   // The event stream (src/events/stream.ts), when any type's changes are events.
   if (resources.some((r) => r.events !== false)) operations.push({ method: 'get', path: '/api/events' });
+  // Typing signals (src/events/typing.ts), handed to the event stream.
+  if (hasTyping(resources)) operations.push({ method: 'post', path: '/api/conversations/{id}/typing' });
   return operations;
+}
+
+const hasTyping = (resources: readonly ResourceDef[]) => resources.some((r) => r.type === 'Conversation' && r.events !== false);
+
+/** POST /api/conversations/{id}/typing: an ephemeral signal, not a resource (docs/events.md, "Typing"). */
+function typingOperation(): Schema {
+  return {
+    operationId: 'signalTyping',
+    summary: 'Say that the caller is typing in a conversation',
+    description:
+      'An ephemeral signal, not a resource: nothing is stored. The event streams (GET /api/events) of those who may read the ' +
+      'conversation get a `Conversation.typing` message without an `id:` (never replayed), `data` being `{type: "Conversation", ' +
+      'id, meta: {typing: {role, user_id, name, expires_at}}}`; the signal stands for 6 s, so clients repeat it while typing. ' +
+      "Repeats within 2 s are answered (`meta.typing.coalesced: true`) but not passed on. No body is needed. A visitor credential (POST /api/visitor_sessions) signals in its own conversation only. " +
+      'A closed conversation is a 409.',
+    tags: ['Conversation'],
+    security: MEMBER_SECURITY,
+    parameters: [idParameter],
+    responses: {
+      '202': {
+        description: 'Passed on (or coalesced with the signal that stands)',
+        content: jsonApi({
+          type: 'object',
+          required: ['meta'],
+          properties: {
+            meta: {
+              type: 'object',
+              properties: {
+                typing: {
+                  type: 'object',
+                  properties: { expires_at: { type: 'string', format: 'date-time' }, coalesced: { type: 'boolean' } },
+                },
+              },
+            },
+          },
+        }),
+      },
+      ...errors([403, 404, 409, 429]),
+    },
+  };
 }
 
 /** GET /api/events: server-sent events, not a JSON:API document (docs/events.md). */
@@ -783,6 +825,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     }
   }
   if (resources.some((r) => r.events !== false)) at('/api/events').get = eventStreamOperation(resources);
+  if (hasTyping(resources)) at('/api/conversations/{id}/typing').post = typingOperation();
 
   const responses = Object.fromEntries(
     Object.entries(ERROR_RESPONSES).map(([status, description]) => [

@@ -1628,6 +1628,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/conversations/{id}/typing": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Say that the caller is typing in a conversation
+         * @description An ephemeral signal, not a resource: nothing is stored. The event streams (GET /api/events) of those who may read the conversation get a `Conversation.typing` message without an `id:` (never replayed), `data` being `{type: "Conversation", id, meta: {typing: {role, user_id, name, expires_at}}}`; the signal stands for 6 s, so clients repeat it while typing. Repeats within 2 s are answered (`meta.typing.coalesced: true`) but not passed on. No body is needed. A visitor credential (POST /api/visitor_sessions) signals in its own conversation only. A closed conversation is a 409.
+         */
+        post: operations["signalTyping"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -13203,6 +13223,47 @@ export interface operations {
             403: components["responses"]["Error403"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    signalTyping: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Passed on (or coalesced with the signal that stands) */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": {
+                        meta: {
+                            typing?: {
+                                /** Format: date-time */
+                                expires_at?: string;
+                                coalesced?: boolean;
+                            };
+                        };
+                    };
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
             429: components["responses"]["Error429"];
             500: components["responses"]["Error500"];
             503: components["responses"]["Error503"];
