@@ -344,6 +344,7 @@ const FILTER_OPERATORS = [
   'greater_than_or_equal',
   'is_nil',
   'contains',
+  'matches',
 ];
 
 function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
@@ -382,15 +383,24 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
   const filterable = [
     'id',
     ...Object.entries(resource.attributes)
-      .filter(([, a]) => a.filterable && !a.writeOnly)
+      .filter(([, a]) => (a.filterable || a.searchable) && !a.writeOnly)
       .map(([n]) => n),
+    ...Object.keys(resource.searches ?? {}),
   ];
   const condition = (name: string): Schema => {
-    const def = name === 'id' ? ({ kind: 'uuid' } as AttributeDef) : resource.attributes[name];
+    const def =
+      name === 'id'
+        ? ({ kind: 'uuid' } as AttributeDef)
+        : Object.hasOwn(resource.attributes, name)
+          ? resource.attributes[name]
+          : ({ kind: 'string', searchable: true } as AttributeDef);
     const value = filterValueSchema(def);
     const operators: Record<string, Schema> = {};
+    // A searchable attribute that is not filterable takes `matches` (words) only.
+    const byValue = name === 'id' || def.filterable === true;
     for (const operator of FILTER_OPERATORS) {
-      const ordered = !['eq', 'not_eq', 'in', 'is_nil', 'contains'].includes(operator);
+      if (operator === 'matches' ? def.searchable !== true : !byValue) continue;
+      const ordered = !['eq', 'not_eq', 'in', 'is_nil', 'contains', 'matches'].includes(operator);
       if (ordered && ['object', 'boolean', 'string_array'].includes(def.kind)) continue;
       if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) continue;
       if (def.kind === 'string_array' && !['contains', 'is_nil'].includes(operator)) continue;
@@ -408,7 +418,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
               ? { type: 'string' }
               : value;
     }
-    const eq = def.kind === 'string_array' ? [] : [value];
+    const eq = def.kind === 'string_array' || !byValue ? [] : [value];
     return { oneOf: [...eq, { type: 'object', minProperties: 1, additionalProperties: false, properties: operators }] };
   };
   parameters.push(
@@ -544,7 +554,7 @@ function typingOperation(): Schema {
       'An ephemeral signal, not a resource: nothing is stored. The event streams (GET /api/events) of those who may read the ' +
       'conversation get a `Conversation.typing` message without an `id:` (never replayed), `data` being `{type: "Conversation", ' +
       'id, meta: {typing: {role, user_id, name, expires_at}}}`; the signal stands for 6 s, so clients repeat it while typing. ' +
-      "Repeats within 2 s are answered (`meta.typing.coalesced: true`) but not passed on. No body is needed. A visitor credential (POST /api/visitor_sessions) signals in its own conversation only. " +
+      'Repeats within 2 s are answered (`meta.typing.coalesced: true`) but not passed on. No body is needed. A visitor credential (POST /api/visitor_sessions) signals in its own conversation only. ' +
       'A closed conversation is a 409.',
     tags: ['Conversation'],
     security: MEMBER_SECURITY,

@@ -169,7 +169,8 @@ export default defineResource({
   attributes: {
     role: attr.enum(ITEM_ROLES, { create: 'required' }),
     modality: attr.enum(ITEM_MODALITIES, { create: true, default: 'text' }),
-    content: attr.string({ create: 'required', maxBytes: CONTENT_MAX_BYTES }),
+    // Searched by words (`filter[content][matches]=refund invoice`; docs/api.md, "Search"), GIN-indexed.
+    content: attr.string({ create: 'required', maxBytes: CONTENT_MAX_BYTES, searchable: true }),
     metadata: attr.object({ create: true, maxBytes: 16 * 1024, default: () => ({}) }),
     item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
     content_index: attr.integer({ create: true, sortable: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),

@@ -3281,7 +3281,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -4151,7 +4151,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -4597,7 +4597,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -4973,7 +4973,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, content.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -5122,6 +5122,9 @@ export interface operations {
                         greater_than_or_equal?: string;
                         /** @enum {string} */
                         is_nil?: "true" | "false";
+                    };
+                    content?: {
+                        matches?: string;
                     };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
@@ -5690,7 +5693,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -5714,6 +5717,9 @@ export interface operations {
                         greater_than_or_equal?: string;
                         /** @enum {string} */
                         is_nil?: "true" | "false";
+                    };
+                    content?: {
+                        matches?: string;
                     };
                     created_at?: string | {
                         /** Format: date-time */
@@ -6167,7 +6173,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -6701,7 +6707,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -7264,7 +7270,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -7858,7 +7864,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -8684,7 +8690,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -9370,7 +9376,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -9968,7 +9974,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -10469,7 +10475,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -10988,7 +10994,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -11398,7 +11404,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -11718,7 +11724,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -12266,7 +12272,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -12692,7 +12698,7 @@ export interface operations {
                     Invitation?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"

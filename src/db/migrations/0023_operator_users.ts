@@ -7,6 +7,8 @@
  * without a SIP user, whose status has no `sip_user_id`. Each operator has one current status (the unique
  * index on the user), each SIP user too (the existing one); a row names at least one of them.
  *
+ * The same migration indexes the items' content for search by words (below).
+ *
  * The current status's user is a member of the organisation (removing the member removes or detaches it,
  * src/resources/user.ts); the history keeps the user it was about, like `changed_by_user_id`.
  */
@@ -25,4 +27,9 @@ ALTER TABLE operator_status_events ADD COLUMN user_id uuid REFERENCES users (id)
 ALTER TABLE operator_status_events ALTER COLUMN sip_user_id DROP NOT NULL;
 UPDATE operator_status_events e SET user_id = os.user_id FROM operator_statuses os WHERE os.id = e.operator_status_id;
 CREATE INDEX operator_status_events_org_user_idx ON operator_status_events (organisation_id, user_id, id);
+
+-- Search by content (docs/api.md, "Search"): \`filter[content][matches]\` is full text search over the items'
+-- content with the \`simple\` configuration (no stemming, so every language is searched alike; each word a
+-- prefix), answered by this index; tenancy's organisation_id condition is ANDed with it by the engine.
+CREATE INDEX conversation_items_content_search_idx ON conversation_items USING gin (to_tsvector('simple', content));
 `;

@@ -235,6 +235,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
                 myName={session.fullName}
                 conversation={state.conversations.get(openId)!}
                 items={state.items.get(openId)}
+                typists={state.typing.get(openId)}
                 dispatch={dispatch}
                 onBack={() => open(undefined)}
               />
