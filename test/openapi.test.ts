@@ -70,6 +70,7 @@ const BEYOND_SPEC = [
   'patch /api/phone_numbers/{id}',
   'delete /api/phone_numbers/{id}',
   'get /api/events',
+  'post /api/conversations/{id}/typing',
   'get /api/webhook_endpoints',
   'get /api/webhook_endpoints/{id}',
   'post /api/webhook_endpoints',

@@ -2,7 +2,7 @@
  * Typing indicators (docs/events.md, "Typing"): an ephemeral signal, passed to the event streams of those who
  * may read the conversation, never stored (no resource row, no outbox event), coalesced per sender.
  */
-import net from 'node:net';
+import type net from 'node:net';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, errorCodes, resourceDocument, type Client } from './helpers/http.js';
@@ -41,7 +41,8 @@ async function visitorSession(): Promise<{ token: string; conversation: string }
   return { token: session.body.meta.token as string, conversation: session.body.data.id as string };
 }
 
-const typingOf = (m: SseMessage) => JSON.parse(m.data) as { type: string; data: { type: string; id: string; meta: { typing: Record<string, unknown> } } };
+const typingOf = (m: SseMessage) =>
+  JSON.parse(m.data) as { type: string; data: { type: string; id: string; meta: { typing: Record<string, unknown> } } };
 const isTyping = (m: SseMessage) => m.event === 'Conversation.typing';
 
 async function counts() {

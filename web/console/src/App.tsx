@@ -226,7 +226,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
       <main id="main" tabIndex={-1} class={`main ${openId ? 'has-open' : ''}`}>
         {view === 'conversations' ? (
           <>
-            <Inbox state={state} me={session.userId} openId={openId} onOpen={open} />
+            <Inbox api={api} dispatch={dispatch} state={state} me={session.userId} openId={openId} onOpen={open} />
             {openId && state.conversations.get(openId) ? (
               <ConversationView
                 key={openId}
