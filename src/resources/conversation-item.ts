@@ -10,6 +10,7 @@ import {
   insertRecord,
   rel,
   rowScope,
+  type Scope,
 } from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
@@ -162,6 +163,25 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   return insertRecord(ctx);
 }
 
+/**
+ * A visitor reads its own conversation's items, but not the service's notes to operators: a `system` item
+ * (a handoff's note quotes its internal reason, which may quote the agent's configuration) is never shown to the
+ * visitor, in a read or on its event stream (`onColumns`), whatever client the visitor uses.
+ */
+function visitorItems(): Scope {
+  const own = ownConversationForVisitors('conversation_id');
+  const scope: Scope = (p, alias) => {
+    const base = own(p, alias);
+    return base === undefined ? undefined : sql`(${base} AND ${sql.ref(`${alias}.role`)} <> 'system')`;
+  };
+  scope.onColumns = (p, columns) => {
+    const base = own.onColumns!(p, columns);
+    return base === undefined ? undefined : base && columns.role !== 'system';
+  };
+  scope.visitorConversationColumn = own.visitorConversationColumn;
+  return scope;
+}
+
 export default defineResource({
   type: 'ConversationItem',
   path: 'conversation_items',
@@ -186,6 +206,6 @@ export default defineResource({
   defaultSort: ['content_index'],
   uniqueConstraints: { conversation_items_index_key: 'content_index', conversation_items_item_id_key: 'item_id' },
   operations: { create: true, get: true },
-  access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE_AND_VISITORS, visible: ownConversationForVisitors('conversation_id') },
+  access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE_AND_VISITORS, visible: visitorItems() },
   create: createItem,
 });
