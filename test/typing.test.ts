@@ -62,6 +62,7 @@ describe('typing signals', () => {
     const sent = await operator.post(`/api/conversations/${visitor.conversation}/typing`, undefined);
     expect(sent.status).toBe(202);
     expect(sent.body.meta.typing.coalesced).toBe(false);
+    expect(sent.body.jsonapi).toEqual({ version: '1.0' });
     const [heard] = await visitorStream.waitFor(1, isTyping);
     expect(heard.id).toBeUndefined();
     const event = typingOf(heard);
@@ -124,6 +125,9 @@ describe('typing signals', () => {
     expect(refused.status).toBe(409);
     expect(errorCodes(refused)).toEqual(['conversation_closed']);
     expect((await operator.get(`/api/conversations/${closed.body.data.id}/typing`)).status).toBe(405);
+    const parameter = await operator.post(`/api/conversations/${closed.body.data.id}/typing?state=on`, undefined);
+    expect(parameter.status).toBe(400);
+    expect(errorCodes(parameter)).toEqual(['unknown_parameter']);
     expect((await client(t.app).post(`/api/conversations/${closed.body.data.id}/typing`, undefined)).status).toBe(401);
   });
 

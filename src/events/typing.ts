@@ -13,7 +13,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
 import { type DatabaseHandle, notifyAfterCommit } from '../db/connection.js';
-import { ApiError, notFound } from '../jsonapi/errors.js';
+import { ApiError, errorObject, notFound } from '../jsonapi/errors.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
 import { UUID_PATTERN } from '../jsonapi/validate.js';
 
@@ -25,6 +25,7 @@ export const TYPING_EVENT = 'Conversation.typing';
 export const TYPING_TTL_MS = 6000;
 /** A sender's repeats closer together than this are coalesced. */
 export const TYPING_MIN_INTERVAL_MS = 2000;
+const JSONAPI = { version: '1.0' };
 /** Senders remembered for coalescing; beyond, the oldest are forgotten (a forgotten sender's next signal just goes out). */
 const MAX_SENDERS = 50_000;
 
@@ -115,6 +116,15 @@ export function registerTyping(app: FastifyInstance, options: { database: Databa
   app.post('/api/conversations/:id/typing', { config: { allowVisitor: true } }, async (request: FastifyRequest, reply: FastifyReply) => {
     const principal = request.principal;
     if (!principal) throw ApiError.of(401, 'unauthenticated', 'A valid bearer token is required.');
+    // Like every route, an unknown query parameter is refused rather than ignored (this one takes none).
+    const unknown = Object.keys((request.query ?? {}) as Record<string, unknown>);
+    if (unknown.length > 0) {
+      throw new ApiError(
+        unknown.map((name) =>
+          errorObject(400, 'unknown_parameter', `This endpoint takes no \`${name}\` (it takes no query parameters).`, { parameter: name }),
+        ),
+      );
+    }
     const id = String((request.params as { id: string }).id).toLowerCase();
     if (!UUID_PATTERN.test(id)) throw notFound();
     // A visitor signals in its own conversation only; anything else is as if it did not exist.
@@ -125,7 +135,9 @@ export function registerTyping(app: FastifyInstance, options: { database: Databa
     const expiresAt = new Date(now + TYPING_TTL_MS).toISOString();
     if (previous !== undefined && now - previous < TYPING_MIN_INTERVAL_MS) {
       // The signal that went out still stands: nothing to pass on.
-      return reply.code(202).send({ meta: { typing: { expires_at: new Date(previous + TYPING_TTL_MS).toISOString(), coalesced: true } } });
+      return reply
+        .code(202)
+        .send({ meta: { typing: { expires_at: new Date(previous + TYPING_TTL_MS).toISOString(), coalesced: true } }, jsonapi: JSONAPI });
     }
     const { rows } = await sql<{ status: string; full_name: string | null }>`
       SELECT c.status, (SELECT u.full_name FROM users u WHERE u.id = ${principal.credential === 'visitor' ? null : principal.userId}::uuid) AS full_name
@@ -154,7 +166,7 @@ export function registerTyping(app: FastifyInstance, options: { database: Databa
       expires_at: expiresAt,
     };
     notifyAfterCommit(options.database.db, TYPING_CHANNEL, JSON.stringify(signal));
-    return reply.code(202).send({ meta: { typing: { expires_at: expiresAt, coalesced: false } } });
+    return reply.code(202).send({ meta: { typing: { expires_at: expiresAt, coalesced: false } }, jsonapi: JSONAPI });
   });
   methodNotAllowed(app, '/api/conversations/:id/typing', ['POST']);
   return hub;

@@ -560,24 +560,7 @@ function typingOperation(): Schema {
     security: MEMBER_SECURITY,
     parameters: [idParameter],
     responses: {
-      '202': {
-        description: 'Passed on (or coalesced with the signal that stands)',
-        content: jsonApi({
-          type: 'object',
-          required: ['meta'],
-          properties: {
-            meta: {
-              type: 'object',
-              properties: {
-                typing: {
-                  type: 'object',
-                  properties: { expires_at: { type: 'string', format: 'date-time' }, coalesced: { type: 'boolean' } },
-                },
-              },
-            },
-          },
-        }),
-      },
+      '202': ok('Passed on (or coalesced with the signal that stands)', ref('TypingDocument')),
       ...errors([403, 404, 409, 429]),
     },
   };
@@ -666,6 +649,27 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     PageLinks: {
       type: 'object',
       properties: Object.fromEntries(['self', 'first', 'next', 'prev'].map((k) => [k, { type: ['string', 'null'], format: 'uri' }])),
+    },
+    TypingDocument: {
+      type: 'object',
+      required: ['meta', 'jsonapi'],
+      properties: {
+        meta: {
+          type: 'object',
+          required: ['typing'],
+          properties: {
+            typing: {
+              type: 'object',
+              required: ['expires_at', 'coalesced'],
+              properties: {
+                expires_at: { type: 'string', format: 'date-time', description: 'When the signal that stands expires.' },
+                coalesced: { type: 'boolean', description: 'A repeat within 2 s: answered, not passed on.' },
+              },
+            },
+          },
+        },
+        jsonapi: { $ref: '#/components/schemas/JsonApi' },
+      },
     },
     DeleteDocument: {
       type: 'object',

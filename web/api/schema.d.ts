@@ -1674,6 +1674,20 @@ export interface components {
             /** Format: uri */
             prev?: string | null;
         };
+        TypingDocument: {
+            meta: {
+                typing: {
+                    /**
+                     * Format: date-time
+                     * @description When the signal that stands expires.
+                     */
+                    expires_at: string;
+                    /** @description A repeat within 2 s: answered, not passed on. */
+                    coalesced: boolean;
+                };
+            };
+            jsonapi: components["schemas"]["JsonApi"];
+        };
         DeleteDocument: {
             meta: {
                 /** @description Exact counts of the records the delete removed, by type: the record itself and what it took along. */
@@ -13249,18 +13263,13 @@ export interface operations {
             /** @description Passed on (or coalesced with the signal that stands) */
             202: {
                 headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/vnd.api+json": {
-                        meta: {
-                            typing?: {
-                                /** Format: date-time */
-                                expires_at?: string;
-                                coalesced?: boolean;
-                            };
-                        };
-                    };
+                    "application/vnd.api+json": components["schemas"]["TypingDocument"];
                 };
             };
             400: components["responses"]["Error400"];
