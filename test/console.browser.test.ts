@@ -170,6 +170,51 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await expect.poll(() => page.getByLabel('Availability').inputValue(), { timeout: 2000 }).toBe('away');
   });
 
+  it('gives an operator without a SIP user the availability control, stored by user_id', async () => {
+    // The admin has no SIP user (the operator has console.op). A second tab signs in on its own (sessionStorage).
+    const chatOnly = await context.newPage();
+    try {
+      await chatOnly.goto(`${apiUrl}/console`);
+      await chatOnly.getByLabel('E-mail').fill(tenant.admin.email);
+      await chatOnly.getByLabel('Password').fill(tenant.admin.password);
+      await chatOnly.getByRole('button', { name: 'Sign in' }).click();
+      await chatOnly.getByRole('button', { name: 'Sign out' }).waitFor();
+      expect(await chatOnly.getByText('No SIP user').count()).toBe(0);
+      await chatOnly.getByLabel('Availability').selectOption('available');
+      const status = await until(async () => {
+        const list = await admin().get(`/api/operator_statuses?filter[user_id]=${tenant.admin.id}`);
+        return list.body.data[0]?.attributes.status === 'available' ? list.body.data[0] : undefined;
+      });
+      expect(status.attributes).toMatchObject({ sip_user_id: null, user_id: tenant.admin.id, source: 'widget' });
+      await noSeriousViolations(chatOnly, 'console of a chat-only operator');
+      await chatOnly.getByLabel('Availability').selectOption('offline');
+      await until(async () => {
+        const list = await admin().get(`/api/operator_statuses?filter[user_id]=${tenant.admin.id}`);
+        return list.body.data[0]?.attributes.status === 'offline' ? true : undefined;
+      });
+    } finally {
+      await chatOnly.close();
+    }
+  });
+
+  it('searches the conversations by the words of their messages', async () => {
+    const wanted = (await admin().post('/api/conversations', resourceDocument('Conversation', { channel: 'chat' }))).body.data.id;
+    await admin().post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: wanted, role: 'user', content: 'My zebra-striped parcel never arrived' }),
+    );
+    const other = (await admin().post('/api/conversations', resourceDocument('Conversation', { channel: 'chat' }))).body.data.id;
+    await page.reload();
+    await page.locator(`[data-conversation-id="${other}"]`).waitFor();
+    await page.getByLabel('Search messages').fill('zebra parc');
+    await page.locator(`[data-conversation-id="${wanted}"]`).waitFor({ timeout: 5000 });
+    await expect.poll(() => page.locator(`[data-conversation-id="${other}"]`).count(), { timeout: 5000 }).toBe(0);
+    await page.getByLabel('Search messages').fill('nothing-mentions-this');
+    await page.getByText(/No conversation mentions/).waitFor({ timeout: 5000 });
+    await page.getByLabel('Search messages').fill('');
+    await page.locator(`[data-conversation-id="${other}"]`).waitFor({ timeout: 5000 });
+  });
+
   it('shows a conversation created through the API within 1 s', async (ctx) => {
     if (!hasEvents) return ctx.skip();
     await page.getByText(/^Live$/).waitFor();
@@ -352,6 +397,14 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     const visitor = await context.newPage();
     await visitor.goto(siteUrl);
     const widget = visitor.locator('[data-parley-widget]');
+    // The panel never opens empty: the greeting (data-greeting, else the default) is there before any message.
+    await widget.getByText('Hi! How can we help you today?').waitFor();
+    await noSeriousViolations(visitor, 'widget with its greeting');
+    // A paste of 10,000 lines is refused with its length and the limit, and kept for the visitor to shorten.
+    await widget.getByLabel('Your message').fill(Array.from({ length: 10_000 }, (_, i) => `line ${i}`).join('\n'));
+    await widget.getByRole('button', { name: 'Send' }).click();
+    await widget.getByText(/Your message is too long: [\d,]+ characters, at most 4,000/).waitFor();
+    expect((await admin().get(`/api/conversations?filter[ai_agent_id]=${agentId}&filter[content][matches]=line`)).body.data).toEqual([]);
     await widget.getByLabel('Your message').fill('Hello, is anyone there?');
     await widget.getByRole('button', { name: 'Send' }).click();
     await widget.getByText('Hello, is anyone there?').waitFor();
@@ -367,6 +420,12 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     if (!hasEvents) await page.reload();
     await page.locator(`[data-conversation-id="${found}"]`).click();
     await page.locator('.items').getByText('Hello, is anyone there?').waitFor();
+    // Typing, both ways: the operator's draft shows in the widget with their name, the visitor's in the console.
+    await page.getByLabel('Reply as operator').fill('Yes, I am');
+    await widget.getByText(`${tenant.operator.fullName} is typing…`).waitFor({ timeout: 5000 });
+    await widget.getByLabel('Your message').fill('Still the visitor');
+    await page.getByText('The customer is typing…').waitFor({ timeout: 5000 });
+    await widget.getByLabel('Your message').fill('');
     await page.getByLabel('Reply as operator').fill('Yes, I am here to help.');
     await page.getByRole('button', { name: 'Send' }).click();
     await widget.getByText('Yes, I am here to help.').waitFor({ timeout: 5000 });
@@ -401,6 +460,7 @@ describe.skipIf(!hasChromium)('operator console and visitor widget in Chromium',
     await admin().patch(`/api/conversations/${found}`, resourceDocument('Conversation', { status: 'closed' }, found));
     await widget.getByText('This conversation has ended.').waitFor({ timeout: 5000 });
     await widget.getByRole('button', { name: 'Start a new conversation' }).click();
+    await widget.getByText('Hi! How can we help you today?').waitFor();
     await widget.getByLabel('Your message').fill('A new question');
     await widget.getByRole('button', { name: 'Send' }).click();
     await widget.getByText('A new question').waitFor();

@@ -74,6 +74,7 @@ const BEYOND_SPEC = [
   'post /api/knowledge_documents',
   'delete /api/knowledge_documents/{id}',
   'get /api/events',
+  'post /api/conversations/{id}/typing',
   'get /api/webhook_endpoints',
   'get /api/webhook_endpoints/{id}',
   'post /api/webhook_endpoints',

@@ -1,11 +1,11 @@
 /**
  * Handoff to a human operator. A handed-off conversation goes `pending`, gets a
  * `system` item saying why, and joins the queue (`agent_handoffs`). Queued
- * conversations are offered, oldest first, to an operator whose OperatorStatus
- * is `available`, who holds no other pending conversation, and who has been
+ * conversations are offered, oldest first, to an operator (a user, with or
+ * without a SIP user: a chat needs none) whose OperatorStatus is `available`, who holds no other pending conversation, and who has been
  * idle longest (since the later of their last status change and their last
  * offer). The offer is recorded in the conversation's metadata as
- * `assigned_operator` (the user id behind the SIP user) with `assigned_at`.
+ * `assigned_operator` (the status's user id) with `assigned_at`.
  * With nobody available the conversation waits; the runtime looks at the queue
  * on every poll, so it is offered as soon as an operator becomes available.
  */
@@ -55,23 +55,22 @@ export async function assignQueued(db: Db, makeRecords: (trx: Db) => Records, li
         SELECT h.conversation_id, h.organisation_id FROM agent_handoffs h
         JOIN conversations c ON c.id = h.conversation_id AND c.status = 'pending'
         WHERE h.assigned_user_id IS NULL
-          AND EXISTS (SELECT 1 FROM operator_statuses os JOIN sip_users s ON s.id = os.sip_user_id AND s.user_id IS NOT NULL
-                      WHERE os.organisation_id = h.organisation_id AND os.status = 'available'
+          AND EXISTS (SELECT 1 FROM operator_statuses os
+                      WHERE os.organisation_id = h.organisation_id AND os.status = 'available' AND os.user_id IS NOT NULL
                         AND NOT EXISTS (SELECT 1 FROM agent_handoffs b JOIN conversations bc ON bc.id = b.conversation_id
-                                        WHERE b.assigned_user_id = s.user_id AND bc.status = 'pending'))
+                                        WHERE b.assigned_user_id = os.user_id AND bc.status = 'pending'))
         ORDER BY h.requested_at, h.conversation_id
         LIMIT 1 FOR UPDATE OF h SKIP LOCKED`.execute(trx);
       const entry = queued.rows[0];
       if (!entry) return false;
       const operator = await sql<{ id: string; user_id: string }>`
-        SELECT os.id, s.user_id FROM operator_statuses os
-        JOIN sip_users s ON s.id = os.sip_user_id AND s.user_id IS NOT NULL
-        WHERE os.organisation_id = ${entry.organisation_id} AND os.status = 'available'
+        SELECT os.id, os.user_id FROM operator_statuses os
+        WHERE os.organisation_id = ${entry.organisation_id} AND os.status = 'available' AND os.user_id IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM agent_handoffs h JOIN conversations c ON c.id = h.conversation_id
-                          WHERE h.assigned_user_id = s.user_id AND c.status = 'pending')
+                          WHERE h.assigned_user_id = os.user_id AND c.status = 'pending')
         ORDER BY GREATEST(
                    COALESCE((SELECT max(e.occurred_at) FROM operator_status_events e WHERE e.operator_status_id = os.id), os.updated_at),
-                   COALESCE((SELECT max(h.assigned_at) FROM agent_handoffs h WHERE h.assigned_user_id = s.user_id), '-infinity'::timestamptz)),
+                   COALESCE((SELECT max(h.assigned_at) FROM agent_handoffs h WHERE h.assigned_user_id = os.user_id), '-infinity'::timestamptz)),
                  os.id
         LIMIT 1 FOR UPDATE OF os SKIP LOCKED`.execute(trx);
       const chosen = operator.rows[0];

@@ -23,6 +23,7 @@ import * as webhookFairClaim from './migrations/0015_b_webhook_fair_claim.js';
 import * as agentWork from './migrations/0018_agent_work.js';
 import * as voice from './migrations/0019_voice.js';
 import * as sipCredentials from './migrations/0022_sip_credentials.js';
+import * as operatorUsers from './migrations/0023_operator_users.js';
 import * as toolSecrets from './migrations/0024_tool_secrets.js';
 import * as knowledge from './migrations/0025_knowledge.js';
 
@@ -51,6 +52,7 @@ const migrations: Record<string, { up: string }> = {
   '0018_agent_work': agentWork,
   '0019_voice': voice,
   '0022_sip_credentials': sipCredentials,
+  '0023_operator_users': operatorUsers,
   '0024_tool_secrets': toolSecrets,
   '0025_knowledge': knowledge,
 };

@@ -27,6 +27,7 @@ import { methodNotAllowed } from '../jsonapi/routes.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { UUID_PATTERN } from '../jsonapi/validate.js';
 import { eventTypes } from '../resources/event-types.js';
+import { registerTyping, TYPING_EVENT } from './typing.js';
 
 /** One outbox row, with its message text made once for every stream. */
 export interface EventRow {
@@ -375,7 +376,7 @@ function parseStreamQuery(request: FastifyRequest): { types?: Set<string>; after
           continue;
         }
         const names = raw.split(',').map((t) => t.trim());
-        const unknown = names.filter((t) => !eventTypes().has(t));
+        const unknown = names.filter((t) => !eventTypes().has(t) && t !== TYPING_EVENT);
         if (unknown.length > 0) bad('filter[type]', `Unknown event types: ${unknown.join(', ')}.`, 'invalid_filter');
         types = new Set(names);
       }
@@ -477,6 +478,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     (row) => conversationOfRow(options.registry, row),
   );
   const open = new Set<OpenStream>();
+  // Typing signals (typing.ts): ephemeral, never in the outbox; handed to the live streams below.
+  const typing = registerTyping(app, options);
   const perCredential = new Counts();
   const perUser = new Counts();
   const perOrganisation = new Counts();
@@ -597,12 +600,14 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     let draining = false;
     let expiry: NodeJS.Timeout | undefined;
     let unsubscribe = () => {};
+    let unsubscribeTyping = () => {};
 
     const end = (reason: EndReason) => {
       if (ended) return;
       ended = reason;
       clearTimeout(expiry);
       unsubscribe();
+      unsubscribeTyping();
       open.delete(stream);
       for (const [counts, key] of keys) counts.release(key);
       // Before the stream began, the handler answers (below): a credential that ended meanwhile is a 401.
@@ -693,6 +698,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     };
     armExpiry();
     try {
+      await typing.ready();
       const subscription = await hub.subscribe(principal.organisationId, listener);
       unsubscribe = subscription.unsubscribe;
       lastSent ??= subscription.cursor;
@@ -702,6 +708,18 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     }
     if (ended === 'credential' || ended === 'expired') throw unauthenticated('The bearer token is invalid or expired.');
     if (ended) return reply;
+
+    // Typing, live only and without an id (never replayed): a visitor hears the others in its conversation, a
+    // member every conversation their role reads; nobody hears their own signal.
+    if (wanted({ type: TYPING_EVENT } as EventRow) && visibility.byType('Conversation.updated') !== false) {
+      unsubscribeTyping = typing.subscribe(principal.organisationId, (signal, json) => {
+        if (!live || ended) return;
+        if (principal.credential === 'visitor') {
+          if (signal.conversation_id !== principal.conversationId || signal.role === 'visitor') return;
+        } else if (signal.user_id === principal.userId) return;
+        write(`event: ${TYPING_EVENT}\ndata: ${json}\n\n`);
+      });
+    }
 
     reply.hijack();
     hijacked = true;

@@ -344,6 +344,7 @@ const FILTER_OPERATORS = [
   'greater_than_or_equal',
   'is_nil',
   'contains',
+  'matches',
 ];
 
 function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
@@ -382,15 +383,24 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
   const filterable = [
     'id',
     ...Object.entries(resource.attributes)
-      .filter(([, a]) => a.filterable && !a.writeOnly)
+      .filter(([, a]) => (a.filterable || a.searchable) && !a.writeOnly)
       .map(([n]) => n),
+    ...Object.keys(resource.searches ?? {}),
   ];
   const condition = (name: string): Schema => {
-    const def = name === 'id' ? ({ kind: 'uuid' } as AttributeDef) : resource.attributes[name];
+    const def =
+      name === 'id'
+        ? ({ kind: 'uuid' } as AttributeDef)
+        : Object.hasOwn(resource.attributes, name)
+          ? resource.attributes[name]
+          : ({ kind: 'string', searchable: true } as AttributeDef);
     const value = filterValueSchema(def);
     const operators: Record<string, Schema> = {};
+    // A searchable attribute that is not filterable takes `matches` (words) only.
+    const byValue = name === 'id' || def.filterable === true;
     for (const operator of FILTER_OPERATORS) {
-      const ordered = !['eq', 'not_eq', 'in', 'is_nil', 'contains'].includes(operator);
+      if (operator === 'matches' ? def.searchable !== true : !byValue) continue;
+      const ordered = !['eq', 'not_eq', 'in', 'is_nil', 'contains', 'matches'].includes(operator);
       if (ordered && ['object', 'boolean', 'string_array'].includes(def.kind)) continue;
       if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) continue;
       if (def.kind === 'string_array' && !['contains', 'is_nil'].includes(operator)) continue;
@@ -408,7 +418,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
               ? { type: 'string' }
               : value;
     }
-    const eq = def.kind === 'string_array' ? [] : [value];
+    const eq = def.kind === 'string_array' || !byValue ? [] : [value];
     return { oneOf: [...eq, { type: 'object', minProperties: 1, additionalProperties: false, properties: operators }] };
   };
   parameters.push(
@@ -528,7 +538,32 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
   }
   // The event stream (src/events/stream.ts), when any type's changes are events.
   if (resources.some((r) => r.events !== false)) operations.push({ method: 'get', path: '/api/events' });
+  // Typing signals (src/events/typing.ts), handed to the event stream.
+  if (hasTyping(resources)) operations.push({ method: 'post', path: '/api/conversations/{id}/typing' });
   return operations;
+}
+
+const hasTyping = (resources: readonly ResourceDef[]) => resources.some((r) => r.type === 'Conversation' && r.events !== false);
+
+/** POST /api/conversations/{id}/typing: an ephemeral signal, not a resource (docs/events.md, "Typing"). */
+function typingOperation(): Schema {
+  return {
+    operationId: 'signalTyping',
+    summary: 'Say that the caller is typing in a conversation',
+    description:
+      'An ephemeral signal, not a resource: nothing is stored. The event streams (GET /api/events) of those who may read the ' +
+      'conversation get a `Conversation.typing` message without an `id:` (never replayed), `data` being `{type: "Conversation", ' +
+      'id, meta: {typing: {role, user_id, name, expires_at}}}`; the signal stands for 6 s, so clients repeat it while typing. ' +
+      'Repeats within 2 s are answered (`meta.typing.coalesced: true`) but not passed on. No body is needed. A visitor credential (POST /api/visitor_sessions) signals in its own conversation only. ' +
+      'A closed conversation is a 409.',
+    tags: ['Conversation'],
+    security: MEMBER_SECURITY,
+    parameters: [idParameter],
+    responses: {
+      '202': ok('Passed on (or coalesced with the signal that stands)', ref('TypingDocument')),
+      ...errors([403, 404, 409, 429]),
+    },
+  };
 }
 
 /** GET /api/events: server-sent events, not a JSON:API document (docs/events.md). */
@@ -620,6 +655,27 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     PageLinks: {
       type: 'object',
       properties: Object.fromEntries(['self', 'first', 'next', 'prev'].map((k) => [k, { type: ['string', 'null'], format: 'uri' }])),
+    },
+    TypingDocument: {
+      type: 'object',
+      required: ['meta', 'jsonapi'],
+      properties: {
+        meta: {
+          type: 'object',
+          required: ['typing'],
+          properties: {
+            typing: {
+              type: 'object',
+              required: ['expires_at', 'coalesced'],
+              properties: {
+                expires_at: { type: 'string', format: 'date-time', description: 'When the signal that stands expires.' },
+                coalesced: { type: 'boolean', description: 'A repeat within 2 s: answered, not passed on.' },
+              },
+            },
+          },
+        },
+        jsonapi: { $ref: '#/components/schemas/JsonApi' },
+      },
     },
     DeleteDocument: {
       type: 'object',
@@ -789,6 +845,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     }
   }
   if (resources.some((r) => r.events !== false)) at('/api/events').get = eventStreamOperation(resources);
+  if (hasTyping(resources)) at('/api/conversations/{id}/typing').post = typingOperation();
 
   const responses = Object.fromEntries(
     Object.entries(ERROR_RESPONSES).map(([status, description]) => [

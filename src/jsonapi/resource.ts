@@ -29,6 +29,12 @@ export interface AttributeDef {
   update?: boolean;
   sortable?: boolean;
   filterable?: boolean;
+  /**
+   * Text searched by words: `filter[name][matches]=some words` (PostgreSQL full text search, `simple`
+   * configuration, each word a prefix), backed by a GIN index on `to_tsvector('simple', column)`. Enough on its
+   * own for `matches`, the only operator such an attribute takes unless it is also `filterable`.
+   */
+  searchable?: boolean;
   /** Accepted as input but never returned (e.g. gateway password). */
   writeOnly?: boolean;
   /**
@@ -214,6 +220,12 @@ export interface ResourceDef {
   defaultSort?: readonly string[];
   /** Special actions with their own path, e.g. login. */
   actions?: Record<string, CustomAction>;
+  /**
+   * Searches by words that are not an attribute of the type: `filter[name][matches]=words` is the condition
+   * the function makes from the tsquery (each word a prefix, all required), e.g. "an item of the conversation
+   * matches" as an EXISTS over an indexed `to_tsvector('simple', content)`.
+   */
+  searches?: Record<string, (query: RawBuilder<unknown>) => RawBuilder<unknown>>;
   /**
    * Whether creates, updates and deletes of this type are events (the outbox, GET /api/events, webhooks).
    * Default true; false only for bookkeeping that would feed on itself (webhook deliveries).

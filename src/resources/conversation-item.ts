@@ -10,6 +10,7 @@ import {
   insertRecord,
   rel,
   rowScope,
+  type Scope,
 } from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
@@ -169,7 +170,8 @@ export default defineResource({
   attributes: {
     role: attr.enum(ITEM_ROLES, { create: 'required' }),
     modality: attr.enum(ITEM_MODALITIES, { create: true, default: 'text' }),
-    content: attr.string({ create: 'required', maxBytes: CONTENT_MAX_BYTES }),
+    // Searched by words (`filter[content][matches]=refund invoice`; docs/api.md, "Search"), GIN-indexed.
+    content: attr.string({ create: 'required', maxBytes: CONTENT_MAX_BYTES, searchable: true }),
     metadata: attr.object({ create: true, maxBytes: 16 * 1024, default: () => ({}) }),
     item_id: attr.string({ create: true, minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
     content_index: attr.integer({ create: true, sortable: true, minimum: 0, maximum: MAX_CONTENT_INDEX }),
@@ -185,11 +187,12 @@ export default defineResource({
   defaultSort: ['content_index'],
   uniqueConstraints: { conversation_items_index_key: 'content_index', conversation_items_item_id_key: 'item_id' },
   operations: { create: true, get: true },
-  // A visitor reads its conversation's items but the agent's `tool` items (docs/agents.md, "Tools").
+  // A visitor reads its conversation's items but the agent's `tool` items (docs/agents.md,
+  // "Tools") and `system` items (internal notes such as handoff reasons; docs/console.md).
   access: {
     read: EVERY_ROLE_AND_VISITORS,
     create: EVERY_ROLE_AND_VISITORS,
-    visible: ownConversationForVisitorsWithout('conversation_id', ['tool']),
+    visible: ownConversationForVisitorsWithout('conversation_id', ['tool', 'system']),
   },
   create: createItem,
 });

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { sql } from 'kysely';
 import { attr, defineResource, rel } from '../jsonapi/index.js';
 import { openVisitorSession } from '../auth/visitors.js';
 import { timestamps } from './timestamps.js';
@@ -48,6 +49,12 @@ export default defineResource({
   // Written with the analysis (src/agents/analysis.ts), after that write's `Conversation.updated`.
   extraEvents: ['analysed'],
   access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE, update: EVERY_ROLE, visible: ownConversationForVisitors('id') },
+  // Search by content (docs/api.md, "Search"): `filter[content][matches]=refund invoice` is the conversations
+  // with an item containing every word, answered by the items' GIN index (migration 0023).
+  searches: {
+    content: (query) => sql`EXISTS (SELECT 1 FROM conversation_items i
+      WHERE i.conversation_id = t.id AND i.organisation_id = t.organisation_id AND to_tsvector('simple', i.content) @@ ${query})`,
+  },
   actions: {
     visitorSession: {
       path: 'visitor_sessions',

@@ -229,9 +229,32 @@ async function removeMember(ctx: ActionContext): Promise<Record<string, number>>
     .where('user_id', '=', id)
     .execute();
   for (const sipUser of sipUsers) await ctx.records.update(system, 'SipUser', sipUser.id, { user_id: null });
+  // Their availability here: a SIP user's status stays the SIP user's (without a user); a status of theirs
+  // without a SIP user goes, with its history (as a SIP user's does when the SIP user is deleted).
+  const own = await db
+    .selectFrom('operator_statuses')
+    .select('id')
+    .where('organisation_id', '=', principal.organisationId)
+    .where('user_id', '=', id)
+    .where('sip_user_id', 'is', null)
+    .execute();
+  const removed: Record<string, number> = {};
+  if (own.length > 0) {
+    const ownIds = own.map((o) => o.id);
+    const events = await db.deleteFrom('operator_status_events').where('operator_status_id', 'in', ownIds).executeTakeFirst();
+    await db.deleteFrom('operator_statuses').where('id', 'in', ownIds).execute();
+    removed.OperatorStatus = own.length;
+    if (Number(events.numDeletedRows) > 0) removed.OperatorStatusEvent = Number(events.numDeletedRows);
+  }
+  await db
+    .updateTable('operator_statuses')
+    .set({ user_id: null })
+    .where('organisation_id', '=', principal.organisationId)
+    .where('user_id', '=', id)
+    .execute();
   // user_sessions rows go with the membership (ON DELETE CASCADE): its tokens are refused from now on.
   await db.deleteFrom('memberships').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id).execute();
-  return keys.length > 0 ? { User: 1, ApiKey: keys.length } : { User: 1 };
+  return keys.length > 0 ? { User: 1, ApiKey: keys.length, ...removed } : { User: 1, ...removed };
 }
 
 /** The organisation's members: read by every member, managed by owners and admins; each changes their own name and password. */

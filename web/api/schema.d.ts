@@ -499,7 +499,7 @@ export interface paths {
         put?: never;
         /**
          * Run an agent test suite (docs/agents.md) against one of your agents and the configured model, storing nothing; returns the agent and the report in meta.report (meta.report.failed is 0 when every case passed)
-         * @description Run an agent test suite (docs/agents.md) against one of your agents and the configured model, storing nothing; returns the agent and the report in meta.report (meta.report.failed is 0 when every case passed). Roles: owner, admin. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description Run an agent test suite (docs/agents.md) against one of your agents and the configured model, storing nothing; returns the agent and the report in meta.report (meta.report.failed is 0 when every case passed). Roles: owner, admin.
          */
         post: operations["test"];
         delete?: never;
@@ -1000,6 +1000,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/operator_statuses/{id}/user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the user of one OperatorStatus
+         * @description The OperatorStatus's `user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatus is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/operator_status_events": {
         parameters: {
             query?: never;
@@ -1092,6 +1112,26 @@ export interface paths {
          * @description The OperatorStatusEvent's `sip_user` (its related link): the SipUser, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatusEvent is not visible. Roles: owner, admin, operator.
          */
         get: operations["getOperatorStatusEventSipUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/operator_status_events/{id}/user": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the user of one OperatorStatusEvent
+         * @description The OperatorStatusEvent's `user` (its related link): the User, or `data: null` when there is none or the caller may not see it. 404 when the OperatorStatusEvent is not visible. Roles: owner, admin, operator.
+         */
+        get: operations["getOperatorStatusEventUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1355,7 +1395,7 @@ export interface paths {
         put?: never;
         /**
          * Make a new signing secret for the organisation's agent tool calls (Standard Webhooks); returns the organisation and the secret, once, in meta.tool_secret
-         * @description Make a new signing secret for the organisation's agent tool calls (Standard Webhooks); returns the organisation and the secret, once, in meta.tool_secret. Roles: owner, admin. Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.
+         * @description Make a new signing secret for the organisation's agent tool calls (Standard Webhooks); returns the organisation and the secret, once, in meta.tool_secret. Roles: owner, admin.
          */
         post: operations["toolSecret"];
         delete?: never;
@@ -1736,6 +1776,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/conversations/{id}/typing": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Say that the caller is typing in a conversation
+         * @description An ephemeral signal, not a resource: nothing is stored. The event streams (GET /api/events) of those who may read the conversation get a `Conversation.typing` message without an `id:` (never replayed), `data` being `{type: "Conversation", id, meta: {typing: {role, user_id, name, expires_at}}}`; the signal stands for 6 s, so clients repeat it while typing. Repeats within 2 s are answered (`meta.typing.coalesced: true`) but not passed on. No body is needed. A visitor credential (POST /api/visitor_sessions) signals in its own conversation only. A closed conversation is a 409.
+         */
+        post: operations["signalTyping"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1761,6 +1821,20 @@ export interface components {
             next?: string | null;
             /** Format: uri */
             prev?: string | null;
+        };
+        TypingDocument: {
+            meta: {
+                typing: {
+                    /**
+                     * Format: date-time
+                     * @description When the signal that stands expires.
+                     */
+                    expires_at: string;
+                    /** @description A repeat within 2 s: answered, not passed on. */
+                    coalesced: boolean;
+                };
+            };
+            jsonapi: components["schemas"]["JsonApi"];
         };
         DeleteDocument: {
             meta: {
@@ -2436,7 +2510,9 @@ export interface components {
         };
         OperatorStatusAttributes: {
             /** Format: uuid */
-            sip_user_id?: string;
+            sip_user_id?: string | null;
+            /** Format: uuid */
+            user_id?: string | null;
             agent_name?: string;
             /** @enum {string} */
             status?: "available" | "busy" | "wrap_up" | "away" | "offline";
@@ -2486,6 +2562,14 @@ export interface components {
                         meta?: Record<string, unknown>;
                     } | null;
                 };
+                user?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "User";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
             };
             links?: {
                 /** Format: uri */
@@ -2518,7 +2602,9 @@ export interface components {
         };
         OperatorStatusEventAttributes: {
             /** Format: uuid */
-            sip_user_id?: string;
+            sip_user_id?: string | null;
+            /** Format: uuid */
+            user_id?: string | null;
             agent_name?: string;
             /** @enum {string} */
             status?: "available" | "busy" | "wrap_up" | "away" | "offline";
@@ -2571,6 +2657,14 @@ export interface components {
                         id: string;
                         /** @constant */
                         type: "SipUser";
+                        meta?: Record<string, unknown>;
+                    } | null;
+                };
+                user?: {
+                    data?: {
+                        id: string;
+                        /** @constant */
+                        type: "User";
                         meta?: Record<string, unknown>;
                     } | null;
                 };
@@ -3427,7 +3521,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, key_type, expires_at, revoked_at, organisation_id, user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -4305,7 +4399,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, full_name, role, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -4755,7 +4849,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -5135,7 +5229,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, status, channel, mode, public_id, metadata, ai_agent_id, created_at, updated_at, content.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -5284,6 +5378,9 @@ export interface operations {
                         greater_than_or_equal?: string;
                         /** @enum {string} */
                         is_nil?: "true" | "false";
+                    };
+                    content?: {
+                        matches?: string;
                     };
                     and?: Record<string, unknown> | unknown[];
                     or?: Record<string, unknown> | unknown[];
@@ -5859,7 +5956,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -5883,6 +5980,9 @@ export interface operations {
                         greater_than_or_equal?: string;
                         /** @enum {string} */
                         is_nil?: "true" | "false";
+                    };
+                    content?: {
+                        matches?: string;
                     };
                     created_at?: string | {
                         /** Format: date-time */
@@ -6338,6 +6438,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -6436,7 +6537,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, languages, published, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -6975,7 +7076,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, provider, realm, register, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -7540,6 +7641,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -7637,7 +7739,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_username, user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -8237,7 +8339,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, number, gateway_id, ai_agent_id, sip_user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -9042,10 +9144,10 @@ export interface operations {
     listOperatorStatuss: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatus": "id,sip_user_id"
                  *     }
@@ -9071,7 +9173,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -9097,6 +9199,23 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     sip_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    user_id?: string | {
                         /** Format: uuid */
                         eq?: string;
                         /** Format: uuid */
@@ -9214,7 +9333,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -9258,10 +9377,10 @@ export interface operations {
     createOperatorStatus: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatus": "id,sip_user_id"
                  *     }
@@ -9298,7 +9417,6 @@ export interface operations {
                  *       "data": {
                  *         "type": "OperatorStatus",
                  *         "attributes": {
-                 *           "sip_user_id": "00000000-0000-7000-8000-000000000000",
                  *           "status": "available"
                  *         }
                  *       }
@@ -9310,7 +9428,9 @@ export interface operations {
                         type: "OperatorStatus";
                         attributes?: {
                             /** Format: uuid */
-                            sip_user_id: string;
+                            sip_user_id?: string | null;
+                            /** Format: uuid */
+                            user_id?: string | null;
                             /** @enum {string} */
                             status: "available" | "busy" | "wrap_up" | "away" | "offline";
                             /**
@@ -9328,7 +9448,19 @@ export interface operations {
                                     /** Format: uuid */
                                     id: string;
                                     meta?: Record<string, unknown>;
-                                };
+                                } | null;
+                                links?: Record<string, unknown>;
+                                meta?: Record<string, unknown>;
+                            };
+                            /** @description The same as the attribute `user_id`; both may be given when they agree. */
+                            user?: {
+                                data: {
+                                    /** @constant */
+                                    type: "User";
+                                    /** Format: uuid */
+                                    id: string;
+                                    meta?: Record<string, unknown>;
+                                } | null;
                                 links?: Record<string, unknown>;
                                 meta?: Record<string, unknown>;
                             };
@@ -9385,10 +9517,10 @@ export interface operations {
     getOperatorStatus: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatus: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatus": "id,sip_user_id"
                  *     }
@@ -9638,13 +9770,77 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getOperatorStatusUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listOperatorStatusEvents: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatusEvent": "id,sip_user_id"
                  *     }
@@ -9670,7 +9866,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -9696,6 +9892,23 @@ export interface operations {
                         is_nil?: "true" | "false";
                     };
                     sip_user_id?: string | {
+                        /** Format: uuid */
+                        eq?: string;
+                        /** Format: uuid */
+                        not_eq?: string;
+                        in?: string | string[];
+                        /** Format: uuid */
+                        less_than?: string;
+                        /** Format: uuid */
+                        greater_than?: string;
+                        /** Format: uuid */
+                        less_than_or_equal?: string;
+                        /** Format: uuid */
+                        greater_than_or_equal?: string;
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
+                    user_id?: string | {
                         /** Format: uuid */
                         eq?: string;
                         /** Format: uuid */
@@ -9864,7 +10077,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -9908,10 +10121,10 @@ export interface operations {
     getOperatorStatusEvent: {
         parameters: {
             query?: {
-                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                /** @description Comma-separated relationship paths: changed_by_user, changed_by_user.organisation, changed_by_user.organisations, changed_by_user.sip_user, organisation, sip_user, sip_user.organisation, sip_user.user, user, user.organisation, user.organisations, user.sip_user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user.
+                 * @description Sparse fieldsets, fields[Type]=a,b. OperatorStatusEvent: id, sip_user_id, user_id, agent_name, status, source, changed_by_user_id, previous_status, occurred_at, operator_status_id, created_at, updated_at, changed_by_user, organisation, sip_user, user.
                  * @example {
                  *       "OperatorStatusEvent": "id,sip_user_id"
                  *     }
@@ -10161,6 +10374,70 @@ export interface operations {
             503: components["responses"]["Error503"];
         };
     };
+    getOperatorStatusEventUser: {
+        parameters: {
+            query?: {
+                /** @description Comma-separated relationship paths: organisation, organisations, sip_user, sip_user.organisation, sip_user.user. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
+                include?: string;
+                /**
+                 * @description Sparse fieldsets, fields[Type]=a,b. User: id, email, full_name, sip_username, role, initial_password, created_at, updated_at, organisation, organisations, sip_user.
+                 * @example {
+                 *       "User": "id,email"
+                 *     }
+                 */
+                fields?: {
+                    ApiKey?: string;
+                    User?: string;
+                    Conversation?: string;
+                    ConversationItem?: string;
+                    AiAgent?: string;
+                    Gateway?: string;
+                    SipUser?: string;
+                    PhoneNumber?: string;
+                    OperatorStatus?: string;
+                    OperatorStatusEvent?: string;
+                    Call?: string;
+                    CallParticipant?: string;
+                    CallTranscript?: string;
+                    Organisation?: string;
+                    WebhookEndpoint?: string;
+                    WebhookDelivery?: string;
+                    Invitation?: string;
+                    KnowledgeDocument?: string;
+                };
+            };
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["UserRelatedDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
     listCalls: {
         parameters: {
             query?: {
@@ -10193,7 +10470,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, direction, from_number, to_number, sip_username, status, call_uuid, started_at, answered_at, ended_at, duration_seconds, sip_code, conversation_id, participant_sip_user_ids, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -10698,7 +10975,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, member_uuid, role, joined_at, left_at, call_id, organisation_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -11222,7 +11499,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, content, speaker, item_id, content_index, occurred_at, call_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -11633,6 +11910,7 @@ export interface operations {
                     WebhookEndpoint?: string;
                     WebhookDelivery?: string;
                     Invitation?: string;
+                    KnowledgeDocument?: string;
                 };
             };
             header?: never;
@@ -11723,7 +12001,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -12046,7 +12324,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, url, enabled, consecutive_failures, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -12599,7 +12877,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, webhook_endpoint_id, event_id, event_type, status, attempts, last_status_code, next_attempt_at, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -13029,7 +13307,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, email, role, expires_at, accepted_at, user_id, invited_by_user_id, organisation_id, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -13559,7 +13837,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, ai_agent_id, title, content_type, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, ai_agent_id, title, content_type, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -14105,6 +14383,42 @@ export interface operations {
             403: components["responses"]["Error403"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
+            429: components["responses"]["Error429"];
+            500: components["responses"]["Error500"];
+            503: components["responses"]["Error503"];
+        };
+    };
+    signalTyping: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The record id (a malformed or unknown id is a 404). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Passed on (or coalesced with the signal that stands) */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.api+json": components["schemas"]["TypingDocument"];
+                };
+            };
+            400: components["responses"]["Error400"];
+            401: components["responses"]["Error401"];
+            403: components["responses"]["Error403"];
+            404: components["responses"]["Error404"];
+            405: components["responses"]["Error405"];
+            406: components["responses"]["Error406"];
+            409: components["responses"]["Error409"];
             429: components["responses"]["Error429"];
             500: components["responses"]["Error500"];
             503: components["responses"]["Error503"];

@@ -13,8 +13,17 @@
  * `system` items are never shown to visitors: they are the service's notes for operators (a handoff's reason
  * may quote the agent's configuration); the visitor sees a friendly status line instead. A closed conversation
  * offers a new one in the same tab. Escape closes the panel wherever the focus is inside the widget.
+ *
+ * The panel never opens empty: until the conversation has messages it shows a greeting (`data-greeting`, the
+ * organisation's own words in its embed tag, else a default), which is not stored; the agent's own first reply
+ * follows the visitor's first message. Typing goes both ways (docs/events.md, "Typing"): the visitor's draft
+ * signals `POST /api/conversations/{id}/typing` (every 3 s at most), and the operators' signals arrive on the
+ * visitor's event stream (`GET /api/events?filter[type]=Conversation.typing`, open while the panel is), shown as
+ * "Anna is typing…". A message longer than `MAX_MESSAGE_CHARS` (a paste of 10,000 lines) is not sent: the
+ * visitor is told its length and the limit, and keeps the text to shorten.
  */
 import { apiClient, describeError, type ConversationItemResource, type ConversationResource } from '../api/client';
+import { openEventStream } from '../api/events';
 
 interface VisitorSession {
   token: string;
@@ -24,6 +33,11 @@ interface VisitorSession {
 }
 
 const POLL_MS = 2000;
+/** The longest message the widget sends (the server takes up to 32 KiB of UTF-8; 4,000 characters fit any script). */
+const MAX_MESSAGE_CHARS = 4000;
+/** How often the visitor's draft repeats the typing signal (it stands for 6 s). */
+const TYPING_REPEAT_MS = 3000;
+const DEFAULT_GREETING = 'Hi! How can we help you today?';
 
 const STYLE = `
   :host { all: initial; }
@@ -41,7 +55,8 @@ const STYLE = `
   li small { display: block; font-size: 11px; color: #57606a; font-weight: 600; }
   .user { align-self: flex-end; background: #0b5fca; color: #fff; }
   .user small { color: #dbe9ff; }
-  .assistant, .operator { align-self: flex-start; background: #f1f3f5; }
+  .assistant, .operator, .greeting { align-self: flex-start; background: #f1f3f5; }
+  .typing { margin: 0; padding: 0 12px 4px; min-height: 18px; font-size: 12px; font-style: italic; color: #57606a; }
   .system { align-self: center; background: #fff8c5; font-size: 13px; }
   .status { margin: 0; padding: 6px 12px; font-size: 13px; color: #0a3069; background: #ddf4ff; }
   .status:empty { display: none; }
@@ -60,6 +75,10 @@ function start(script: HTMLScriptElement) {
   const agentId = script.dataset.agent || null;
   const baseUrl = script.dataset.api ?? new URL(script.src, window.location.href).origin;
   const storageKey = `parley.visitor.${publishableKey.slice(-16)}`;
+  const greeting = script.dataset.greeting?.trim() || DEFAULT_GREETING;
+  let closeStream: (() => void) | undefined;
+  let typingTimer: number | undefined;
+  let lastTypingSignal = 0;
   let session: VisitorSession | undefined = restore();
   let timer: number | undefined;
   /** The items seen in this conversation so far, by id: each poll brings the newest page, and older ones stay. */
@@ -80,10 +99,11 @@ function start(script: HTMLScriptElement) {
     <section class="panel" id="parley-panel" role="dialog" aria-label="Chat" hidden>
       <header><span>Chat</span><button type="button" class="close" aria-label="Close chat">×</button></header>
       <div class="log" role="log" aria-live="polite" aria-label="Messages"><ol></ol></div>
+      <p class="typing" aria-live="polite"></p>
       <p class="status" role="status"></p>
       <button type="button" class="restart" hidden>Start a new conversation</button>
       <form><label style="position:absolute;left:-9999px" for="parley-input">Your message</label>
-        <input id="parley-input" name="message" autocomplete="off" maxlength="4000" placeholder="Type your message…" />
+        <input id="parley-input" name="message" autocomplete="off" placeholder="Type your message…" />
         <button type="submit">Send</button></form>
     </section>`;
   document.body.appendChild(host);
@@ -94,14 +114,50 @@ function start(script: HTMLScriptElement) {
   const form = root.querySelector<HTMLFormElement>('form')!;
   const input = root.querySelector<HTMLInputElement>('input')!;
   const restart = root.querySelector<HTMLButtonElement>('.restart')!;
+  const typing = root.querySelector<HTMLParagraphElement>('.typing')!;
 
   function setOpen(open: boolean) {
     panel.hidden = !open;
     launcher.setAttribute('aria-expanded', String(open));
     if (open) {
       input.focus();
-      if (session) poll();
+      if (session) {
+        poll();
+        listen();
+      } else greet();
+    } else {
+      closeStream?.();
+      closeStream = undefined;
     }
+  }
+
+  /** The greeting shown while the conversation has no messages (not stored; the agent's own reply follows). */
+  function greet() {
+    if (list.childElementCount > 0) return;
+    const li = document.createElement('li');
+    li.className = 'greeting';
+    li.append(document.createTextNode(greeting));
+    list.replaceChildren(li);
+  }
+
+  /** Operators typing: the visitor's own event stream, typing signals only, while the panel is open. */
+  function listen() {
+    if (closeStream || !session) return;
+    closeStream = openEventStream({
+      url: `${baseUrl}/api/events`,
+      token: () => session?.token,
+      types: ['Conversation.typing'],
+      onState: () => {},
+      onEvent: (event) => {
+        const signal = (event.data as { meta?: { typing?: { role?: string; name?: string | null; expires_at?: string } } }).meta?.typing;
+        if (!signal || signal.role === 'visitor') return;
+        const name = signal.name?.trim().slice(0, 80) || 'An operator';
+        typing.textContent = `${name} is typing…`;
+        window.clearTimeout(typingTimer);
+        const left = (Date.parse(signal.expires_at ?? '') || Date.now() + 6000) - Date.now();
+        typingTimer = window.setTimeout(() => (typing.textContent = ''), Math.max(0, left));
+      },
+    });
   }
   launcher.addEventListener('click', () => setOpen(panel.hidden));
   root.querySelector('.close')!.addEventListener('click', () => {
@@ -120,10 +176,26 @@ function start(script: HTMLScriptElement) {
   restart.addEventListener('click', () => {
     forget('');
     list.replaceChildren();
+    greet();
     restart.hidden = true;
     input.disabled = false;
     input.focus();
   });
+
+  // The visitor's draft: a typing signal every few seconds while there is one, and a word when it is too long.
+  input.addEventListener('input', () => {
+    const length = input.value.length;
+    if (length > MAX_MESSAGE_CHARS) status.textContent = tooLong(length);
+    else if (status.textContent?.startsWith('Your message is too long')) status.textContent = '';
+    const now = Date.now();
+    if (!session || !input.value.trim() || now - lastTypingSignal < TYPING_REPEAT_MS) return;
+    lastTypingSignal = now;
+    void api.POST('/api/conversations/{id}/typing', { params: { path: { id: session.conversationId } } }).catch(() => {});
+  });
+
+  function tooLong(length: number) {
+    return `Your message is too long: ${length.toLocaleString('en')} characters, at most ${MAX_MESSAGE_CHARS.toLocaleString('en')}. Shorten it or send it in parts.`;
+  }
 
   function restore(): VisitorSession | undefined {
     try {
@@ -140,6 +212,9 @@ function start(script: HTMLScriptElement) {
     lastStatus = undefined;
     sessionStorage.removeItem(storageKey);
     window.clearTimeout(timer);
+    closeStream?.();
+    closeStream = undefined;
+    typing.textContent = '';
     status.textContent = message;
   }
 
@@ -168,7 +243,8 @@ function start(script: HTMLScriptElement) {
     const shown = [...known.values()]
       .filter((i) => i.attributes.role !== 'tool' && i.attributes.role !== 'system')
       .sort((a, b) => (a.attributes.content_index ?? 0) - (b.attributes.content_index ?? 0));
-    if (list.childElementCount !== shown.length) {
+    if (shown.length === 0) greet();
+    else if (list.childElementCount !== shown.length || list.firstElementChild?.className === 'greeting') {
       list.replaceChildren(
         ...shown.map((item) => {
           const li = document.createElement('li');
@@ -183,6 +259,8 @@ function start(script: HTMLScriptElement) {
             li.append(label);
           }
           li.append(document.createTextNode(item.attributes.content ?? ''));
+          // Their message is here: whoever was typing it is done.
+          if (role === 'operator') typing.textContent = '';
           return li;
         }),
       );
@@ -226,6 +304,11 @@ function start(script: HTMLScriptElement) {
     event.preventDefault();
     const content = input.value.trim();
     if (!content) return;
+    // Bounded before anything is sent: a paste of 10,000 lines is refused here with its length, and kept.
+    if (content.length > MAX_MESSAGE_CHARS) {
+      status.textContent = tooLong(content.length);
+      return;
+    }
     input.value = '';
     const current = session ?? (await openSession());
     if (!current) {
@@ -240,9 +323,11 @@ function start(script: HTMLScriptElement) {
       status.textContent = describeError(error, 'Your message was not sent.');
     }
     await poll();
+    listen();
   });
 
   if (script.dataset.open === 'true') setOpen(true);
+  else greet();
 }
 
 const current = document.currentScript as HTMLScriptElement | null;

@@ -55,7 +55,10 @@ const OPERATORS: readonly FilterOperator[] = [
   'greater_than_or_equal',
   'is_nil',
   'contains',
+  'matches',
 ];
+/** Words of a `matches` search taken into account; more are a 400. */
+const MAX_SEARCH_WORDS = 8;
 const ORDERED_OPERATORS = new Set<FilterOperator>(['less_than', 'greater_than', 'less_than_or_equal', 'greater_than_or_equal']);
 
 /** The filterable attribute definitions of a resource, with `id`. */
@@ -149,10 +152,26 @@ function parseFields(value: unknown, registry: Registry, problems: Problems): Ma
   return fields;
 }
 
+/** What a type's `searches` entry is filtered as: words, `matches` only. */
+const SEARCH_ATTRIBUTE: AttributeDef = { kind: 'string', searchable: true };
+
 function filterableAttribute(resource: ResourceDef, name: string): AttributeDef | undefined {
   if (name === 'id') return ID_ATTRIBUTE;
+  if (resource.searches && Object.hasOwn(resource.searches, name)) return SEARCH_ATTRIBUTE;
   const def = Object.hasOwn(resource.attributes, name) ? resource.attributes[name] : undefined;
-  return def?.filterable && !def.writeOnly ? def : undefined;
+  return (def?.filterable || def?.searchable) && !def.writeOnly ? def : undefined;
+}
+
+/**
+ * A `matches` operand as a tsquery: each word (letters and digits, Unicode-aware) a prefix (`refund:*`), all of
+ * them required. Nothing but those words reaches the query text, so no tsquery syntax can be injected.
+ */
+function searchQuery(operand: unknown): Conversion {
+  if (typeof operand !== 'string') return invalid('The value must be a single string.');
+  const words = operand.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [];
+  if (words.length === 0) return invalid('`matches` takes one or more words.');
+  if (words.length > MAX_SEARCH_WORDS) return invalid(`\`matches\` takes at most ${MAX_SEARCH_WORDS} words.`);
+  return converted(words.map((w) => `${w.slice(0, 100)}:*`).join(' & '));
 }
 
 function parseFilter(value: unknown, resource: ResourceDef, problems: Problems): FilterNode | undefined {
@@ -221,6 +240,10 @@ function parseConditions(resource: ResourceDef, attribute: string, value: unknow
 
 /** The operand converted to the attribute's type, or a message saying why it cannot be. */
 function convertOperand(def: AttributeDef, operator: FilterOperator, operand: unknown): Conversion {
+  if (operator === 'matches') {
+    return def.searchable ? searchQuery(operand) : invalid('`matches` applies to searchable text only.');
+  }
+  if (def.searchable && !def.filterable) return invalid('This attribute takes `matches` only.');
   if (operator === 'is_nil') {
     return operand === 'true' || operand === 'false' ? converted(operand === 'true') : invalid('`is_nil` takes true or false.');
   }

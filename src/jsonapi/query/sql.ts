@@ -48,6 +48,12 @@ function filterOperand(resource: ResourceDef, attribute: string, principal: Prin
 }
 
 function condition(resource: ResourceDef, attribute: string, operator: string, value: unknown, principal?: Principal): RawBuilder<unknown> {
+  if (operator === 'matches') {
+    const query = sql`to_tsquery('simple', ${value}::text)`;
+    const search = resource.searches && Object.hasOwn(resource.searches, attribute) ? resource.searches[attribute] : undefined;
+    // Else the very expression of the attribute's GIN index, so that the index answers it.
+    return search ? search(query) : sql`to_tsvector('simple', ${filterOperand(resource, attribute, principal)}) @@ ${query}`;
+  }
   const def = attributeOf(resource, attribute);
   const col = filterOperand(resource, attribute, principal);
   switch (operator) {

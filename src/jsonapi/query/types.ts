@@ -14,7 +14,8 @@ export type FilterOperator =
   | 'less_than_or_equal'
   | 'greater_than_or_equal'
   | 'is_nil'
-  | 'contains';
+  | 'contains'
+  | 'matches';
 
 export type FilterNode =
   | { kind: 'and'; children: FilterNode[] }

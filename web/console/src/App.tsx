@@ -102,7 +102,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
   const [stream, setStream] = useState<StreamState>('connecting');
   const [sipUser, setSipUser] = useState<{ id: string; username: string } | null | undefined>(undefined);
   const [error, setError] = useState<string | undefined>();
-  const context = useRef({ openId, mySipUserId: sipUser?.id });
+  const context = useRef({ openId, mySipUserId: sipUser?.id, me: session.userId });
   const known = useRef(new Set<string>());
   known.current = new Set(state.conversations.keys());
   const conversationsRef = useRef(state.conversations);
@@ -110,7 +110,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
   const [alertSettings, setAlertSettings] = useState(loadAlertSettings);
   const alertSettingsRef = useRef(alertSettings);
   alertSettingsRef.current = alertSettings;
-  context.current = { openId, mySipUserId: sipUser?.id };
+  context.current = { openId, mySipUserId: sipUser?.id, me: session.userId };
 
   // The session's end, scheduled: the token stops working at token_expires_at.
   useEffect(() => {
@@ -132,12 +132,9 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
       });
       const mine = sipUsers.data?.data[0];
       setSipUser(mine ? { id: mine.id, username: mine.attributes.sip_username ?? '' } : null);
-      if (mine) {
-        const latest = await api.GET('/api/operator_status_events', {
-          params: { query: { filter: { sip_user_id: mine.id }, sort: '-occurred_at', 'page[limit]': 1 } },
-        });
-        dispatch({ kind: 'status', status: latest.data?.data[0]?.attributes.status as OperatorAvailability | undefined });
-      }
+      // My one current status, named by my user whether or not I have a SIP user.
+      const current = await api.GET('/api/operator_statuses', { params: { query: { filter: { user_id: session.userId } } } });
+      dispatch({ kind: 'status', status: current.data?.data[0]?.attributes.status as OperatorAvailability | undefined });
     })();
   }, [api, session.userId]);
 
@@ -208,8 +205,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           />
           <Availability
             api={api}
-            sipUserId={sipUser?.id}
-            hasSipUser={sipUser !== null}
+            userId={session.userId}
             status={state.myStatus}
             onChange={(s) => dispatch({ kind: 'status', status: s })}
           />
@@ -235,7 +231,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
       <main id="main" tabIndex={-1} class={`main ${openId ? 'has-open' : ''}`}>
         {view === 'conversations' ? (
           <>
-            <Inbox state={state} me={session.userId} openId={openId} onOpen={open} />
+            <Inbox api={api} dispatch={dispatch} state={state} me={session.userId} openId={openId} onOpen={open} />
             {openId && state.conversations.get(openId) ? (
               <ConversationView
                 key={openId}
@@ -244,6 +240,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
                 myName={session.fullName}
                 conversation={state.conversations.get(openId)!}
                 items={state.items.get(openId)}
+                typists={state.typing.get(openId)}
                 dispatch={dispatch}
                 onBack={() => open(undefined)}
               />

@@ -11,36 +11,31 @@ const CHOICES: { value: OperatorAvailability; label: string }[] = [
 
 interface Props {
   api: ApiClient;
-  sipUserId: string | undefined;
-  hasSipUser: boolean;
+  /** The signed-in user: every operator has an availability, with or without a SIP user. */
+  userId: string;
   status: OperatorAvailability | undefined;
   onChange: (status: OperatorAvailability) => void;
 }
 
-/** The operator's own availability: an OperatorStatus with source `widget`; changes made elsewhere arrive as events. */
-export function Availability({ api, sipUserId, hasSipUser, status, onChange }: Props) {
+/**
+ * The operator's own availability: an OperatorStatus named by the user (`user_id`, which is also their SIP
+ * user's status when they have one), with source `widget`; changes made elsewhere arrive as events.
+ */
+export function Availability({ api, userId, status, onChange }: Props) {
   const [error, setError] = useState<string | undefined>();
   const [saving, setSaving] = useState(false);
 
   async function choose(next: OperatorAvailability) {
-    if (!sipUserId) return;
     setSaving(true);
     setError(undefined);
     const { data, error: failure } = await api.POST('/api/operator_statuses', {
-      body: { data: { type: 'OperatorStatus', attributes: { sip_user_id: sipUserId, status: next, source: 'widget' } } },
+      body: { data: { type: 'OperatorStatus', attributes: { user_id: userId, status: next, source: 'widget' } } },
     });
     setSaving(false);
     if (data) onChange(data.data.attributes.status as OperatorAvailability);
     else setError(describeError(failure, 'Your availability could not be changed.'));
   }
 
-  if (!hasSipUser) {
-    return (
-      <span class="availability muted" title="An admin can give you a SIP user">
-        No SIP user
-      </span>
-    );
-  }
   return (
     <span class="availability">
       <span class={`dot dot-${status ?? 'unknown'}`} aria-hidden="true" />
@@ -50,7 +45,7 @@ export function Availability({ api, sipUserId, hasSipUser, status, onChange }: P
       <select
         id="availability"
         value={status ?? ''}
-        disabled={!sipUserId || saving}
+        disabled={saving}
         onChange={(e) => choose(e.currentTarget.value as OperatorAvailability)}
       >
         {status === undefined && <option value="">Not set</option>}

@@ -6,8 +6,9 @@ import {
   type ConversationResource,
   type ConversationStatus,
 } from '../../api/client';
-import { AUTHOR_LABELS, conversationTitle } from './Inbox';
-import type { Action } from './live';
+import { AUTHOR_LABELS, contactName, conversationTitle } from './Inbox';
+import type { Action, Typist } from './live';
+import { TypingIndicator, useTypingSignal } from './Typing';
 
 /** Messages per page: enough to fill a tall window, small enough to open at once. */
 const PAGE_SIZE = 50;
@@ -19,6 +20,8 @@ interface Props {
   myName: string;
   conversation: ConversationResource;
   items: Map<string, ConversationItemResource> | undefined;
+  /** Who is typing here now (Conversation.typing signals). */
+  typists?: Typist[];
   dispatch: (action: Action) => void;
   onBack: () => void;
 }
@@ -28,10 +31,11 @@ interface Props {
  * Take over and hand back write the conversation's metadata (docs/console.md): `agent_paused` tells the
  * agent runtime to stay silent, `assigned_operator` names who answers.
  */
-export function ConversationView({ api, me, myName, conversation, items, dispatch, onBack }: Props) {
+export function ConversationView({ api, me, myName, conversation, items, typists, dispatch, onBack }: Props) {
   const [draft, setDraft] = useState('');
   const [sending, setSending] = useState(false);
   const [error, setError] = useState<string | undefined>();
+  const signalTyping = useTypingSignal(api, conversation.id);
   const listRef = useRef<HTMLOListElement>(null);
   const attributes = conversation.attributes;
   const metadata = (attributes.metadata ?? {}) as Record<string, unknown>;
@@ -205,6 +209,7 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
         {sorted.length === 0 && older === null && <li class="muted pad">No messages yet.</li>}
       </ol>
       <AnalysisPanel analysis={attributes.analysis} />
+      <TypingIndicator typists={typists} visitorName={contactName(conversation) ?? 'The customer'} />
       {error && (
         <p class="banner error" role="alert">
           {error}
@@ -220,7 +225,10 @@ export function ConversationView({ api, me, myName, conversation, items, dispatc
           placeholder={closed ? 'Reopen the conversation to reply' : 'Write a reply… (Enter sends, Shift+Enter adds a line)'}
           disabled={closed}
           value={draft}
-          onInput={(e) => setDraft(e.currentTarget.value)}
+          onInput={(e) => {
+            setDraft(e.currentTarget.value);
+            signalTyping(e.currentTarget.value);
+          }}
           onKeyDown={(e) => {
             if (e.key === 'Enter' && !e.shiftKey) send(e);
           }}

@@ -1,8 +1,11 @@
 import { useMemo, useState } from 'preact/hooks';
-import type { Channel, ConversationItemResource, ConversationResource, ConversationStatus } from '../../api/client';
-import { inboxOrder, type LiveState } from './live';
+import type { ApiClient, Channel, ConversationItemResource, ConversationResource, ConversationStatus } from '../../api/client';
+import { type Action, inboxOrder, type LiveState } from './live';
+import { SearchBox, type SearchResult } from './Search';
 
 interface Props {
+  api: ApiClient;
+  dispatch: (action: Action) => void;
   state: LiveState;
   me: string;
   openId: string | undefined;
@@ -71,7 +74,8 @@ const SCOPES: { value: Scope; label: string }[] = [
   { value: 'all', label: 'All' },
 ];
 
-export function Inbox({ state, me, openId, onOpen }: Props) {
+export function Inbox({ api, dispatch, state, me, openId, onOpen }: Props) {
+  const [search, setSearch] = useState<SearchResult | undefined>();
   const [status, setStatus] = useState<ConversationStatus | 'open' | 'all'>('open');
   const [channel, setChannel] = useState<Channel | 'all'>('all');
   const [scope, setScope] = useState<Scope>('all');
@@ -81,8 +85,9 @@ export function Inbox({ state, me, openId, onOpen }: Props) {
         .filter((c) => scope === 'all' || (scope === 'mine' ? assignedTo(c) === me : !assignedTo(c)))
         .filter((c) => (status === 'all' ? true : status === 'open' ? c.attributes.status !== 'closed' : c.attributes.status === status))
         .filter((c) => channel === 'all' || c.attributes.channel === channel)
+        .filter((c) => !search?.ids || search.ids.has(c.id))
         .sort(inboxOrder(me)),
-    [state.conversations, status, channel, me, scope],
+    [state.conversations, status, channel, me, scope, search],
   );
 
   return (
@@ -118,9 +123,15 @@ export function Inbox({ state, me, openId, onOpen }: Props) {
             </select>
           </label>
         </div>
+        <SearchBox api={api} dispatch={dispatch} onResult={setSearch} />
       </div>
+      {search?.error && (
+        <p class="banner error" role="alert">
+          {search.error}
+        </p>
+      )}
       {list.length === 0 ? (
-        <p class="muted pad">No conversations here.</p>
+        <p class="muted pad">{search?.ids ? `No conversation mentions “${search.words}” here.` : 'No conversations here.'}</p>
       ) : (
         <ul class="conversation-list" aria-label="Conversations">
           {list.map((c) => {

@@ -22,6 +22,17 @@ export interface LiveState {
   calls: Map<string, CallResource>;
   participants: Map<string, CallParticipantResource>;
   myStatus?: OperatorAvailability;
+  /** Who is typing in each conversation (Conversation.typing signals; docs/events.md, "Typing"). */
+  typing: Map<string, Typist[]>;
+}
+
+/** One standing typing signal: a visitor, or a member by user id. */
+export interface Typist {
+  role: 'operator' | 'visitor';
+  userId: string | null;
+  name: string | null;
+  /** Milliseconds since the epoch. */
+  expiresAt: number;
 }
 
 export const emptyState = (): LiveState => ({
@@ -31,6 +42,7 @@ export const emptyState = (): LiveState => ({
   latest: new Map(),
   calls: new Map(),
   participants: new Map(),
+  typing: new Map(),
 });
 
 export type Action =
@@ -42,7 +54,8 @@ export type Action =
   | { kind: 'calls'; calls: CallResource[]; participants: CallParticipantResource[] }
   | { kind: 'call'; record: CallResource }
   | { kind: 'participant'; record: CallParticipantResource }
-  | { kind: 'status'; status: OperatorAvailability | undefined };
+  | { kind: 'status'; status: OperatorAvailability | undefined }
+  | { kind: 'typing'; conversationId: string; typist: Typist };
 
 const copy = <K, V>(map: Map<K, V>) => new Map(map);
 
@@ -79,7 +92,16 @@ export function reduce(state: LiveState, action: Action): LiveState {
       if (conversationId !== action.openId && item.attributes.role !== 'operator') {
         unread.set(conversationId, (unread.get(conversationId) ?? 0) + 1);
       }
-      return { ...state, items, unread, latest: copy(state.latest).set(conversationId, item) };
+      // The message a typist was writing has arrived: their indicator goes (a visitor's `user` item, an operator's).
+      const typists = state.typing.get(conversationId);
+      const writer = item.attributes.role === 'user' ? 'visitor' : item.attributes.role === 'operator' ? 'operator' : undefined;
+      const typing = typists?.some((t) => t.role === writer)
+        ? copy(state.typing).set(
+            conversationId,
+            typists.filter((t) => t.role !== writer),
+          )
+        : state.typing;
+      return { ...state, items, unread, typing, latest: copy(state.latest).set(conversationId, item) };
     }
     case 'read': {
       if (!state.unread.get(action.conversationId)) return state;
@@ -100,11 +122,18 @@ export function reduce(state: LiveState, action: Action): LiveState {
       return { ...state, participants: copy(state.participants).set(action.record.id, action.record) };
     case 'status':
       return { ...state, myStatus: action.status };
+    case 'typing': {
+      const { typist } = action;
+      const others = (state.typing.get(action.conversationId) ?? []).filter(
+        (t) => t.expiresAt > Date.now() && !(t.role === typist.role && t.userId === typist.userId),
+      );
+      return { ...state, typing: copy(state.typing).set(action.conversationId, [...others, typist]) };
+    }
   }
 }
 
 /** What an event from GET /api/events changes, if anything. */
-export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUserId?: string }): Action | undefined {
+export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUserId?: string; me?: string }): Action | undefined {
   const data = event.data as never;
   switch (event.type) {
     case 'Conversation.created':
@@ -120,10 +149,31 @@ export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUs
       return { kind: 'participant', record: data };
     case 'OperatorStatus.created':
     case 'OperatorStatus.updated': {
-      const attributes = (event.data.attributes ?? {}) as { sip_user_id?: string; status?: OperatorAvailability };
-      return attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId
-        ? { kind: 'status', status: attributes.status }
-        : undefined;
+      const attributes = (event.data.attributes ?? {}) as {
+        sip_user_id?: string | null;
+        user_id?: string | null;
+        status?: OperatorAvailability;
+      };
+      const mine =
+        (attributes.user_id && attributes.user_id === context.me) ||
+        (attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId);
+      return mine ? { kind: 'status', status: attributes.status } : undefined;
+    }
+    case 'Conversation.typing': {
+      const typing = (
+        event.data as { meta?: { typing?: { role?: string; user_id?: string | null; name?: string | null; expires_at?: string } } }
+      ).meta?.typing;
+      if (!typing || typing.user_id === context.me) return undefined;
+      return {
+        kind: 'typing',
+        conversationId: event.data.id,
+        typist: {
+          role: typing.role === 'visitor' ? 'visitor' : 'operator',
+          userId: typing.user_id ?? null,
+          name: typing.name ?? null,
+          expiresAt: Date.parse(typing.expires_at ?? '') || Date.now() + 6000,
+        },
+      };
     }
     default:
       return undefined;

@@ -1,0 +1,59 @@
+/**
+ * The visitor never sees the service's notes to operators (docs/console.md, "The visitor widget"): `system`
+ * items, such as a handoff's note with its internal reason, are outside a visitor's reads and event stream.
+ */
+import type net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { client, resourceDocument } from './helpers/http.js';
+import { openSse, type SseStream } from './helpers/sse.js';
+import { startTestApp, type TestApp } from './support/app.js';
+import { seedTenant, type Tenant } from './support/seed.js';
+
+let t: TestApp;
+let tenant: Tenant;
+let baseUrl: string;
+const streams: SseStream[] = [];
+
+beforeAll(async () => {
+  t = await startTestApp({ VISITOR_SESSIONS_PER_HOUR: '1000' });
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  baseUrl = `http://127.0.0.1:${(t.app.server.address() as net.AddressInfo).port}`;
+  tenant = await seedTenant(t, 'Notes');
+});
+afterAll(async () => {
+  for (const s of streams) s.close();
+  await t?.close();
+});
+
+describe("a visitor and the service's notes", () => {
+  it('reads every item of its conversation but the system ones, and its stream carries none', async () => {
+    const session = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
+    const id = session.body.data.id as string;
+    const visitor = client(t.app, session.body.meta.token);
+    const stream = await openSse(baseUrl, '/api/events?filter[type]=ConversationItem.created', session.body.meta.token);
+    streams.push(stream);
+    expect(stream.status).toBe(200);
+    const admin = client(t.app, tenant.admin.token);
+    const post = (role: string, content: string) =>
+      admin.post('/api/conversation_items', resourceDocument('ConversationItem', { conversation_id: id, role, content }));
+    await visitor.post(
+      '/api/conversation_items',
+      resourceDocument('ConversationItem', { conversation_id: id, role: 'user', content: 'Hi' }),
+    );
+    const note = await post('system', 'Handed to an operator: internal routing rule 7');
+    expect(note.status).toBe(201);
+    await post('operator', 'Hello, I am here');
+    await stream.waitFor(2);
+    await new Promise((r) => setTimeout(r, 300));
+    const streamed = stream.messages.map((m) => JSON.parse(m.data).data.attributes.role);
+    expect(streamed).toEqual(['user', 'operator']);
+
+    const items = await visitor.get(`/api/conversations/${id}/conversation_items?sort=content_index`);
+    expect(items.status).toBe(200);
+    expect(items.body.data.map((i: { attributes: { role: string } }) => i.attributes.role)).toEqual(['user', 'operator']);
+    expect((await visitor.get(`/api/conversation_items/${note.body.data.id}`)).status).toBe(404);
+    // Members still read the note.
+    const all = await admin.get(`/api/conversations/${id}/conversation_items?sort=content_index`);
+    expect(all.body.data.map((i: { attributes: { role: string } }) => i.attributes.role)).toEqual(['user', 'system', 'operator']);
+  });
+});
