@@ -10,7 +10,6 @@ import {
   insertRecord,
   rel,
   rowScope,
-  type Scope,
 } from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
