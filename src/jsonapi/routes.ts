@@ -15,7 +15,7 @@ import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
 import { UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
-import { assertWritable, createRecords, type Records, writtenRow } from './records.js';
+import { assertWritable, createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
 import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
@@ -165,7 +165,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   }
 
   for (const resource of resources) {
-    for (const action of Object.values(resource.actions ?? {})) registerAction(resource, action);
+    for (const [name, action] of Object.entries(resource.actions ?? {})) registerAction(resource, name, action);
     if (!resource.path) continue;
     const collection = `/api/${resource.path}`;
     const member = `${collection}/:id`;
@@ -278,8 +278,8 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     for (const [url, methods] of Object.entries(allowed)) if (methods.length > 0) methodNotAllowed(app, url, methods);
   }
 
-  function registerAction(resource: ResourceDef, action: CustomAction) {
-    const url = `/api/${action.path}`;
+  function registerAction(resource: ResourceDef, name: string, action: CustomAction) {
+    const url = action.member ? `/api/${resource.path}/:id/${action.path}` : `/api/${action.path}`;
     const input = inputOf(action.input, 'create');
     const addressBudget = action.rateLimitPerAddress?.(options);
     const config = {
@@ -301,7 +301,14 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         : {}),
     };
     app.post(url, routeOptions, async (request, reply) => {
-      const { principal } = context(request);
+      const { principal, actor } = context(request);
+      if (action.member) {
+        const id = idParam(request);
+        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+        const body = () => validateBody(request.body, { type: resource.type, kind: 'update', id, ...input });
+        const render: RenderWritten<unknown> = (trx, result) => single(request, resource, id, query, {}, trx, result);
+        return (await records.perform(actor, resource.type, name, id, body, { render, clientAddress: request.ip })).record;
+      }
       if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
       const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
       const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
