@@ -518,7 +518,7 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
   const operations: Operation[] = [];
   for (const r of resources) {
     if (!r.path) {
-      for (const action of Object.values(r.actions ?? {})) operations.push({ method: 'post', path: actionPath(r, action) });
+      for (const action of routedActions(r)) operations.push({ method: 'post', path: actionPath(r, action) });
       continue;
     }
     if (r.operations.list) operations.push({ method: 'get', path: `/api/${r.path}` });
@@ -529,7 +529,7 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
     if (r.operations.create) operations.push({ method: 'post', path: `/api/${r.path}` });
     if (r.operations.update) operations.push({ method: 'patch', path: `/api/${r.path}/{id}` });
     if (r.operations.delete) operations.push({ method: 'delete', path: `/api/${r.path}/{id}` });
-    for (const action of Object.values(r.actions ?? {})) operations.push({ method: 'post', path: actionPath(r, action) });
+    for (const action of routedActions(r)) operations.push({ method: 'post', path: actionPath(r, action) });
   }
   // The event stream (src/events/stream.ts), when any type's changes are events.
   if (resources.some((r) => r.events !== false)) operations.push({ method: 'get', path: '/api/events' });
@@ -586,6 +586,8 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
     },
   };
 }
+
+const routedActions = (r: ResourceDef) => Object.values(r.actions ?? {}).filter((a) => a.path);
 
 /** A custom action's path: under the collection, or under one record (`member`). */
 const actionPath = (r: ResourceDef, action: CustomAction) => (action.member ? `/api/${r.path}/{id}/${action.path}` : `/api/${action.path}`);
@@ -678,7 +680,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
   for (const r of resources) {
     Object.assign(schemas, resourceSchemas(r));
     for (const [name, action] of Object.entries(r.actions ?? {}))
-      at(actionPath(r, action)).post = actionOperation(r, name, action, registry);
+      if (action.path) at(actionPath(r, action)).post = actionOperation(r, name, action, registry);
     if (!r.path) continue;
     const collection = `/api/${r.path}`;
     const member = `${collection}/{id}`;

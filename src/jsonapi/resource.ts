@@ -229,7 +229,8 @@ export interface ResourceDef {
  * with a `data` of this resource's type, or, `member`, POST /api/{type's path}/{id}/{path} on one record.
  */
 export interface CustomAction {
-  path: string;
+  /** Undefined: not routed; the live parts call it through `records.perform` (bookkeeping such as a webhook attempt). */
+  path?: string;
   /**
    * On one record: the service locks it and passes it as `existing` (404 when the actor cannot see it, 403
    * outside `access.writable`, before the body's problems); the change is an `updated` event unless `unchanged`.

@@ -2,13 +2,13 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RawBuilder } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
-import { ApiError, forbidden, notFound, unauthenticated } from './errors.js';
+import { ApiError, notFound, unauthenticated } from './errors.js';
 import { parseQuery, type QueryLimits, type Registry } from './query/parse.js';
 import { cursorCodec, type CursorCodec } from './query/cursor.js';
 import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
 import { fetchById, listRows, relatedRowsOf, renderWithIncludes, type Reader } from './read.js';
-import { ROLES, type Principal } from './principal.js';
+import type { Principal } from './principal.js';
 import type { ActionResult, AttributeDef, CustomAction, RelationshipDef, ResourceDef } from './resource.js';
 import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
@@ -165,7 +165,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   }
 
   for (const resource of resources) {
-    for (const [name, action] of Object.entries(resource.actions ?? {})) registerAction(resource, name, action);
+    for (const [name, action] of Object.entries(resource.actions ?? {})) if (action.path) registerAction(resource, name, action);
     if (!resource.path) continue;
     const collection = `/api/${resource.path}`;
     const member = `${collection}/:id`;
@@ -301,37 +301,28 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         : {}),
     };
     app.post(url, routeOptions, async (request, reply) => {
-      const { principal, actor } = context(request);
-      if (action.member) {
-        const id = idParam(request);
-        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const body = () => validateBody(request.body, { type: resource.type, kind: 'update', id, ...input });
-        const render: RenderWritten<unknown> = (trx, result) => single(request, resource, id, query, {}, trx, result);
-        return (await records.perform(actor, resource.type, name, id, body, { render, clientAddress: request.ip })).record;
-      }
-      if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
-      const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-      const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
+      const { actor } = context(request);
+      const id = action.member ? idParam(request) : undefined;
+      // A member action reads its query like a PATCH (before the 404); a collection action after its role check.
+      const readQuery = () => parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+      let query = action.member ? readQuery() : undefined;
+      const body = () => {
+        query ??= readQuery();
+        return validateBody(request.body, { type: resource.type, ...(id ? { kind: 'update', id } : { kind: 'action' }), ...input });
+      };
       // The response closes before it has finished only when the connection went first: the client is gone.
       const gone = new AbortController();
       reply.raw.once('close', () => {
         if (!reply.raw.writableFinished) gone.abort();
       });
-      const result = await action.run({
-        db,
-        services: options,
-        principal,
-        actor: asPrincipal(principal),
-        records,
-        resource,
-        values,
-        provided: new Set(Object.keys(values)),
+      const render: RenderWritten<Record<string, unknown>> = (trx, result) =>
+        single(request, resource, result.id, query!, result.meta ?? {}, trx, id ? result : undefined);
+      const { status, record } = await records.perform(actor, resource.type, name, id, body, {
+        render,
         clientAddress: request.ip,
         signal: gone.signal,
-        registry,
       });
-      const doc = await single(request, resource, result.id, query, result.meta ?? {});
-      return created(reply, doc, result.status);
+      return created(reply, record, status);
     });
     methodNotAllowed(app, url, ['POST']);
   }

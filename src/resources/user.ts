@@ -322,6 +322,8 @@ export default defineResource({
       // A small body, and a refused one counts as a failed sign-in of its address (docs/hardening.md).
       bodyLimit: LOGIN_BODY_LIMIT_BYTES,
       onRefusedBody: countRefusedLogin,
+      // Outside a transaction: a refused password must still count against the throttle.
+      transaction: false,
       run: login,
     },
     accept_invitation: {
@@ -336,6 +338,8 @@ export default defineResource({
         password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true }),
         full_name: attr.string({ create: true, maxLength: 200, description: 'Your name, for a new account.' }),
       },
+      // Outside a transaction: a refused password must still count against the throttle.
+      transaction: false,
       run: acceptInvitation,
     },
   },
