@@ -350,7 +350,6 @@ async function refuseWhileReferenced(trx: Database, registry: Registry, resource
   throw new ApiError(
     references.map((r) =>
       errorObject(
-        409,
         'conflict',
         `${r.count} ${r.type} record(s) still name this ${resource.type} in \`${r.pointer}\`; remove or change them first.`,
         undefined,

@@ -349,10 +349,10 @@ export function methodNotAllowed(app: FastifyInstance, url: string, methods: str
     // Content-Type) with 400 before any handler.
     preParsing: async (_request, reply) => {
       reply.header('Allow', allow);
-      throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+      throw ApiError.of('method_not_allowed', `Allowed: ${allow}.`);
     },
     handler: async () => {
-      throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+      throw ApiError.of('method_not_allowed', `Allowed: ${allow}.`);
     },
   });
 }
