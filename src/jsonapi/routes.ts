@@ -34,7 +34,8 @@ function baseUrl(request: FastifyRequest, options: EngineOptions): string {
   return options.config.publicUrl ?? `${request.protocol}://${request.host}`;
 }
 
-function principalOf(request: FastifyRequest): Principal {
+/** The authenticated caller of a request (`principalOf` in actor.ts gives the principal of an actor). */
+function callerOf(request: FastifyRequest): Principal {
   // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
   if (!request.principal) throw unauthenticated();
   return request.principal;
@@ -66,7 +67,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   const records: Records = options.records ?? createRecords({ db, registry, services: options });
 
   const context = (request: FastifyRequest) => {
-    const principal = principalOf(request);
+    const principal = callerOf(request);
     const reader: Reader = { db, principal, registry };
     return { principal, reader, actor: asPrincipal(principal) };
   };
@@ -181,7 +182,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (resource.operations.list) {
       allowed[collection].push('GET');
       app.get(collection, visitorMay('read'), async (request, reply) => {
-        requirePermission(resource, principalOf(request), 'read');
+        requirePermission(resource, callerOf(request), 'read');
         return listPage(request, reply, resource, collection);
       });
     }
