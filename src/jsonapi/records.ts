@@ -69,11 +69,11 @@ interface RecordsOptions {
   services: AppServices;
 }
 
-/** Attributes a write accepts: the declared create/update flags for principals; every stored attribute for the system. */
-export function acceptedAttributes(resource: ResourceDef, kind: 'create' | 'update', system: boolean) {
+/** Attributes a write accepts, and those it requires: the declared create/update flags; for the system every stored one. */
+export function acceptedAttributes(attributes: Record<string, AttributeDef>, kind: 'create' | 'update', system = false) {
   const accepted: Record<string, AttributeDef> = {};
   const required: string[] = [];
-  for (const [name, def] of Object.entries(resource.attributes)) {
+  for (const [name, def] of Object.entries(attributes)) {
     const flag = kind === 'update' ? def.update : def.create;
     if ((def.expression && !def.storedByHook) || def.revealedOnCreate) continue;
     if (!flag && !system) continue;
@@ -124,7 +124,7 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'create');
-      const { accepted, required } = acceptedAttributes(resource, 'create', system);
+      const { accepted, required } = acceptedAttributes(resource.attributes, 'create', system);
       const values = validateAttributes(input, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
@@ -164,7 +164,7 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'read');
-      const { accepted } = acceptedAttributes(resource, 'update', system);
+      const { accepted } = acceptedAttributes(resource.attributes, 'update', system);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
         const existing = await lockVisible(trx, resource, principal, id);
@@ -263,7 +263,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         const existing = action.member && id ? await lockVisible(trx, resource, principal, id) : undefined;
         if (!system && !(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
         if (existing && id && !system) await assertWritable(trx, resource, principal, id);
-        const { accepted, required } = acceptedAttributes({ ...resource, attributes: action.input }, 'create', false);
+        const { accepted, required } = acceptedAttributes(action.input, 'create');
         const values = typeof input === 'function' ? input() : validateAttributes(input, accepted, required);
         await checkReferences({ db: trx, principal, registry }, action.input, values);
         const provided = new Set(Object.keys(values));

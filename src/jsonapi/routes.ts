@@ -9,13 +9,13 @@ import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
 import { fetchById, listRows, relatedRowsOf, renderWithIncludes, type Reader } from './read.js';
 import type { Principal } from './principal.js';
-import type { ActionResult, AttributeDef, CustomAction, RelationshipDef, ResourceDef } from './resource.js';
+import type { ActionResult, CustomAction, RelationshipDef, ResourceDef } from './resource.js';
 import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
-import { UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
+import { UUID_PATTERN, validateBody, validateDocument } from './validate.js';
 import { asPrincipal } from './actor.js';
-import { assertWritable, createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
+import { acceptedAttributes, assertWritable, createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
 import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
@@ -39,24 +39,6 @@ function callerOf(request: FastifyRequest): Principal {
   // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
   if (!request.principal) throw unauthenticated();
   return request.principal;
-}
-
-/** Attributes an operation accepts, and those it requires. */
-function inputOf(attributes: Record<string, AttributeDef>, kind: WriteKind) {
-  const accepted: Record<string, AttributeDef> = {};
-  const required: string[] = [];
-  for (const [name, def] of Object.entries(attributes)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if (!flag) continue;
-    accepted[name] = def;
-    if (flag === 'required') required.push(name);
-  }
-  return { accepted, required };
-}
-
-/** Attributes accepted on create and update, derived once per resource. */
-export function writableAttributes(resource: ResourceDef, kind: 'create' | 'update') {
-  return inputOf(resource.attributes, kind);
 }
 
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
@@ -170,8 +152,8 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (!resource.path) continue;
     const collection = `/api/${resource.path}`;
     const member = `${collection}/:id`;
-    const createInput = inputOf(resource.attributes, 'create');
-    const updateInput = inputOf(resource.attributes, 'update');
+    const createInput = acceptedAttributes(resource.attributes, 'create');
+    const updateInput = acceptedAttributes(resource.attributes, 'update');
     const relationships = Object.keys(resource.relationships);
     const allowed = { [collection]: [] as string[], [member]: [] as string[] };
     /** Route options: a visitor credential reaches only what the resource's access rules grant visitors. */
@@ -281,7 +263,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
   function registerAction(resource: ResourceDef, name: string, action: CustomAction) {
     const url = action.member ? `/api/${resource.path}/:id/${action.path}` : `/api/${action.path}`;
-    const input = inputOf(action.input, 'create');
+    const input = acceptedAttributes(action.input, 'create');
     const addressBudget = action.rateLimitPerAddress?.(options);
     const config = {
       allowPublishable: action.allowPublishable ?? false,

@@ -18,33 +18,22 @@ interface Control {
   status: 'pending' | 'resume' | 'keep';
   set?: Record<string, unknown>;
   drop?: readonly (typeof CONTROL_KEYS)[number][];
-  /** The queue row: assigned to a user, removed (the handoff is over), or made a new request with `reason`. */
-  queue?: { assign: string } | { remove: true } | { request: string };
+  /** The queue row (`agent_handoffs`): assigned to a user, removed (the handoff is over), or a new request. */
+  queue?: ReturnType<typeof sql>;
 }
 
-async function control(ctx: ActionContext, change: Control): Promise<ActionResult> {
+const STATUS = { pending: sql`'pending'`, resume: sql`CASE WHEN status = 'pending' THEN 'active' ELSE status END`, keep: sql`status` };
+
+async function control(ctx: ActionContext, { status, set = {}, drop = [], queue }: Control): Promise<ActionResult> {
   const id = String(ctx.existing?.id);
-  const status = { pending: sql`'pending'`, resume: sql`CASE WHEN status = 'pending' THEN 'active' ELSE status END`, keep: sql`status` }[
-    change.status
-  ];
-  await sql`UPDATE conversations SET status = ${status}, updated_at = now(),
-      metadata = (metadata - ${sql.val([...(change.drop ?? [])])}::text[]) || ${JSON.stringify(change.set ?? {})}::jsonb
-    WHERE id = ${id}`.execute(ctx.db);
-  const queue = change.queue;
-  if (queue && 'assign' in queue)
-    await sql`UPDATE agent_handoffs SET assigned_user_id = ${queue.assign}, assigned_at = now() WHERE conversation_id = ${id}`.execute(
-      ctx.db,
-    );
-  if (queue && 'remove' in queue) await sql`DELETE FROM agent_handoffs WHERE conversation_id = ${id}`.execute(ctx.db);
-  if (queue && 'request' in queue)
-    await sql`INSERT INTO agent_handoffs (conversation_id, organisation_id, reason, requested_at)
-      VALUES (${id}, ${ctx.principal.organisationId}, ${queue.request}, now())
-      ON CONFLICT (conversation_id) DO UPDATE SET reason = EXCLUDED.reason, requested_at = now(), assigned_user_id = NULL, assigned_at = NULL`.execute(
-      ctx.db,
-    );
+  await sql`UPDATE conversations SET status = ${STATUS[status]}, updated_at = now(),
+      metadata = (metadata - ${sql.val([...drop])}::text[]) || ${JSON.stringify(set)}::jsonb WHERE id = ${id}`.execute(ctx.db);
+  if (queue) await sql`${queue}`.execute(ctx.db);
   return { id, status: 200 };
 }
 
+const assignQueue = (ctx: ActionContext, user: string) =>
+  sql`UPDATE agent_handoffs SET assigned_user_id = ${user}, assigned_at = now() WHERE conversation_id = ${ctx.existing?.id}`;
 const now = () => new Date().toISOString();
 
 export const conversationControl = {
@@ -62,7 +51,7 @@ export const conversationControl = {
       return control(ctx, {
         status: 'resume',
         set: { agent_paused: true, assigned_operator: user, assigned_at: now() },
-        queue: { assign: user },
+        queue: assignQueue(ctx, user),
       });
     },
   },
@@ -77,7 +66,7 @@ export const conversationControl = {
         status: 'resume',
         set: { agent_paused: false, assigned_operator: null },
         drop: ['assigned_at'],
-        queue: { remove: true },
+        queue: sql`DELETE FROM agent_handoffs WHERE conversation_id = ${ctx.existing?.id}`,
       }),
   },
   hand_off: {
@@ -91,7 +80,9 @@ export const conversationControl = {
         status: 'pending',
         set: { handoff_reason: ctx.values.reason },
         drop: ['assigned_operator', 'assigned_at'],
-        queue: { request: String(ctx.values.reason) },
+        queue: sql`INSERT INTO agent_handoffs (conversation_id, organisation_id, reason, requested_at)
+          VALUES (${ctx.existing?.id}, ${ctx.principal.organisationId}, ${ctx.values.reason}, now())
+          ON CONFLICT (conversation_id) DO UPDATE SET reason = EXCLUDED.reason, requested_at = now(), assigned_user_id = NULL, assigned_at = NULL`,
       }),
   },
   assign: {
@@ -102,7 +93,7 @@ export const conversationControl = {
     input: { user_id: attr.uuid({ create: 'required', references: 'User' }) },
     run: (ctx: ActionContext) => {
       const user = String(ctx.values.user_id);
-      return control(ctx, { status: 'keep', set: { assigned_operator: user, assigned_at: now() }, queue: { assign: user } });
+      return control(ctx, { status: 'keep', set: { assigned_operator: user, assigned_at: now() }, queue: assignQueue(ctx, user) });
     },
   },
 };
