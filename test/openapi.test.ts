@@ -87,6 +87,11 @@ const BEYOND_SPEC = [
   'post /api/ai_agents/test',
   // Issue 24: the browser softphone's short-lived SIP credential.
   'post /api/sip_users/credential',
+  // Issue 25: conversation control as named actions on one conversation.
+  'post /api/conversations/{id}/take_over',
+  'post /api/conversations/{id}/hand_back',
+  'post /api/conversations/{id}/hand_off',
+  'post /api/conversations/{id}/assign',
 ];
 
 /** Each record's related links (JSON:API section 6.3.1): one path per relationship of a type with a member URL. */

@@ -155,9 +155,8 @@ describe('routing', () => {
     const conversation = await t.services.records!.create(systemActor(routed.organisationId, 'test'), 'Conversation', {});
     await inTransaction(t.db, async (trx) => {
       await handOff(
-        trx,
         makeRecords(trx),
-        { id: conversation.id, organisation_id: routed.organisationId, metadata: {} },
+        { id: conversation.id, organisation_id: routed.organisationId },
         'The visitor asked for a person.',
         'handoff_test',
         { rule: 'test' },

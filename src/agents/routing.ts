@@ -4,7 +4,7 @@
  * conversations are offered, oldest first, to an operator (a user, with or
  * without a SIP user: a chat needs none) whose OperatorStatus is `available`, who holds no other pending conversation, and who has been
  * idle longest (since the later of their last status change and their last
- * offer). The offer is recorded in the conversation's metadata as
+ * offer). The offer is the Conversation's `assign` action: its metadata's
  * `assigned_operator` (the status's user id) with `assigned_at`.
  * With nobody available the conversation waits; the runtime looks at the queue
  * on every poll, so it is offered as soon as an operator becomes available.
@@ -15,11 +15,10 @@ import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 
-/** Inside the turn's transaction: the system item, the pending status, the queue entry. */
+/** Inside the turn's transaction: the system item, then the `hand_off` action (pending, the queue entry). */
 export async function handOff(
-  trx: Db,
   records: Records,
-  conversation: { id: string; organisation_id: string; metadata: Record<string, unknown> },
+  conversation: { id: string; organisation_id: string },
   reason: string,
   itemId: string,
   metadata: Record<string, unknown>,
@@ -32,14 +31,7 @@ export async function handOff(
     item_id: itemId,
     metadata: { handoff: { reason, ...metadata } },
   });
-  const { assigned_operator: _a, assigned_at: _b, ...rest } = conversation.metadata;
-  await records.update(actor, 'Conversation', conversation.id, { status: 'pending', metadata: { ...rest, handoff_reason: reason } });
-  await sql`
-    INSERT INTO agent_handoffs (conversation_id, organisation_id, reason, requested_at)
-    VALUES (${conversation.id}, ${conversation.organisation_id}, ${reason}, now())
-    ON CONFLICT (conversation_id) DO UPDATE SET reason = EXCLUDED.reason, requested_at = now(), assigned_user_id = NULL, assigned_at = NULL`.execute(
-    trx,
-  );
+  await records.perform(actor, 'Conversation', 'hand_off', conversation.id, { reason });
 }
 
 /**
@@ -76,22 +68,8 @@ export async function assignQueued(db: Db, makeRecords: (trx: Db) => Records, li
       const chosen = operator.rows[0];
       // Every available operator holds a handed-off conversation already: the queue waits.
       if (!chosen) return false;
-      const now = new Date();
-      const records = makeRecords(trx);
       const actor = systemActor(entry.organisation_id, 'agent');
-      const current = await trx
-        .selectFrom('conversations')
-        .select('metadata')
-        .where('id', '=', entry.conversation_id)
-        .executeTakeFirstOrThrow();
-      await records.update(actor, 'Conversation', entry.conversation_id, {
-        metadata: { ...(current.metadata as Record<string, unknown>), assigned_operator: chosen.user_id, assigned_at: now.toISOString() },
-      });
-      await trx
-        .updateTable('agent_handoffs')
-        .set({ assigned_user_id: chosen.user_id, assigned_at: now })
-        .where('conversation_id', '=', entry.conversation_id)
-        .execute();
+      await makeRecords(trx).perform(actor, 'Conversation', 'assign', entry.conversation_id, { user_id: chosen.user_id });
       return true;
     });
     if (done !== true) break;

@@ -430,8 +430,8 @@ export class AgentRuntime {
     const reason = 'The agent could not store its answer; an operator will take over.';
     const key = item.id.replaceAll('-', '');
     try {
-      await this.commit(conversationId, token, item.content_index, state, async (trx, records) => {
-        await handOff(trx, records, conversation, reason, `handoff_${key}`, { rule: 'turn_failed', attempts });
+      await this.commit(conversationId, token, item.content_index, state, async (_trx, records) => {
+        await handOff(records, conversation, reason, `handoff_${key}`, { rule: 'turn_failed', attempts });
       });
     } catch (error) {
       if (error instanceof LeaseLost) throw error;
@@ -522,13 +522,8 @@ export class AgentRuntime {
     const item = pending[firstUser];
     if (item.role === 'operator') {
       // An operator wrote: they took the conversation over, and the agent stays quiet until it is handed back.
-      await this.commit(conversationId, token, item.content_index, state, async (trx, records) => {
-        const current = await sql<{
-          metadata: Record<string, unknown>;
-        }>`SELECT metadata FROM conversations WHERE id = ${conversationId}`.execute(trx);
-        await records.update(systemActor(conversation.organisation_id, 'agent'), 'Conversation', conversationId, {
-          metadata: { ...current.rows[0].metadata, agent_paused: true },
-        });
+      await this.commit(conversationId, token, item.content_index, state, async (_trx, records) => {
+        await records.perform(systemActor(conversation.organisation_id, 'agent'), 'Conversation', 'take_over', conversationId, {});
       });
       return more;
     }
@@ -867,14 +862,15 @@ export class AgentRuntime {
         if (between.rows.length === 0) handled = replyIndex;
       }
       if (Object.keys(result.answers).length === 0 && !result.handoff && !result.close) return handled;
+      // Locked: a take-over or assignment committed meanwhile is in the copy the answers are added to.
       const current = await sql<{
         metadata: Record<string, unknown>;
-      }>`SELECT metadata FROM conversations WHERE id = ${conversation.id}`.execute(trx);
+      }>`SELECT metadata FROM conversations WHERE id = ${conversation.id} FOR UPDATE`.execute(trx);
       const answers = fitAnswers(current.rows[0].metadata, result.answers);
       const metadata = { ...current.rows[0].metadata, ...answers };
       if (Object.keys(answers).length > 0) await records.update(actor, 'Conversation', conversation.id, { metadata });
       if (result.handoff) {
-        await handOff(trx, records, { ...conversation, metadata }, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
+        await handOff(records, conversation, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
       } else if (result.close) {
         await records.update(actor, 'Conversation', conversation.id, { status: 'closed' });
       }

@@ -468,7 +468,7 @@ export async function loadAgent(
 export function agentTestsService(db: Db, services: AppServices, config: Config): NonNullable<AppServices['agentTests']> {
   return async (organisationId, agentId, value) => {
     const agent = await loadAgent(db, organisationId, agentId);
-    if (!agent) throw ApiError.of(422, 'invalid_attribute', 'No such AI agent.', { pointer: '/data/attributes/ai_agent_id' });
+    if (!agent) throw ApiError.of('invalid_attribute', 'No such AI agent.', { pointer: '/data/attributes/ai_agent_id' });
     let suite: Suite;
     try {
       suite = checkSuite(value);
@@ -476,7 +476,7 @@ export function agentTestsService(db: Db, services: AppServices, config: Config)
       if (!(error instanceof SuiteError)) throw error;
       throw new ApiError(
         error.problems.map((p) =>
-          errorObject(422, 'invalid_attribute', `\`suite${p.path ? `.${p.path}` : ''}\` ${p.message}.`, {
+          errorObject('invalid_attribute', `\`suite${p.path ? `.${p.path}` : ''}\` ${p.message}.`, {
             pointer: `/data/attributes/suite${p.path ? `/${p.path.replaceAll('.', '/')}` : ''}`,
           }),
         ),

@@ -7,7 +7,7 @@ import { tokenHash } from './tokens.js';
 import { issueUserToken } from './user-tokens.js';
 
 const refused = () =>
-  ApiError.of(422, 'invalid_attribute', 'The invitation is unknown, accepted already, expired, or for another e-mail address.', {
+  ApiError.of('invalid_attribute', 'The invitation is unknown, accepted already, expired, or for another e-mail address.', {
     pointer: '/data/attributes/invitation_token',
   });
 

@@ -7,26 +7,29 @@ import { HashGate, verifyAgainstDummy, verifyPassword } from './passwords.js';
 import { createLoginThrottle, type LoginThrottle } from './throttle.js';
 import { issueUserToken } from './user-tokens.js';
 
-/** One throttle and one hash gate per server (exported for diagnostics and tests) (keyed by its services), so that separate servers in one process stay apart. */
-const guards = new WeakMap<AppServices, { throttle: LoginThrottle; gate: HashGate }>();
+/**
+ * One throttle and one hash gate per server (exported for diagnostics and tests), keyed by its configuration, which
+ * every copy of its services shares (the records service's and the routes'), so that separate servers stay apart.
+ */
+const guards = new WeakMap<AppServices['config'], { throttle: LoginThrottle; gate: HashGate }>();
 export function guardsFor(services: AppServices) {
-  let guard = guards.get(services);
+  let guard = guards.get(services.config);
   if (!guard) {
     const { config } = services;
     guard = {
       throttle: createLoginThrottle(config, createCounter(services.redis)),
       gate: new HashGate(config.loginHashConcurrency, config.loginHashQueue),
     };
-    guards.set(services, guard);
+    guards.set(services.config, guard);
   }
   return guard;
 }
 
 export const invalidCredentials = () =>
-  ApiError.of(401, 'invalid_credentials', 'The e-mail or password is wrong.', undefined, { 'WWW-Authenticate': 'Bearer' });
+  ApiError.of('invalid_credentials', 'The e-mail or password is wrong.', undefined, { 'WWW-Authenticate': 'Bearer' });
 
 export const busy = () =>
-  ApiError.of(503, 'unavailable', 'Too many sign-ins are being checked right now; try again shortly.', undefined, { 'Retry-After': '1' });
+  ApiError.of('unavailable', 'Too many sign-ins are being checked right now; try again shortly.', undefined, { 'Retry-After': '1' });
 
 /** Login's largest body: an e-mail (254 characters) and a password (1,024, up to 4 KiB of UTF-8) fit many times over. */
 export const LOGIN_BODY_LIMIT_BYTES = 16 * 1024;

@@ -1,9 +1,9 @@
 /** Memory-hard password hashing with Node's scrypt; the stored string names its own parameters. */
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 
+import { passwordHashCostLog2 as costLog2 } from '../config/index.js';
+
 const KEY_LENGTH = 32;
-/** log2 of scrypt's N; 15 (32 MiB per hash) unless PASSWORD_HASH_COST_LOG2 lowers it, e.g. for tests (min 10). */
-const costLog2 = () => Math.max(10, Number(process.env.PASSWORD_HASH_COST_LOG2 ?? 15) || 15);
 
 function derive(password: string, salt: Buffer, options: ScryptOptions): Promise<Buffer> {
   return new Promise((resolve, reject) =>

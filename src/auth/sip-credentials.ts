@@ -37,7 +37,7 @@ export interface SipCredential {
 export async function issueSipCredential(ctx: ActionContext): Promise<ActionResult & { meta: Record<string, unknown> }> {
   const { principal, services } = ctx;
   if (principal.credential !== 'user_token' && principal.credential !== 'secret_key') {
-    throw ApiError.of(403, 'forbidden', 'SIP credentials are issued to signed-in members and secret keys only.');
+    throw ApiError.of('forbidden', 'SIP credentials are issued to signed-in members and secret keys only.');
   }
   const requested = (ctx.values.sip_user_id as string | null | undefined) ?? null;
   const { rows } = await sql<{ id: string; sip_username: string; user_id: string | null; domain: string }>`
@@ -48,12 +48,12 @@ export async function issueSipCredential(ctx: ActionContext): Promise<ActionResu
   const sipUser = rows[0];
   if (!sipUser || (principal.role === 'operator' && sipUser.user_id !== principal.userId)) {
     throw requested === null
-      ? ApiError.of(404, 'not_found', 'You have no SIP user; an admin can give you one.', { pointer: '/data/attributes/sip_user_id' })
-      : ApiError.of(404, 'not_found', 'No such SIP user.', { pointer: '/data/attributes/sip_user_id' });
+      ? ApiError.of('not_found', 'You have no SIP user; an admin can give you one.', { pointer: '/data/attributes/sip_user_id' })
+      : ApiError.of('not_found', 'No such SIP user.', { pointer: '/data/attributes/sip_user_id' });
   }
   const wsUri = services.config.sipWsUrl;
   if (!wsUri) {
-    throw ApiError.of(409, 'conflict', 'This server has no SIP WebSocket address (SIP_WS_URL), so the softphone is not set up.');
+    throw ApiError.of('conflict', 'This server has no SIP WebSocket address (SIP_WS_URL), so the softphone is not set up.');
   }
   const expiresAt = new Date(Date.now() + services.config.sipCredentialTtlSeconds * 1000);
   expiresAt.setUTCMilliseconds(0);

@@ -76,7 +76,7 @@ export class LoginThrottle {
       // The refused attempt is not counted: only attempts whose password was checked use the budget.
       await release();
       const retryAfter = Math.max(1, ...over.map((r) => Math.ceil(r.ttlMs / 1000)));
-      throw ApiError.of(429, 'rate_limited', 'Too many failed logins; try again later.', undefined, { 'Retry-After': String(retryAfter) });
+      throw ApiError.of('rate_limited', 'Too many failed logins; try again later.', undefined, { 'Retry-After': String(retryAfter) });
     }
     return { release };
   }

@@ -1,8 +1,7 @@
 /** JWTs issued and verified by the service: HS256 only, with issuer and audience. */
 import { createHash } from 'node:crypto';
 import { jwtVerify, SignJWT } from 'jose';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+import { UUID_PATTERN as UUID } from '../jsonapi/validate.js';
 
 const ISSUER = 'parley';
 const AUDIENCE = 'parley-api';

@@ -22,7 +22,7 @@ export async function openVisitorSession(ctx: ActionContext): Promise<ActionResu
       ctx.db,
     );
     if (rows.length === 0) {
-      throw ApiError.of(422, 'invalid_attribute', '`ai_agent_id` does not name an AiAgent of your organisation.', {
+      throw ApiError.of('invalid_attribute', '`ai_agent_id` does not name an AiAgent of your organisation.', {
         pointer: '/data/attributes/ai_agent_id',
       });
     }

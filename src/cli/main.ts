@@ -19,7 +19,7 @@ import { AgentRuntime } from '../agents/runtime.js';
 import { loadAgent, parseSuite, runSuite, type Suite, SuiteError, suiteJUnit, suiteTable } from '../agents/suite.js';
 import { consoleLink, createServices, loginHint, startApp } from '../app.js';
 import { createLogger } from '../http/logger.js';
-import { loadConfig } from '../config/index.js';
+import { loadConfig, publicBaseUrl } from '../config/index.js';
 import { openDatabase } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { migrate } from '../db/migrate.js';
@@ -297,7 +297,7 @@ key
         const text = `key ${created.id} (${created.key_type}); token, shown once:\n${created.token}`;
         if (created.key_type !== 'publishable') return { result: created, text };
         // A publishable key signs the organisation's users in to the console: print its link.
-        const url = process.env.PUBLIC_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`;
+        const url = publicBaseUrl(loadConfig());
         const link = consoleLink(url, created.token);
         return { result: { ...created, console_url: link }, text: `${text}\noperator console:\n${link}` };
       }),
@@ -506,7 +506,7 @@ program
         const demo = await seedDemo(db, records);
         return {
           result: { id: demo.organisation_id, ...demo },
-          text: loginHint(process.env.PUBLIC_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`, demo),
+          text: loginHint(publicBaseUrl(loadConfig()), demo),
         };
       }),
     ),

@@ -232,6 +232,15 @@ export function origins(raw: string | undefined, name = 'CORS_ALLOWED_ORIGINS'):
   });
 }
 
+/**
+ * log2 of scrypt's N for password hashes: 15 (32 MiB per hash) unless PASSWORD_HASH_COST_LOG2 lowers it, e.g.
+ * for tests (min 10). Read at each hash, not with the rest, since hashing needs no Config.
+ */
+export const passwordHashCostLog2 = (env: NodeJS.ProcessEnv = process.env) => Math.max(10, Number(env.PASSWORD_HASH_COST_LOG2 ?? 15) || 15);
+
+/** Where the server is reached, for links the command line prints: PUBLIC_URL, else the local port. */
+export const publicBaseUrl = (config: Config) => config.publicUrl ?? `http://127.0.0.1:${config.port}`;
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const databaseUrl = text(env, 'DATABASE_URL');
   const signingSecret = text(env, 'SIGNING_SECRET');

@@ -16,7 +16,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
-import { ApiError, errorObject, unauthenticated, type ErrorObject } from '../jsonapi/errors.js';
+import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObject } from '../jsonapi/errors.js';
 import { CREDENTIALS_CHANNEL } from '../auth/credential-cache.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
@@ -361,7 +361,8 @@ interface StreamOptions extends AppServices {
 function parseStreamQuery(request: FastifyRequest): { types?: Set<string>; after?: string } {
   const query = (request.query ?? {}) as Record<string, unknown>;
   const errors: ErrorObject[] = [];
-  const bad = (parameter: string, detail: string, code = 'invalid_parameter') => errors.push(errorObject(400, code, detail, { parameter }));
+  const bad = (parameter: string, detail: string, code: ErrorCode = 'invalid_parameter') =>
+    errors.push(errorObject(code, detail, { parameter }));
   let types: Set<string> | undefined;
   let after: string | undefined;
   for (const [name, value] of Object.entries(query)) {
@@ -394,7 +395,7 @@ function parseStreamQuery(request: FastifyRequest): { types?: Set<string>; after
   const header = request.headers['last-event-id'];
   if (typeof header === 'string' && header.trim() !== '') {
     if (!UUID_PATTERN.test(header.trim())) {
-      errors.push(errorObject(400, 'invalid_header', 'Last-Event-ID must be an event id.', { header: 'Last-Event-ID' }));
+      errors.push(errorObject('invalid_header', 'Last-Event-ID must be an event id.', { header: 'Last-Event-ID' }));
     } else {
       after = header.trim().toLowerCase();
     }
@@ -567,7 +568,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
 
   app.get('/api/events', { config: { allowVisitor: true } }, async (request: FastifyRequest, reply: FastifyReply) => {
     const principal = request.principal;
-    if (!principal) throw ApiError.of(401, 'unauthenticated', 'A valid bearer token is required.');
+    if (!principal) throw ApiError.of('unauthenticated', 'A valid bearer token is required.');
     const { types, after } = parseStreamQuery(request);
     const token = /^Bearer +(\S+)$/.exec(request.headers.authorization ?? '')![1];
     const expiresAt = tokenExpiryMs(token);
@@ -582,7 +583,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     for (const [counts, key, max, who] of keys) {
       const held = counts.count(key);
       if (held >= max) {
-        throw ApiError.of(429, 'too_many_streams', `${who} holds ${held} event streams, the most allowed; close one first.`, undefined, {
+        throw ApiError.of('too_many_streams', `${who} holds ${held} event streams, the most allowed; close one first.`, undefined, {
           'Retry-After': '5',
         });
       }

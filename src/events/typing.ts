@@ -115,13 +115,13 @@ export function registerTyping(app: FastifyInstance, options: { database: Databa
 
   app.post('/api/conversations/:id/typing', { config: { allowVisitor: true } }, async (request: FastifyRequest, reply: FastifyReply) => {
     const principal = request.principal;
-    if (!principal) throw ApiError.of(401, 'unauthenticated', 'A valid bearer token is required.');
+    if (!principal) throw ApiError.of('unauthenticated', 'A valid bearer token is required.');
     // Like every route, an unknown query parameter is refused rather than ignored (this one takes none).
     const unknown = Object.keys((request.query ?? {}) as Record<string, unknown>);
     if (unknown.length > 0) {
       throw new ApiError(
         unknown.map((name) =>
-          errorObject(400, 'unknown_parameter', `This endpoint takes no \`${name}\` (it takes no query parameters).`, { parameter: name }),
+          errorObject('unknown_parameter', `This endpoint takes no \`${name}\` (it takes no query parameters).`, { parameter: name }),
         ),
       );
     }
@@ -145,7 +145,7 @@ export function registerTyping(app: FastifyInstance, options: { database: Databa
     const conversation = rows[0];
     if (!conversation) throw notFound();
     if (conversation.status === 'closed') {
-      throw ApiError.of(409, 'conversation_closed', 'The conversation is closed: nobody is there to see the typing.');
+      throw ApiError.of('conversation_closed', 'The conversation is closed: nobody is there to see the typing.');
     }
     lastSent.delete(key);
     lastSent.set(key, now);

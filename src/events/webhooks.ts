@@ -265,29 +265,25 @@ export class WebhookWorker {
 
   /** Records an attempt's outcome; the last failure of the retry window fails the delivery and disables the endpoint. */
   private async finish(delivery: Claimed, outcome: AttemptOutcome, final: boolean): Promise<void> {
-    if (outcome.ok) {
-      await sql`
-        UPDATE webhook_deliveries SET status = 'succeeded', last_status_code = ${outcome.status ?? null}, last_error = NULL,
-          next_attempt_at = NULL, lease_until = NULL, updated_at = now()
-        WHERE id = ${delivery.id}`.execute(this.db);
-      await sql`UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = ${delivery.webhook_endpoint_id} AND consecutive_failures <> 0`.execute(
-        this.db,
-      );
-      return;
-    }
     const delay = retryDelaySeconds(delivery.attempts, this.config.webhookRetryBaseSeconds);
     const deadline = new Date(delivery.created_at).getTime() + this.config.webhookRetryHours * 3600_000;
-    const exhausted = final || Date.now() + delay * 1000 > deadline;
-    await sql`
-      UPDATE webhook_deliveries SET
-        status = ${exhausted ? 'failed' : 'pending'}, last_status_code = ${outcome.status ?? null}, last_error = ${outcome.error ?? null},
-        next_attempt_at = ${exhausted ? null : sql`now() + make_interval(secs => ${delay})`}, lease_until = NULL, updated_at = now()
-      WHERE id = ${delivery.id}`.execute(this.db);
-    if (final) return;
-    await sql`UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1 WHERE id = ${delivery.webhook_endpoint_id}`.execute(
-      this.db,
+    const exhausted = !outcome.ok && (final || Date.now() + delay * 1000 > deadline);
+    // Through the records service, as the system (the type declares itself eventless); no rendering wanted.
+    await this.options.records.perform(
+      systemActor(delivery.organisation_id, 'webhook'),
+      'WebhookDelivery',
+      'record_attempt',
+      delivery.id,
+      {
+        status: outcome.ok ? 'succeeded' : exhausted ? 'failed' : 'pending',
+        last_status_code: outcome.status ?? null,
+        last_error: outcome.ok ? null : (outcome.error ?? null),
+        retry_in_ms: outcome.ok || exhausted ? null : Math.round(delay * 1000),
+        endpoint: outcome.ok ? 'reset' : final ? 'same' : 'failed',
+      },
+      { render: async () => null },
     );
-    if (exhausted) await this.disable(delivery, outcome);
+    if (exhausted && !final) await this.disable(delivery, outcome);
   }
 
   private async disable(delivery: Claimed, outcome: AttemptOutcome): Promise<void> {

@@ -1,7 +1,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ApiError, errorDocument } from '../jsonapi/errors.js';
+import { ApiError, errorDocument, type ErrorCode } from '../jsonapi/errors.js';
 
 interface DatabaseError {
   code?: string;
@@ -25,23 +25,23 @@ function toApiError(error: unknown): ApiError {
   const fastify = error as FastifyError & DatabaseError;
   switch (fastify.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return ApiError.of(413, 'payload_too_large', 'The request body is larger than allowed.');
+      return ApiError.of('payload_too_large', 'The request body is larger than allowed.');
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return ApiError.of(415, 'unsupported_media_type', 'Send application/vnd.api+json.', { header: 'Content-Type' });
+      return ApiError.of('unsupported_media_type', 'Send application/vnd.api+json.', { header: 'Content-Type' });
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
-      return ApiError.of(400, 'invalid_body', 'The body is not valid JSON.', { pointer: '' });
+      return ApiError.of('invalid_body', 'The body is not valid JSON.', { pointer: '' });
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-      return ApiError.of(400, 'bad_request', 'Content-Length does not match the body.', { header: 'Content-Length' });
+      return ApiError.of('bad_request', 'Content-Length does not match the body.', { header: 'Content-Length' });
   }
-  if (error instanceof SyntaxError) return ApiError.of(400, 'invalid_body', 'The body is not valid JSON.', { pointer: '' });
+  if (error instanceof SyntaxError) return ApiError.of('invalid_body', 'The body is not valid JSON.', { pointer: '' });
   if (fastify.statusCode === 400 && typeof fastify.code === 'string' && fastify.code.startsWith('FST_')) {
-    return ApiError.of(400, 'bad_request', 'The request is malformed.');
+    return ApiError.of('bad_request', 'The request is malformed.');
   }
   if (isUnavailable(fastify)) {
-    return ApiError.of(503, 'unavailable', 'The database is unavailable; try again shortly.', undefined, { 'Retry-After': '1' });
+    return ApiError.of('unavailable', 'The database is unavailable; try again shortly.', undefined, { 'Retry-After': '1' });
   }
-  return ApiError.of(500, 'internal_error', 'An unexpected error occurred.');
+  return ApiError.of('internal_error', 'An unexpected error occurred.');
 }
 
 function send(reply: FastifyReply, error: ApiError) {
@@ -57,8 +57,8 @@ function send(reply: FastifyReply, error: ApiError) {
  * path parameter): a too-long id names no record, a malformed URL is a 400.
  */
 export function frameworkError(error: FastifyError, _request: FastifyRequest, reply: FastifyReply) {
-  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') return send(reply, ApiError.of(404, 'not_found', 'The record does not exist.'));
-  if (error.code === 'FST_ERR_BAD_URL') return send(reply, ApiError.of(400, 'bad_request', 'The URL is malformed.'));
+  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') return send(reply, ApiError.of('not_found', 'The record does not exist.'));
+  if (error.code === 'FST_ERR_BAD_URL') return send(reply, ApiError.of('bad_request', 'The URL is malformed.'));
   return send(reply, toApiError(error));
 }
 
@@ -69,14 +69,14 @@ export function registerErrorHandling(app: FastifyInstance): void {
     return send(reply, apiError);
   });
   app.setNotFoundHandler((request, reply) =>
-    send(reply, ApiError.of(404, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`)),
+    send(reply, ApiError.of('not_found', `No route for ${request.method} ${request.url.split('?')[0]}.`)),
   );
 }
 
-/** Node's parser errors that reach no route, by their code, as status and error code. */
-const CONNECTION_ERRORS: Record<string, [number, string, string]> = {
-  HPE_HEADER_OVERFLOW: [431, 'headers_too_large', 'The request headers are larger than allowed.'],
-  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request_timeout', 'The request took too long to arrive.'],
+/** Node's parser errors that reach no route, by their code, as error code (its status is the catalogue's). */
+const CONNECTION_ERRORS: Record<string, [ErrorCode, string]> = {
+  HPE_HEADER_OVERFLOW: ['headers_too_large', 'The request headers are larger than allowed.'],
+  ERR_HTTP_REQUEST_TIMEOUT: ['request_timeout', 'The request took too long to arrive.'],
 };
 
 /**
@@ -88,8 +88,9 @@ export function connectionError(error: Error & { code?: string }, socket: Socket
     socket.destroy();
     return;
   }
-  const [status, code, detail] = CONNECTION_ERRORS[error.code ?? ''] ?? [400, 'bad_request', 'The request is not valid HTTP.'];
-  const body = JSON.stringify(errorDocument(ApiError.of(status, code, detail).errors));
+  const [code, detail] = CONNECTION_ERRORS[error.code ?? ''] ?? ['bad_request', 'The request is not valid HTTP.'];
+  const { errors, status } = ApiError.of(code, detail);
+  const body = JSON.stringify(errorDocument(errors));
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n` +
       `Content-Type: application/vnd.api+json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,

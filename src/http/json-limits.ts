@@ -59,7 +59,7 @@ export function jsonShapeProblem(
       open.push(1);
       values += 2; // the container and its first member
       if (open.length > limits.maxDepth) {
-        return stop(i, ApiError.of(400, 'invalid_body', `The body nests deeper than ${limits.maxDepth} levels.`, { pointer: '' }));
+        return stop(i, ApiError.of('invalid_body', `The body nests deeper than ${limits.maxDepth} levels.`, { pointer: '' }));
       }
     } else if (c === 0x7d || c === 0x5d) {
       open.pop();
@@ -68,14 +68,14 @@ export function jsonShapeProblem(
       if (++open[open.length - 1] > limits.maxMembers) {
         return stop(
           i,
-          ApiError.of(413, 'body_too_complex', `An object or array in the body has more than ${limits.maxMembers} members.`, {
+          ApiError.of('body_too_complex', `An object or array in the body has more than ${limits.maxMembers} members.`, {
             pointer: '',
           }),
         );
       }
     }
     if (values > limits.maxValues) {
-      return stop(i, ApiError.of(413, 'body_too_complex', `The body has more than ${limits.maxValues} values.`, { pointer: '' }));
+      return stop(i, ApiError.of('body_too_complex', `The body has more than ${limits.maxValues} values.`, { pointer: '' }));
     }
   }
   if (scanned) scanned.chars = text.length;

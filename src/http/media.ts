@@ -81,7 +81,7 @@ function checkAccept(request: FastifyRequest): void {
   const ranges = splitOutsideQuotes(accept, ',').filter(isJsonApi);
   const problems = ranges.map((r) => unusable(r, { inAccept: true }));
   if (ranges.length > 0 && problems.every((p) => p !== undefined)) {
-    throw ApiError.of(406, 'not_acceptable', `Accept ${JSONAPI_MEDIA_TYPE} without ${problems[0]}.`, { header: 'Accept' });
+    throw ApiError.of('not_acceptable', `Accept ${JSONAPI_MEDIA_TYPE} without ${problems[0]}.`, { header: 'Accept' });
   }
 }
 
@@ -107,18 +107,18 @@ function validHost(host: string): boolean {
 function checkHost(request: FastifyRequest, publicUrl: string | undefined): void {
   const { headers } = request;
   if (headers.host === undefined && request.raw.httpVersion === '1.1') {
-    throw ApiError.of(400, 'bad_request', 'An HTTP/1.1 request needs a Host header.', { header: 'Host' });
+    throw ApiError.of('bad_request', 'An HTTP/1.1 request needs a Host header.', { header: 'Host' });
   }
   if (!isApiPath(request)) return;
   const forwarded = headers['x-forwarded-host'] !== undefined && request.host !== (headers.host ?? '');
   const header = forwarded ? 'X-Forwarded-Host' : 'Host';
   const host = request.host;
   if (host === '' ? publicUrl === undefined : !validHost(host)) {
-    throw ApiError.of(400, 'bad_request', `${header} must be a host name or address with an optional port.`, { header });
+    throw ApiError.of('bad_request', `${header} must be a host name or address with an optional port.`, { header });
   }
   const protocol = request.protocol;
   if (protocol !== 'http' && protocol !== 'https') {
-    throw ApiError.of(400, 'bad_request', 'X-Forwarded-Proto must be http or https.', { header: 'X-Forwarded-Proto' });
+    throw ApiError.of('bad_request', 'X-Forwarded-Proto must be http or https.', { header: 'X-Forwarded-Proto' });
   }
 }
 
@@ -159,7 +159,7 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
     if (tooComplex) return done(tooComplex, undefined);
     return defaultParser(request, body, (error, value) => {
       if (!error && depthExceeds(value, MAX_JSON_DEPTH)) {
-        done(ApiError.of(400, 'invalid_body', `The body nests deeper than ${MAX_JSON_DEPTH} levels.`, { pointer: '' }), undefined);
+        done(ApiError.of('invalid_body', `The body nests deeper than ${MAX_JSON_DEPTH} levels.`, { pointer: '' }), undefined);
       } else done(error, value);
     });
   };
@@ -169,7 +169,6 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
     if (problem) {
       done(
         ApiError.of(
-          415,
           'unsupported_media_type',
           `${JSONAPI_MEDIA_TYPE} with ${problem}: only ext (of supported extensions) and profile are accepted.`,
           { header: 'Content-Type' },

@@ -52,14 +52,14 @@ export async function registerOps(app: FastifyInstance, options: ServerOptions):
       return { status: 'ok', database: options.database.kind };
     } catch {
       reply.code(503).header('Content-Type', 'application/vnd.api+json').header('Retry-After', '1');
-      return errorDocument([errorObject(503, 'unavailable', 'The database is unavailable.')]);
+      return errorDocument([errorObject('unavailable', 'The database is unavailable.')]);
     }
   });
   app.get('/metrics', open, async (request, reply) => {
     if (!mayReadMetrics(request, options.config.metricsToken)) {
       reply.code(403).header('Content-Type', 'application/vnd.api+json');
       return errorDocument([
-        errorObject(403, 'forbidden', 'Metrics are served to this host (loopback) only, or with the METRICS_TOKEN bearer token.'),
+        errorObject('forbidden', 'Metrics are served to this host (loopback) only, or with the METRICS_TOKEN bearer token.'),
       ]);
     }
     reply.header('Content-Type', registry.contentType);

@@ -47,7 +47,7 @@ export async function registerRateLimit(app: FastifyInstance, config: Config, re
     keyGenerator: rateLimitKey,
     allowList: (request: FastifyRequest) => !isApiPath(request) || request.routeOptions.config?.public === true,
     errorResponseBuilder: (_request, context) =>
-      ApiError.of(429, 'rate_limited', `Rate limit of ${context.max} requests exceeded; retry in ${context.after}.`, undefined, {
+      ApiError.of('rate_limited', `Rate limit of ${context.max} requests exceeded; retry in ${context.after}.`, undefined, {
         'Retry-After': String(Math.ceil(context.ttl / 1000)),
       }),
   });
@@ -67,7 +67,6 @@ export async function registerRateLimit(app: FastifyInstance, config: Config, re
     const limit = await check(request);
     if (!limit.isAllowed && limit.isExceeded) {
       throw ApiError.of(
-        429,
         'rate_limited',
         `${what}: at most ${limit.max} requests; retry in ${Math.max(1, limit.ttlInSeconds)} s.`,
         undefined,

@@ -19,43 +19,53 @@ export interface ErrorObject {
   meta?: Record<string, unknown>;
 }
 
-const TITLES: Record<string, string> = {
-  bad_request: 'Bad request',
-  invalid_body: 'Invalid request body',
-  invalid_filter: 'Invalid filter',
-  invalid_sort: 'Invalid sort',
-  invalid_pagination: 'Invalid pagination',
-  invalid_includes: 'Invalid include',
-  invalid_field: 'Invalid field',
-  unknown_parameter: 'Unknown query parameter',
-  unauthenticated: 'Authentication required',
-  invalid_credentials: 'Invalid credentials',
-  forbidden: 'Forbidden',
-  not_found: 'Not found',
-  method_not_allowed: 'Method not allowed',
-  not_acceptable: 'Not acceptable',
-  conflict: 'Conflict',
-  payload_too_large: 'Payload too large',
-  headers_too_large: 'Request headers too large',
-  request_timeout: 'Request timeout',
-  unsupported_media_type: 'Unsupported media type',
-  invalid_attribute: 'Invalid attribute',
-  required: 'Required attribute missing',
-  unknown_attribute: 'Unknown attribute',
-  invalid_transition: 'Invalid transition',
-  rate_limited: 'Too many requests',
-  internal_error: 'Internal server error',
-  unavailable: 'Service unavailable',
-};
+/**
+ * The error catalogue: every code the API answers with, its one HTTP status and its title. Call sites name the
+ * code alone; docs/api.md's error table (the meaning of each, under ERRORS_DOC) is checked against this by
+ * test/error-catalogue.test.ts.
+ */
+export const ERRORS = {
+  bad_request: [400, 'Bad request'],
+  invalid_body: [400, 'Invalid request body'],
+  invalid_filter: [400, 'Invalid filter'],
+  invalid_sort: [400, 'Invalid sort'],
+  invalid_pagination: [400, 'Invalid pagination'],
+  invalid_page: [400, 'Invalid page parameter'],
+  invalid_parameter: [400, 'Invalid query parameter'],
+  invalid_header: [400, 'Invalid header'],
+  invalid_includes: [400, 'Invalid include'],
+  invalid_field: [400, 'Invalid field'],
+  unknown_parameter: [400, 'Unknown query parameter'],
+  unauthenticated: [401, 'Authentication required'],
+  invalid_credentials: [401, 'Invalid credentials'],
+  forbidden: [403, 'Forbidden'],
+  not_found: [404, 'Not found'],
+  method_not_allowed: [405, 'Method not allowed'],
+  not_acceptable: [406, 'Not acceptable'],
+  request_timeout: [408, 'Request timeout'],
+  conflict: [409, 'Conflict'],
+  conversation_closed: [409, 'Conversation closed'],
+  payload_too_large: [413, 'Payload too large'],
+  body_too_complex: [413, 'Body too complex'],
+  unsupported_media_type: [415, 'Unsupported media type'],
+  invalid_attribute: [422, 'Invalid attribute'],
+  required: [422, 'Required attribute missing'],
+  unknown_attribute: [422, 'Unknown attribute'],
+  invalid_transition: [422, 'Invalid transition'],
+  rate_limited: [429, 'Too many requests'],
+  too_many_streams: [429, 'Too many event streams'],
+  headers_too_large: [431, 'Request headers too large'],
+  internal_error: [500, 'Internal server error'],
+  unavailable: [503, 'Service unavailable'],
+} as const satisfies Record<string, readonly [number, string]>;
 
-export function errorObject(
-  status: number,
-  code: string,
-  detail?: string,
-  source?: ErrorSource,
-  meta?: Record<string, unknown>,
-): ErrorObject {
-  const error: ErrorObject = { id: randomUUID(), status: String(status), code, title: TITLES[code] ?? code };
+export type ErrorCode = keyof typeof ERRORS;
+/** Where each code's meaning is documented. */
+export const ERRORS_DOC = 'docs/api.md#errors';
+
+export function errorObject(code: ErrorCode, detail?: string, source?: ErrorSource, meta?: Record<string, unknown>): ErrorObject {
+  const [status, title] = ERRORS[code];
+  const error: ErrorObject = { id: randomUUID(), status: String(status), code, title };
   if (detail !== undefined) error.detail = detail;
   if (source !== undefined) error.source = source;
   if (meta !== undefined) error.meta = meta;
@@ -97,17 +107,17 @@ export class ApiError extends Error {
     return statuses.some((s) => s >= 500) ? 500 : 400;
   }
 
-  static of(status: number, code: string, detail?: string, source?: ErrorSource, headers?: Record<string, string>): ApiError {
-    return new ApiError([errorObject(status, code, detail, source)], headers);
+  static of(code: ErrorCode, detail?: string, source?: ErrorSource, headers?: Record<string, string>): ApiError {
+    return new ApiError([errorObject(code, detail, source)], headers);
   }
 }
 
-export const notFound = (detail = 'The record does not exist.') => ApiError.of(404, 'not_found', detail);
+export const notFound = (detail = 'The record does not exist.') => ApiError.of('not_found', detail);
 
-export const forbidden = (detail = 'This credential may not perform this operation.') => ApiError.of(403, 'forbidden', detail);
+export const forbidden = (detail = 'This credential may not perform this operation.') => ApiError.of('forbidden', detail);
 
 export const unauthenticated = (detail = 'A valid bearer token is required.') =>
-  ApiError.of(401, 'unauthenticated', detail, { header: 'Authorization' }, { 'WWW-Authenticate': 'Bearer' });
+  ApiError.of('unauthenticated', detail, { header: 'Authorization' }, { 'WWW-Authenticate': 'Bearer' });
 
 /** An error document; when problems were left out, `meta.errors` says how many there were. */
 export function errorDocument(errors: ErrorObject[], total = errors.length) {

@@ -133,8 +133,11 @@ function resourceSchemas(resource: ResourceDef): Record<string, Schema> {
   return schemas;
 }
 
+/** What a request body does: a member action names its record like an update and takes attributes like a create. */
+type RequestKind = 'create' | 'update' | 'action' | 'member';
+
 /** The request document of a write: `data.type`, `data.attributes` (and `data.id` for updates), closed like the server. */
-function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 'create' | 'update' | 'action'): Schema {
+function requestSchema(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
   const properties: Record<string, Schema> = {};
   const relationships: Record<string, Schema> = {};
   const required: string[] = [];
@@ -164,18 +167,19 @@ function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 
       };
     }
   }
+  const withId = kind === 'update' || kind === 'member';
   const data: Schema = {
     type: 'object',
-    required: kind === 'update' ? ['type', 'id'] : ['type'],
+    required: withId ? ['type', 'id'] : ['type'],
     additionalProperties: false,
     properties: {
       type: { const: type },
-      ...(kind === 'update' ? { id: { type: 'string', format: 'uuid' } } : {}),
+      ...(withId ? { id: { type: 'string', format: 'uuid' } } : {}),
       attributes: { type: 'object', additionalProperties: false, properties, ...(required.length ? { required } : {}) },
       relationships: { type: 'object', additionalProperties: false, properties: relationships },
       meta: { type: 'object' },
       links: { type: 'object' },
-      ...(kind === 'update' ? {} : { lid: { type: 'string' } }),
+      ...(withId ? {} : { lid: { type: 'string' } }),
     },
   };
   return {
@@ -214,14 +218,15 @@ function sampleValue(name: string, def: AttributeDef): unknown {
 }
 
 /** A request body built from the operation's required attributes (and ids to replace with your own). */
-function requestExample(type: string, input: Record<string, AttributeDef>, kind: 'create' | 'update' | 'action'): Schema {
+function requestExample(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
   const attributes: Record<string, unknown> = {};
   for (const [name, def] of Object.entries(input)) {
     const flag = kind === 'update' ? def.update : def.create;
     if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && def.kind !== 'uuid'))
       attributes[name] = sampleValue(name, def);
   }
-  return { data: { type, ...(kind === 'update' ? { id: '00000000-0000-7000-8000-000000000000' } : {}), attributes } };
+  const id = kind === 'update' || kind === 'member' ? { id: '00000000-0000-7000-8000-000000000000' } : {};
+  return { data: { type, ...id, attributes } };
 }
 
 const ERROR_RESPONSES: Record<number, string> = {
@@ -523,7 +528,7 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
   const operations: Operation[] = [];
   for (const r of resources) {
     if (!r.path) {
-      for (const action of Object.values(r.actions ?? {})) operations.push({ method: 'post', path: `/api/${action.path}` });
+      for (const action of routedActions(r)) operations.push({ method: 'post', path: actionPath(r, action) });
       continue;
     }
     if (r.operations.list) operations.push({ method: 'get', path: `/api/${r.path}` });
@@ -534,7 +539,7 @@ export function openApiOperations(resources: ResourceDef[]): Operation[] {
     if (r.operations.create) operations.push({ method: 'post', path: `/api/${r.path}` });
     if (r.operations.update) operations.push({ method: 'patch', path: `/api/${r.path}/{id}` });
     if (r.operations.delete) operations.push({ method: 'delete', path: `/api/${r.path}/{id}` });
-    for (const action of Object.values(r.actions ?? {})) operations.push({ method: 'post', path: `/api/${action.path}` });
+    for (const action of routedActions(r)) operations.push({ method: 'post', path: actionPath(r, action) });
   }
   // The event stream (src/events/stream.ts), when any type's changes are events.
   if (resources.some((r) => r.events !== false)) operations.push({ method: 'get', path: '/api/events' });
@@ -623,21 +628,28 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
 const PASSWORD_ACTION_TEXT =
   ' Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.';
 
+const routedActions = (r: ResourceDef) => Object.values(r.actions ?? {}).filter((a) => a.path);
+
+/** A custom action's path: under the collection, or under one record (`member`). */
+const actionPath = (r: ResourceDef, action: CustomAction) => (action.member ? `/api/${r.path}/{id}/${action.path}` : `/api/${action.path}`);
+
 function actionOperation(resource: ResourceDef, name: string, action: CustomAction, registry: Registry): Schema {
+  const kind = action.member ? 'member' : 'action';
+  const member = ` On one record, changed in one transaction with it locked (404 when you cannot see it); an \`${resource.type}.updated\` event.`;
   return {
     operationId: name,
     summary: action.summary,
-    description: `${action.summary}. ${action.allowPublishable ? "Takes a publishable key (the organisation is the key's). " : ''}${rolesText(action.roles)}${'password' in action.input ? PASSWORD_ACTION_TEXT : ''}`,
+    description: `${action.summary}. ${action.allowPublishable ? "Takes a publishable key (the organisation is the key's). " : ''}${rolesText(action.roles)}${action.member ? member : ''}${'password' in action.input ? PASSWORD_ACTION_TEXT : ''}`,
     tags: [resource.type],
     security: action.allowPublishable ? [{ publishableKey: [] }, ...MEMBER_SECURITY] : MEMBER_SECURITY,
-    parameters: queryParameters(resource, false, registry),
+    parameters: [...(action.member ? [idParameter] : []), ...queryParameters(resource, false, registry)],
     requestBody: {
       required: true,
-      content: jsonApi(requestSchema(resource.type, action.input, 'action'), requestExample(resource.type, action.input, 'action')),
+      content: jsonApi(requestSchema(resource.type, action.input, kind), requestExample(resource.type, action.input, kind)),
     },
     responses: {
       [String(action.status ?? 200)]: ok(action.status === 201 ? 'Created' : 'OK', ref(`${resource.type}Document`)),
-      ...errors([403, 409, 413, 415, 422, 429, ...(action.errors ?? [])]),
+      ...errors([...(action.member ? [403, 404, 409, 415, 422] : [403, 409, 413, 415, 422, 429]), ...(action.errors ?? [])]),
     },
   };
 }
@@ -729,7 +741,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
   for (const r of resources) {
     Object.assign(schemas, resourceSchemas(r));
     for (const [name, action] of Object.entries(r.actions ?? {}))
-      at(`/api/${action.path}`).post = actionOperation(r, name, action, registry);
+      if (action.path) at(actionPath(r, action)).post = actionOperation(r, name, action, registry);
     if (!r.path) continue;
     const collection = `/api/${r.path}`;
     const member = `${collection}/{id}`;

@@ -158,7 +158,6 @@ function includeBudget(limits: IncludeLimits | undefined) {
   const refuse = (what: string, limit: number) =>
     new ApiError([
       errorObject(
-        400,
         'invalid_includes',
         `The included records would exceed ${limit} ${what} in one response; include less, or read the relationship page by page.`,
         { parameter: 'include' },

@@ -12,6 +12,7 @@ import { inTransaction, type Database } from '../db/connection.js';
 import { principalOf, systemActor, type Actor } from './actor.js';
 import { queueEvent, type EventAction } from './outbox.js';
 import { ApiError, errorObject, forbidden, notFound } from './errors.js';
+import { ROLES } from './principal.js';
 import type { Registry } from './query/parse.js';
 import { fetchById, type Reader } from './read.js';
 import type { ActionContext, ActionResult, AttributeDef, ResourceDef } from './resource.js';
@@ -48,6 +49,18 @@ export interface Records {
   create<T = Row>(actor: Actor, type: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
   update<T = Row>(actor: Actor, type: string, id: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
   delete(actor: Actor, type: string, id: string): Promise<Deleted>;
+  /**
+   * Runs the type's custom action `name` (on record `id` for a member action). `input` may be a function, called
+   * once the record is locked and the role checked, so that a body's problems come after 404 and 403.
+   */
+  perform<T = Row>(
+    actor: Actor,
+    type: string,
+    name: string,
+    id: string | undefined,
+    input: Record<string, unknown> | (() => Record<string, unknown>),
+    options?: WriteOptions<T> & { clientAddress?: string; signal?: AbortSignal },
+  ): Promise<Written<T> & { meta?: Record<string, unknown> }>;
   /** Several writes in one transaction (e.g. a call with its conversation and participants). */
   transaction<T>(work: (records: Records) => Promise<T>): Promise<T>;
 }
@@ -58,11 +71,11 @@ interface RecordsOptions {
   services: AppServices;
 }
 
-/** Attributes a write accepts: the declared create/update flags for principals; every stored attribute for the system. */
-export function acceptedAttributes(resource: ResourceDef, kind: 'create' | 'update', system: boolean) {
+/** Attributes a write accepts, and those it requires: the declared create/update flags; for the system every stored one. */
+export function acceptedAttributes(attributes: Record<string, AttributeDef>, kind: 'create' | 'update', system = false) {
   const accepted: Record<string, AttributeDef> = {};
   const required: string[] = [];
-  for (const [name, def] of Object.entries(resource.attributes)) {
+  for (const [name, def] of Object.entries(attributes)) {
     const flag = kind === 'update' ? def.update : def.create;
     if ((def.expression && !def.storedByHook) || def.revealedOnCreate) continue;
     if (!flag && !system) continue;
@@ -113,7 +126,7 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'create');
-      const { accepted, required } = acceptedAttributes(resource, 'create', system);
+      const { accepted, required } = acceptedAttributes(resource.attributes, 'create', system);
       const values = validateAttributes(input, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
@@ -153,7 +166,7 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'read');
-      const { accepted } = acceptedAttributes(resource, 'update', system);
+      const { accepted } = acceptedAttributes(resource.attributes, 'update', system);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
         const existing = await lockVisible(trx, resource, principal, id);
@@ -237,6 +250,40 @@ function bind(options: RecordsOptions, db: Database): Records {
       });
     },
 
+    async perform<T>(
+      actor: Actor,
+      type: string,
+      name: string,
+      id: string | undefined,
+      input: Record<string, unknown> | (() => Record<string, unknown>),
+      opts: WriteOptions<T> & { clientAddress?: string; signal?: AbortSignal } = {},
+    ) {
+      const resource = resourceOf(type);
+      const action = resource.actions?.[name];
+      if (!action || (action.member && id === undefined))
+        throw new Error(`records: no action ${name} on ${type}${id ? '' : ' without an id'}`);
+      const principal = principalOf(actor);
+      const system = actor.kind === 'system';
+      const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
+      const run = async (trx: Database) => {
+        const existing = action.member && id ? await lockVisible(trx, resource, principal, id) : undefined;
+        if (!system && !(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
+        if (existing && id && !system) await assertWritable(trx, resource, principal, id);
+        const { accepted, required } = acceptedAttributes(action.input, 'create');
+        const values = typeof input === 'function' ? input() : validateAttributes(input, accepted, required);
+        await checkReferences({ db: trx, principal, registry }, action.input, values);
+        const provided = new Set(Object.keys(values));
+        const ctx = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing, registry };
+        const signal = opts.signal ?? new AbortController().signal;
+        const result = await action.run({ ...ctx, clientAddress: opts.clientAddress ?? '', signal });
+        const record = await render(trx, result);
+        if (existing && !result.unchanged)
+          await emit(trx, actor, resource, 'updated', result.id, !opts.render && system ? (record as Row) : undefined);
+        return { id: result.id, status: result.status, record, meta: result.meta };
+      };
+      return action.transaction === false ? run(db) : runTransaction(db, resource, run);
+    },
+
     async transaction<T>(work: (records: Records) => Promise<T>): Promise<T> {
       if (db.isTransaction) return work(records);
       // The writes inside map their own errors; the outer transaction only commits them together.
@@ -309,7 +356,6 @@ async function refuseWhileReferenced(trx: Database, registry: Registry, resource
   throw new ApiError(
     references.map((r) =>
       errorObject(
-        409,
         'conflict',
         `${r.count} ${r.type} record(s) still name this ${resource.type} in \`${r.pointer}\`; remove or change them first.`,
         undefined,

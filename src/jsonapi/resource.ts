@@ -173,6 +173,8 @@ export interface ActionResult {
   row?: Record<string, unknown>;
   /** The write's event is stored already (`insertRecord` inserted it with the record). */
   evented?: boolean;
+  /** A custom action's top-level `meta` (a login's token). */
+  meta?: Record<string, unknown>;
 }
 
 export interface ResourceDef {
@@ -239,9 +241,20 @@ export interface ResourceDef {
   description?: string;
 }
 
-/** A special action: POST /api/{path} with a `data` of this resource's type. */
+/**
+ * A special action, run by the records service (`records.perform`) inside its transaction: POST /api/{path}
+ * with a `data` of this resource's type, or, `member`, POST /api/{type's path}/{id}/{path} on one record.
+ */
 export interface CustomAction {
-  path: string;
+  /** Undefined: not routed; the live parts call it through `records.perform` (bookkeeping such as a webhook attempt). */
+  path?: string;
+  /**
+   * On one record: the service locks it and passes it as `existing` (404 when the actor cannot see it, 403
+   * outside `access.writable`, before the body's problems); the change is an `updated` event unless `unchanged`.
+   */
+  member?: boolean;
+  /** false: runs outside a transaction (a password check under a throttle whose count must outlive a refusal). */
+  transaction?: false;
   summary: string;
   /** Attributes the action accepts (validated like a create payload). */
   input: Record<string, AttributeDef>;
@@ -263,7 +276,7 @@ export interface CustomAction {
    */
   onRefusedBody?: (services: AppServices, clientAddress: string) => Promise<void>;
   /** `signal` aborts when the client goes away before its answer (work it would wait for may be skipped). */
-  run: (ctx: ActionContext & { clientAddress: string; signal: AbortSignal }) => Promise<ActionResult & { meta?: Record<string, unknown> }>;
+  run: (ctx: ActionContext & { clientAddress: string; signal: AbortSignal }) => Promise<ActionResult>;
 }
 
 export function defineResource<const R extends ResourceDef>(resource: R): R {

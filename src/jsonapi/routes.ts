@@ -2,20 +2,20 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RawBuilder } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
-import { ApiError, forbidden, notFound, unauthenticated } from './errors.js';
+import { ApiError, notFound, unauthenticated } from './errors.js';
 import { parseQuery, type QueryLimits, type Registry } from './query/parse.js';
 import { cursorCodec, type CursorCodec } from './query/cursor.js';
 import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
 import { fetchById, listRows, relatedRowsOf, renderWithIncludes, type Reader } from './read.js';
-import { ROLES, type Principal } from './principal.js';
-import type { ActionResult, AttributeDef, CustomAction, RelationshipDef, ResourceDef } from './resource.js';
+import type { Principal } from './principal.js';
+import type { ActionResult, CustomAction, RelationshipDef, ResourceDef } from './resource.js';
 import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
-import { UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
+import { UUID_PATTERN, validateBody, validateDocument } from './validate.js';
 import { asPrincipal } from './actor.js';
-import { assertWritable, createRecords, type Records, writtenRow } from './records.js';
+import { acceptedAttributes, assertWritable, createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
 import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
@@ -34,28 +34,11 @@ function baseUrl(request: FastifyRequest, options: EngineOptions): string {
   return options.config.publicUrl ?? `${request.protocol}://${request.host}`;
 }
 
-function principalOf(request: FastifyRequest): Principal {
+/** The authenticated caller of a request (`principalOf` in actor.ts gives the principal of an actor). */
+function callerOf(request: FastifyRequest): Principal {
   // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
   if (!request.principal) throw unauthenticated();
   return request.principal;
-}
-
-/** Attributes an operation accepts, and those it requires. */
-function inputOf(attributes: Record<string, AttributeDef>, kind: WriteKind) {
-  const accepted: Record<string, AttributeDef> = {};
-  const required: string[] = [];
-  for (const [name, def] of Object.entries(attributes)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if (!flag) continue;
-    accepted[name] = def;
-    if (flag === 'required') required.push(name);
-  }
-  return { accepted, required };
-}
-
-/** Attributes accepted on create and update, derived once per resource. */
-export function writableAttributes(resource: ResourceDef, kind: 'create' | 'update') {
-  return inputOf(resource.attributes, kind);
 }
 
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
@@ -66,7 +49,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   const records: Records = options.records ?? createRecords({ db, registry, services: options });
 
   const context = (request: FastifyRequest) => {
-    const principal = principalOf(request);
+    const principal = callerOf(request);
     const reader: Reader = { db, principal, registry };
     return { principal, reader, actor: asPrincipal(principal) };
   };
@@ -165,12 +148,12 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   }
 
   for (const resource of resources) {
-    for (const action of Object.values(resource.actions ?? {})) registerAction(resource, action);
+    for (const [name, action] of Object.entries(resource.actions ?? {})) if (action.path) registerAction(resource, name, action);
     if (!resource.path) continue;
     const collection = `/api/${resource.path}`;
     const member = `${collection}/:id`;
-    const createInput = inputOf(resource.attributes, 'create');
-    const updateInput = inputOf(resource.attributes, 'update');
+    const createInput = acceptedAttributes(resource.attributes, 'create');
+    const updateInput = acceptedAttributes(resource.attributes, 'update');
     const relationships = Object.keys(resource.relationships);
     const allowed = { [collection]: [] as string[], [member]: [] as string[] };
     /** Route options: a visitor credential reaches only what the resource's access rules grant visitors. */
@@ -181,7 +164,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (resource.operations.list) {
       allowed[collection].push('GET');
       app.get(collection, visitorMay('read'), async (request, reply) => {
-        requirePermission(resource, principalOf(request), 'read');
+        requirePermission(resource, callerOf(request), 'read');
         return listPage(request, reply, resource, collection);
       });
     }
@@ -278,9 +261,9 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     for (const [url, methods] of Object.entries(allowed)) if (methods.length > 0) methodNotAllowed(app, url, methods);
   }
 
-  function registerAction(resource: ResourceDef, action: CustomAction) {
-    const url = `/api/${action.path}`;
-    const input = inputOf(action.input, 'create');
+  function registerAction(resource: ResourceDef, name: string, action: CustomAction) {
+    const url = action.member ? `/api/${resource.path}/:id/${action.path}` : `/api/${action.path}`;
+    const input = acceptedAttributes(action.input, 'create');
     const addressBudget = action.rateLimitPerAddress?.(options);
     const config = {
       allowPublishable: action.allowPublishable ?? false,
@@ -301,30 +284,28 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         : {}),
     };
     app.post(url, routeOptions, async (request, reply) => {
-      const { principal } = context(request);
-      if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
-      const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-      const values = validateBody(request.body, { type: resource.type, kind: 'action', ...input });
+      const { actor } = context(request);
+      const id = action.member ? idParam(request) : undefined;
+      // A member action reads its query like a PATCH (before the 404); a collection action after its role check.
+      const readQuery = () => parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+      let query = action.member ? readQuery() : undefined;
+      const body = () => {
+        query ??= readQuery();
+        return validateBody(request.body, { type: resource.type, ...(id ? { kind: 'update', id } : { kind: 'action' }), ...input });
+      };
       // The response closes before it has finished only when the connection went first: the client is gone.
       const gone = new AbortController();
       reply.raw.once('close', () => {
         if (!reply.raw.writableFinished) gone.abort();
       });
-      const result = await action.run({
-        db,
-        services: options,
-        principal,
-        actor: asPrincipal(principal),
-        records,
-        resource,
-        values,
-        provided: new Set(Object.keys(values)),
+      const render: RenderWritten<Record<string, unknown>> = (trx, result) =>
+        single(request, resource, result.id, query!, result.meta ?? {}, trx, id ? result : undefined);
+      const { status, record } = await records.perform(actor, resource.type, name, id, body, {
+        render,
         clientAddress: request.ip,
         signal: gone.signal,
-        registry,
       });
-      const doc = await single(request, resource, result.id, query, result.meta ?? {});
-      return created(reply, doc, result.status);
+      return created(reply, record, status);
     });
     methodNotAllowed(app, url, ['POST']);
   }
@@ -351,10 +332,10 @@ export function methodNotAllowed(app: FastifyInstance, url: string, methods: str
     // Content-Type) with 400 before any handler.
     preParsing: async (_request, reply) => {
       reply.header('Allow', allow);
-      throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+      throw ApiError.of('method_not_allowed', `Allowed: ${allow}.`);
     },
     handler: async () => {
-      throw ApiError.of(405, 'method_not_allowed', `Allowed: ${allow}.`);
+      throw ApiError.of('method_not_allowed', `Allowed: ${allow}.`);
     },
   });
 }

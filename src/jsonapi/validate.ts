@@ -27,7 +27,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-const bodyError = (detail: string, at: string) => ApiError.of(400, 'invalid_body', detail, { pointer: at });
+const bodyError = (detail: string, at: string) => ApiError.of('invalid_body', detail, { pointer: at });
 
 /** Top-level members a request document may have (JSON:API 1.1 section 7.1); `links` is accepted and ignored. */
 const TOP_LEVEL_MEMBERS = ['data', 'meta', 'jsonapi', 'links'];
@@ -70,15 +70,15 @@ function documentData(body: unknown, expected: BodyExpectation): Record<string, 
     if (name in data && !isPlainObject(data[name])) throw bodyError(`\`data.${name}\` must be an object.`, `/data/${name}`);
   }
   if (data.type !== expected.type) {
-    throw ApiError.of(409, 'conflict', `This endpoint takes \`${expected.type}\`, not \`${data.type}\`.`, { pointer: '/data/type' });
+    throw ApiError.of('conflict', `This endpoint takes \`${expected.type}\`, not \`${data.type}\`.`, { pointer: '/data/type' });
   }
   if (expected.kind === 'update') {
     if (typeof data.id !== 'string') throw bodyError('`data.id` is required.', '/data/id');
     if (data.id.toLowerCase() !== expected.id?.toLowerCase()) {
-      throw ApiError.of(409, 'conflict', '`data.id` does not match the id in the path.', { pointer: '/data/id' });
+      throw ApiError.of('conflict', '`data.id` does not match the id in the path.', { pointer: '/data/id' });
     }
   } else if ('id' in data) {
-    throw ApiError.of(403, 'forbidden', 'Ids are assigned by the server.', { pointer: '/data/id' });
+    throw ApiError.of('forbidden', 'Ids are assigned by the server.', { pointer: '/data/id' });
   }
   if ('attributes' in data && !isPlainObject(data.attributes)) throw bodyError('`data.attributes` must be an object.', '/data/attributes');
   if ('relationships' in data && !isPlainObject(data.relationships)) {
@@ -113,13 +113,13 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
     const target = writable.get(name);
     if (!target && expected.relationships?.includes(name)) {
       // JSON:API 1.1 section 9.2/9.3: an unsupported request to set a relationship is 403 Forbidden.
-      errors.push(errorObject(403, 'forbidden', `The \`${name}\` relationship cannot be set by this operation.`, { pointer: at }));
+      errors.push(errorObject('forbidden', `The \`${name}\` relationship cannot be set by this operation.`, { pointer: at }));
       continue;
     }
     if (!target) {
       const settable = [...writable.keys()].map((n) => `\`${n}\``).join(', ') || 'none';
       errors.push(
-        errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`, {
+        errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`, {
           pointer: at,
         }),
       );
@@ -127,7 +127,7 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
     }
     if (!isPlainObject(member) || !('data' in member)) {
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`, {
+        errorObject('invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`, {
           pointer: at,
         }),
       );
@@ -140,13 +140,13 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
     }
     if (!isPlainObject(linkage) || typeof linkage.type !== 'string' || typeof linkage.id !== 'string') {
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, { pointer: `${at}/data` }),
+        errorObject('invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, { pointer: `${at}/data` }),
       );
       continue;
     }
     if (linkage.type !== target.type) {
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, {
+        errorObject('invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, {
           pointer: `${at}/data/type`,
         }),
       );
@@ -185,7 +185,7 @@ export function validateDocument(
     const result = convertValue(expected.accepted[name], raw);
     if (!result.ok) {
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, {
+        errorObject('invalid_attribute', `\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, {
           pointer: `${relationship}/data${raw === null ? '' : '/id'}`,
         }),
       );
@@ -194,7 +194,7 @@ export function validateDocument(
     const attribute = Object.hasOwn(attributes, name) ? convertValue(expected.accepted[name], attributes[name]) : undefined;
     if (attribute?.ok && attribute.value !== result.value) {
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, {
+        errorObject('invalid_attribute', `\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, {
           pointer: relationship,
         }),
       );
@@ -208,16 +208,16 @@ export function validateDocument(
     const def = Object.hasOwn(expected.accepted, name) ? expected.accepted[name] : undefined;
     if (!def) {
       if (errors.length >= MAX_ERRORS_PER_DOCUMENT) uncounted += 1;
-      else errors.push(errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
+      else errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
       continue;
     }
     const result = convertValue(def, value);
     if (result.ok) values[name] = result.value;
-    else errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
+    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
   }
   for (const name of expected.required) {
     const viaRelationship = name.endsWith('_id') && Object.hasOwn((data.relationships as object | undefined) ?? {}, name.slice(0, -3));
-    if (!(name in attributes) && !viaRelationship) errors.push(errorObject(422, 'required', `\`${name}\` is required.`, pointer(name)));
+    if (!(name in attributes) && !viaRelationship) errors.push(errorObject('required', `\`${name}\` is required.`, pointer(name)));
   }
   if (errors.length > 0) throw new ApiError(errors, {}, errors.length + uncounted);
   const moved = new Map<string, string>();
@@ -257,15 +257,15 @@ export function validateAttributes(
     if (value === undefined) continue;
     const def = Object.hasOwn(accepted, name) ? accepted[name] : undefined;
     if (!def) {
-      errors.push(errorObject(422, 'unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
+      errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
       continue;
     }
     const result = convertValue(def, value);
     if (result.ok) values[name] = result.value;
-    else errors.push(errorObject(422, 'invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
+    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
   }
   for (const name of required) {
-    if (input[name] === undefined) errors.push(errorObject(422, 'required', `\`${name}\` is required.`, pointer(name)));
+    if (input[name] === undefined) errors.push(errorObject('required', `\`${name}\` is required.`, pointer(name)));
   }
   if (errors.length > 0) throw new ApiError(errors);
   return values;

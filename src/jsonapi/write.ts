@@ -103,7 +103,7 @@ export async function checkReferences(writer: Checker, attributes: Record<string
       WHERE t.id = ${value} AND ${tenancyScope(target, writer.principal)}`.execute(writer.db);
     if (rows.length === 0) {
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`${name}\` does not name a ${target.type} of your organisation.`, {
+        errorObject('invalid_attribute', `\`${name}\` does not name a ${target.type} of your organisation.`, {
           pointer: `/data/attributes/${name}`,
         }),
       );
@@ -124,16 +124,11 @@ function mapConstraintError(error: unknown, resource: ResourceDef): unknown {
   const source = { pointer: attribute ? `/data/attributes/${attribute}` : '/data' };
   if (code === '23505') {
     return new ApiError([
-      errorObject(
-        409,
-        'conflict',
-        attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.',
-        source,
-      ),
+      errorObject('conflict', attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.', source),
     ]);
   }
   if (code === '23503' || code === '23514' || code?.startsWith('22')) {
-    return new ApiError([errorObject(422, 'invalid_attribute', 'The values are not acceptable together.', source)]);
+    return new ApiError([errorObject('invalid_attribute', 'The values are not acceptable together.', source)]);
   }
   return error;
 }
@@ -164,7 +159,6 @@ export async function runTransaction<T>(db: Database, resource: ResourceDef, wor
       throw new ApiError(
         [
           errorObject(
-            503,
             'unavailable',
             'The database connection failed while committing; the write may or may not have been saved.',
             undefined,

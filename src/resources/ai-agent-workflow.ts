@@ -243,7 +243,7 @@ export function assertWorkflow(workflow: unknown, rules: WorkflowRules = {}): vo
   if (found.length === 0) return;
   throw new ApiError(
     found.map((p) =>
-      errorObject(422, 'invalid_attribute', `\`workflow${p.pointer.replaceAll('/', '.')}\` ${p.detail}.`, {
+      errorObject('invalid_attribute', `\`workflow${p.pointer.replaceAll('/', '.')}\` ${p.detail}.`, {
         pointer: `/data/attributes/workflow${p.pointer}`,
       }),
     ),

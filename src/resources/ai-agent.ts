@@ -76,7 +76,7 @@ export default defineResource({
       // One request runs every case against the model: a tighter budget than the API's.
       rateLimitPerAddress: () => ({ max: 30, timeWindowMs: 60_000 }),
       run: async (ctx) => {
-        if (!ctx.services.agentTests) throw ApiError.of(503, 'unavailable', 'This server does not run agent test suites.');
+        if (!ctx.services.agentTests) throw ApiError.of('unavailable', 'This server does not run agent test suites.');
         const agentId = String(ctx.values.ai_agent_id);
         const report = await ctx.services.agentTests(ctx.principal.organisationId, agentId, ctx.values.suite);
         return { id: agentId, status: 200, meta: { report } };

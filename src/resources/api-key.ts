@@ -23,7 +23,7 @@ async function issueKey(ctx: ActionContext): Promise<ActionResult> {
         .executeTakeFirst()
     : undefined;
   if (!member) {
-    throw ApiError.of(422, userId ? 'invalid_attribute' : 'required', 'The key must belong to a member of the organisation.', {
+    throw ApiError.of(userId ? 'invalid_attribute' : 'required', 'The key must belong to a member of the organisation.', {
       pointer: '/data/attributes/user_id',
     });
   }
@@ -70,7 +70,7 @@ function revoke(ctx: ActionContext): void {
   const current = ctx.existing?.revoked_at as Date | null | undefined;
   if (current) {
     if (wanted === null) {
-      throw ApiError.of(422, 'invalid_transition', 'A revoked key stays revoked; issue a new key instead.', {
+      throw ApiError.of('invalid_transition', 'A revoked key stays revoked; issue a new key instead.', {
         pointer: '/data/attributes/revoked_at',
       });
     }
@@ -82,7 +82,7 @@ function revoke(ctx: ActionContext): void {
     return;
   }
   if (wanted.getTime() > Date.now() + 1000) {
-    throw ApiError.of(422, 'invalid_attribute', 'revoked_at must not be in the future; set expires_at when a key should end later.', {
+    throw ApiError.of('invalid_attribute', 'revoked_at must not be in the future; set expires_at when a key should end later.', {
       pointer: '/data/attributes/revoked_at',
     });
   }

@@ -7,7 +7,7 @@ function leftAfterJoined(ctx: ActionContext): void {
   const left = ctx.values.left_at;
   const joined = ctx.existing?.joined_at;
   if (left instanceof Date && joined instanceof Date && left < joined) {
-    throw ApiError.of(422, 'invalid_attribute', 'left_at must not be before joined_at.', { pointer: '/data/attributes/left_at' });
+    throw ApiError.of('invalid_attribute', 'left_at must not be before joined_at.', { pointer: '/data/attributes/left_at' });
   }
 }
 

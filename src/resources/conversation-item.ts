@@ -54,19 +54,18 @@ const newItemId = () => `item_${randomUUID().replaceAll('-', '')}`;
 async function createItem(ctx: ActionContext): Promise<ActionResult> {
   const { db, values } = ctx;
   if (values.organisation_id !== undefined && values.organisation_id !== ctx.principal.organisationId) {
-    throw ApiError.of(422, 'invalid_attribute', 'organisation_id must be your organisation.', {
+    throw ApiError.of('invalid_attribute', 'organisation_id must be your organisation.', {
       pointer: '/data/attributes/organisation_id',
     });
   }
   if (ctx.principal.role === 'visitor' && values.role !== 'user') {
-    throw ApiError.of(403, 'forbidden', 'A visitor may only post items with role user.', { pointer: '/data/attributes/role' });
+    throw ApiError.of('forbidden', 'A visitor may only post items with role user.', { pointer: '/data/attributes/role' });
   }
   if (ctx.principal.role === 'visitor' && values.occurred_at !== undefined && ctx.provided.has('occurred_at')) {
     const at = new Date(values.occurred_at as string | Date).getTime();
     const now = Date.now();
     if (!(at >= now - VISITOR_OCCURRED_AT_PAST_MS && at <= now + VISITOR_OCCURRED_AT_FUTURE_MS)) {
       throw ApiError.of(
-        422,
         'invalid_attribute',
         "A visitor's occurred_at must be within the last 24 hours (or 5 minutes ahead); omit it for now.",
         {
@@ -76,7 +75,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     }
   }
   if (ctx.principal.credential !== 'system' && typeof values.item_id === 'string' && RESERVED_ITEM_ID.test(values.item_id)) {
-    throw ApiError.of(422, 'invalid_attribute', "item_id may not start with reply_ or handoff_: those are the AI agent's.", {
+    throw ApiError.of('invalid_attribute', "item_id may not start with reply_ or handoff_: those are the AI agent's.", {
       pointer: '/data/attributes/item_id',
     });
   }
@@ -101,7 +100,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     WHERE c.id = ${values.conversation_id} AND ${rowScope(conversation, ctx.principal, 'c')}
     FOR UPDATE`.execute(db);
   const row = target.rows[0];
-  if (!row) throw ApiError.of(422, 'invalid_attribute', 'No such conversation.', { pointer: '/data/attributes/conversation_id' });
+  if (!row) throw ApiError.of('invalid_attribute', 'No such conversation.', { pointer: '/data/attributes/conversation_id' });
 
   if (values.item_id !== undefined) {
     const existing = await db
@@ -113,14 +112,14 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     if (existing) {
       const same = IDEMPOTENT_FIELDS.every((f) => !ctx.provided.has(f) || values[f] === existing[f]);
       if (same) return { id: existing.id, status: 200, unchanged: true };
-      throw ApiError.of(409, 'conflict', 'An item with this item_id exists with other content.', {
+      throw ApiError.of('conflict', 'An item with this item_id exists with other content.', {
         pointer: '/data/attributes/item_id',
       });
     }
   }
   if (row.status === 'closed') {
     throw new ApiError([
-      errorObject(422, 'invalid_transition', 'The conversation is closed; reopen it to add items.', {
+      errorObject('invalid_transition', 'The conversation is closed; reopen it to add items.', {
         pointer: '/data/attributes/conversation_id',
       }),
     ]);
@@ -135,7 +134,6 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     const handled = cursor.rows[0]?.last_handled_index ?? -1;
     if (contentIndex <= handled) {
       throw ApiError.of(
-        422,
         'invalid_attribute',
         `content_index must be past ${handled}, the last item the AI agent has dealt with; omit it to take the next.`,
         { pointer: '/data/attributes/content_index' },
@@ -144,14 +142,13 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
   }
   if (contentIndex > row.next_content_index + CONTENT_INDEX_LOOKAHEAD) {
     throw ApiError.of(
-      422,
       'invalid_attribute',
       `content_index may be at most ${row.next_content_index + CONTENT_INDEX_LOOKAHEAD} (the next index, ${row.next_content_index}, plus ${CONTENT_INDEX_LOOKAHEAD}); omit it to take the next.`,
       { pointer: '/data/attributes/content_index' },
     );
   }
   if (contentIndex > MAX_CONTENT_INDEX) {
-    throw ApiError.of(422, 'invalid_attribute', `The conversation has no content_index left (at most ${MAX_CONTENT_INDEX}).`, {
+    throw ApiError.of('invalid_attribute', `The conversation has no content_index left (at most ${MAX_CONTENT_INDEX}).`, {
       pointer: '/data/attributes/content_index',
     });
   }

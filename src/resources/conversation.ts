@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { attr, defineResource, rel } from '../jsonapi/index.js';
 import { openVisitorSession } from '../auth/visitors.js';
+import { conversationControl } from './conversation-control.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE, EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
 import { CONVERSATION_CHANNELS, CONVERSATION_MODES, CONVERSATION_STATUSES } from './values.js';
@@ -65,5 +66,6 @@ export default defineResource({
       rateLimitPerAddress: (services) => ({ max: services.config.visitorSessionsPerHour, timeWindowMs: 3600_000 }),
       run: openVisitorSession,
     },
+    ...conversationControl,
   },
 });

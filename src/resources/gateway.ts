@@ -63,9 +63,7 @@ function deriveName(ctx: ActionContext): void {
   const [attribute, destination] = proxy ? ['proxy', proxy] : ['realm', realm];
   const problem = privateGatewayProblem(destination);
   if (problem) {
-    throw new ApiError([
-      errorObject(422, 'invalid_attribute', `\`${attribute}\` ${problem}.`, { pointer: `/data/attributes/${attribute}` }),
-    ]);
+    throw new ApiError([errorObject('invalid_attribute', `\`${attribute}\` ${problem}.`, { pointer: `/data/attributes/${attribute}` })]);
   }
 }
 

@@ -35,11 +35,11 @@ async function invite(ctx: ActionContext): Promise<ActionResult> {
     .where('memberships.organisation_id', '=', principal.organisationId)
     .where((eb) => eb(eb.fn('lower', ['users.email']), '=', email.toLowerCase()))
     .executeTakeFirst();
-  if (member) throw ApiError.of(409, 'conflict', `${email} is a member of this organisation already`, at('email'));
+  if (member) throw ApiError.of('conflict', `${email} is a member of this organisation already`, at('email'));
   const now = new Date();
   const expiresAt = (values.expires_at as Date | undefined) ?? new Date(now.getTime() + INVITATION_DEFAULT_DAYS * DAY_MS);
   if (expiresAt.getTime() <= now.getTime() || expiresAt.getTime() > now.getTime() + INVITATION_MAX_DAYS * DAY_MS) {
-    throw ApiError.of(422, 'invalid_attribute', `expires_at must be in the next ${INVITATION_MAX_DAYS} days.`, at('expires_at'));
+    throw ApiError.of('invalid_attribute', `expires_at must be in the next ${INVITATION_MAX_DAYS} days.`, at('expires_at'));
   }
   const token = newInvitationToken();
   const id = uuidv7();
@@ -65,7 +65,7 @@ async function invite(ctx: ActionContext): Promise<ActionResult> {
 /** Accepting is once: an accepted invitation is never accepted again (the row is locked while this runs). */
 function acceptOnce(ctx: ActionContext): void {
   if (ctx.existing?.accepted_at) {
-    throw ApiError.of(422, 'invalid_transition', 'The invitation was accepted already.', at('accepted_at'));
+    throw ApiError.of('invalid_transition', 'The invitation was accepted already.', at('accepted_at'));
   }
 }
 

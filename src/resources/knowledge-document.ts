@@ -10,8 +10,7 @@ export const KNOWLEDGE_CONTENT_TYPES = ['text/plain', 'text/markdown', 'text/htm
 /** Chunks written per INSERT statement. */
 const CHUNK_BATCH = 100;
 
-const contentError = (detail: string) =>
-  new ApiError([errorObject(422, 'invalid_attribute', detail, { pointer: '/data/attributes/content' })]);
+const contentError = (detail: string) => new ApiError([errorObject('invalid_attribute', detail, { pointer: '/data/attributes/content' })]);
 
 /**
  * A document must be text: C0 control characters other than tab, line feed, form feed and carriage return

@@ -46,11 +46,11 @@ async function operatorOf(ctx: ActionContext): Promise<{ sipUserId: string | nul
   const bySip = provided.has('sip_user_id') && values.sip_user_id != null;
   const byUser = provided.has('user_id') && values.user_id != null;
   if (bySip && byUser) {
-    throw ApiError.of(422, 'invalid_attribute', 'Send one of `sip_user_id` and `user_id`, not both.', at('user_id'));
+    throw ApiError.of('invalid_attribute', 'Send one of `sip_user_id` and `user_id`, not both.', at('user_id'));
   }
   if (!bySip && !byUser) {
     // The spec's own message for a missing `sip_user_id`, with the alternative named.
-    throw ApiError.of(422, 'required', '`sip_user_id` is required (or `user_id`, for an operator without a SIP user).', at('sip_user_id'));
+    throw ApiError.of('required', '`sip_user_id` is required (or `user_id`, for an operator without a SIP user).', at('sip_user_id'));
   }
   if (bySip) {
     const owner = await sql<{ sip_username: string; user_id: string | null; full_name: string | null }>`

@@ -37,7 +37,7 @@ async function checkNumber(ctx: ActionContext): Promise<void> {
         ? `, or a national number of ${org.default_country} (the organisation's default_country)`
         : " (a national number needs the organisation's default_country)";
       errors.push(
-        errorObject(422, 'invalid_attribute', `\`number\` must be an international number such as +442079460018${national}.`, {
+        errorObject('invalid_attribute', `\`number\` must be an international number such as +442079460018${national}.`, {
           pointer: '/data/attributes/number',
         }),
       );
@@ -49,7 +49,6 @@ async function checkNumber(ctx: ActionContext): Promise<void> {
     const pointer = ctx.provided.has('sip_user_id') ? '/data/attributes/sip_user_id' : '/data/attributes/ai_agent_id';
     errors.push(
       errorObject(
-        422,
         'invalid_attribute',
         'A number routes to one AI agent, one SIP user, or neither (the available operators): set the other to null.',
         { pointer },

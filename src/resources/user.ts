@@ -47,17 +47,12 @@ async function lockMembership(db: Database, organisationId: string, userId: stri
 }
 
 const lastOwner = (pointer?: string) =>
-  ApiError.of(
-    409,
-    'conflict',
-    "This is the organisation's last owner; make another member an owner first.",
-    pointer ? at(pointer) : undefined,
-  );
+  ApiError.of('conflict', "This is the organisation's last owner; make another member an owner first.", pointer ? at(pointer) : undefined);
 
 /** Only an owner makes, unmakes or removes owners (an admin could otherwise take the organisation over). */
 function requireOwnerFor(ctx: ActionContext, touchesOwner: boolean, pointer?: string): void {
   if (ctx.actor.kind === 'principal' && touchesOwner && ctx.principal.role !== 'owner') {
-    throw ApiError.of(403, 'forbidden', 'Only an owner may make, change or remove an owner.', pointer ? at(pointer) : undefined);
+    throw ApiError.of('forbidden', 'Only an owner may make, change or remove an owner.', pointer ? at(pointer) : undefined);
   }
 }
 
@@ -70,7 +65,7 @@ function requireOwnerFor(ctx: ActionContext, touchesOwner: boolean, pointer?: st
 async function createMember(ctx: ActionContext): Promise<ActionResult> {
   const { db, values, principal } = ctx;
   const organisation = await db.selectFrom('organisations').select('id').where('id', '=', principal.organisationId).executeTakeFirst();
-  if (!organisation) throw ApiError.of(422, 'invalid_attribute', `no organisation ${principal.organisationId}`, { pointer: '/data' });
+  if (!organisation) throw ApiError.of('invalid_attribute', `no organisation ${principal.organisationId}`, { pointer: '/data' });
   requireOwnerFor(ctx, values.role === 'owner', 'role');
   const email = String(values.email).trim();
   const now = new Date();
@@ -80,7 +75,6 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
   if (id) {
     if (values.password !== undefined) {
       throw ApiError.of(
-        409,
         'conflict',
         `a user with e-mail ${email} exists already; to add them, leave out password (they keep their own)`,
         at('email'),
@@ -92,7 +86,7 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
       .where('organisation_id', '=', principal.organisationId)
       .where('user_id', '=', id)
       .executeTakeFirst();
-    if (member) throw ApiError.of(409, 'conflict', `${email} is a member of this organisation already`, at('email'));
+    if (member) throw ApiError.of('conflict', `${email} is a member of this organisation already`, at('email'));
   } else {
     const password = values.password === undefined ? newInitialPassword() : String(values.password);
     if (values.password === undefined) revealed = { initial_password: password };
@@ -130,20 +124,20 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   const now = new Date();
   if (!system) {
     if (values.full_name !== undefined && !self)
-      throw ApiError.of(403, 'forbidden', 'Only the user may change their own name.', at('full_name'));
+      throw ApiError.of('forbidden', 'Only the user may change their own name.', at('full_name'));
     if (values.password !== undefined && !self)
-      throw ApiError.of(403, 'forbidden', 'Only the user may change their own password.', at('password'));
+      throw ApiError.of('forbidden', 'Only the user may change their own password.', at('password'));
     if (values.current_password !== undefined && values.password === undefined) {
-      throw ApiError.of(422, 'invalid_attribute', 'current_password is taken only with a new password.', at('current_password'));
+      throw ApiError.of('invalid_attribute', 'current_password is taken only with a new password.', at('current_password'));
     }
   }
   if (values.password !== undefined) {
     if (!system) {
       if (values.current_password === undefined)
-        throw ApiError.of(422, 'required', 'The current password is required to set a new one.', at('current_password'));
+        throw ApiError.of('required', 'The current password is required to set a new one.', at('current_password'));
       const user = await db.selectFrom('users').select('password_hash').where('id', '=', id).executeTakeFirstOrThrow();
       if (!(await verifyPassword(user.password_hash, String(values.current_password)))) {
-        throw ApiError.of(422, 'invalid_attribute', 'current_password is not the current password.', at('current_password'));
+        throw ApiError.of('invalid_attribute', 'current_password is not the current password.', at('current_password'));
       }
     }
     await db
@@ -159,7 +153,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   if (values.revoke_tokens === true) {
     if (!system && !self) {
       if (!ADMINS.includes(principal.role as Role))
-        throw ApiError.of(403, 'forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
+        throw ApiError.of('forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
       const target = await db
         .selectFrom('memberships')
         .select('role')
@@ -180,7 +174,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   }
   if (values.role !== undefined) {
     if (!system && !ADMINS.includes(principal.role as Role))
-      throw ApiError.of(403, 'forbidden', 'Only owners and admins change roles.', at('role'));
+      throw ApiError.of('forbidden', 'Only owners and admins change roles.', at('role'));
     const { role: current, otherOwner } = await lockMembership(db, principal.organisationId, id);
     if (current !== values.role) {
       requireOwnerFor(ctx, current === 'owner' || values.role === 'owner', 'role');
@@ -345,6 +339,8 @@ export default defineResource({
       // A small body, and a refused one counts as a failed sign-in of its address (docs/hardening.md).
       bodyLimit: LOGIN_BODY_LIMIT_BYTES,
       onRefusedBody: countRefusedLogin,
+      // Outside a transaction: a refused password must still count against the throttle.
+      transaction: false,
       run: login,
     },
     accept_invitation: {
@@ -359,6 +355,8 @@ export default defineResource({
         password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true }),
         full_name: attr.string({ create: true, maxLength: 200, description: 'Your name, for a new account.' }),
       },
+      // Outside a transaction: a refused password must still count against the throttle.
+      transaction: false,
       run: acceptInvitation,
     },
   },

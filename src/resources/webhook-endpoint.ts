@@ -25,7 +25,7 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
   const { url, event_types: types } = ctx.values;
   if (typeof url === 'string') {
     const problem = await webhookUrlProblem(url, ctx.services.config.events.webhookAllowPrivateUrls);
-    if (problem) errors.push(errorObject(422, 'invalid_attribute', `\`url\` ${problem}.`, { pointer: '/data/attributes/url' }));
+    if (problem) errors.push(errorObject('invalid_attribute', `\`url\` ${problem}.`, { pointer: '/data/attributes/url' }));
   }
   if (Array.isArray(types)) {
     const known = eventTypes();
@@ -33,7 +33,6 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
     if (unknown.length > 0) {
       errors.push(
         errorObject(
-          422,
           'invalid_attribute',
           `\`event_types\` names unknown event types: ${unknown.join(', ')}. See GET /api/open_api or docs/events.md for the catalogue.`,
           {

@@ -13,6 +13,7 @@ import type { Db } from '../db/schema.js';
 import { systemActor, type Actor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { TERMINAL_CALL_STATUSES } from '../resources/values.js';
+import { UUID_PATTERN as UUID } from '../jsonapi/validate.js';
 
 /**
  * `refused`: the edge answered the INVITE itself (480 for an unregistered callee or an AI agent, 404 for an
@@ -52,8 +53,6 @@ export interface CallEvent {
   /** The party of this dialog that transferred the call (its REFER was accepted): it leaves when the dialog ends. */
   transferor?: 'caller' | 'callee';
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** Validates a posted body; returns the problems (empty when valid) so that the receiver answers 400 with them. */
 export function parseCallEvent(body: unknown): { event?: CallEvent; problems: string[] } {

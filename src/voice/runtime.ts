@@ -397,17 +397,12 @@ export class VoiceRuntime implements CallHandler {
       handoff: async (reason) => {
         const stored = await call.stored!;
         await inTransaction(this.o.db, async (trx) => {
-          const conv = await trx
-            .selectFrom('conversations')
-            .select(['metadata', 'status'])
-            .where('id', '=', stored.conversationId)
-            .executeTakeFirst();
+          const conv = await trx.selectFrom('conversations').select('status').where('id', '=', stored.conversationId).executeTakeFirst();
           if (conv?.status !== 'active') return;
           const records = createRecords({ db: trx, registry: this.registry, services: this.o.services });
           await handOff(
-            trx,
             records,
-            { id: stored.conversationId, organisation_id: call.organisationId, metadata: conv.metadata as Record<string, unknown> },
+            { id: stored.conversationId, organisation_id: call.organisationId },
             reason,
             `handoff_voice_${randomUUID().replaceAll('-', '')}`,
             { rule: 'speech_failure' },

@@ -9,8 +9,8 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Cursor, SortKey } from './types.js';
+import { UUID_PATTERN as UUID } from '../validate.js';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const MAC_BYTES = 16;
 
 export interface CursorCodec {

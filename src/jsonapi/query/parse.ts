@@ -3,7 +3,7 @@
  * objects by the query-string parser) into a ParsedQuery, collecting every
  * problem into one 400.
  */
-import { ApiError, errorObject, type ErrorObject } from '../errors.js';
+import { ApiError, errorObject, type ErrorCode, type ErrorObject } from '../errors.js';
 import { fieldNames, type AttributeDef, type ResourceDef } from '../resource.js';
 import { converted, convertTimestamp, invalid, TIMESTAMP_RANGE_PROBLEM, UUID_PATTERN, type Conversion } from '../validate.js';
 import type { CursorCodec } from './cursor.js';
@@ -66,8 +66,8 @@ const ID_ATTRIBUTE: AttributeDef = { kind: 'uuid' };
 
 class Problems {
   readonly list: ErrorObject[] = [];
-  add(code: string, parameter: string, detail: string): void {
-    this.list.push(errorObject(400, code, detail, { parameter }));
+  add(code: ErrorCode, parameter: string, detail: string): void {
+    this.list.push(errorObject(code, detail, { parameter }));
   }
 }
 

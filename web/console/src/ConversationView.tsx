@@ -28,8 +28,8 @@ interface Props {
 
 /**
  * One conversation: its items as they arrive, the reply box (items with role `operator`), and the actions.
- * Take over and hand back write the conversation's metadata (docs/console.md): `agent_paused` tells the
- * agent runtime to stay silent, `assigned_operator` names who answers.
+ * Take over and hand back are the conversation's named actions (docs/console.md), which set its metadata's
+ * `agent_paused` (the agent runtime stays silent) and `assigned_operator` (who answers) and nothing else.
  */
 export function ConversationView({ api, me, myName, conversation, items, typists, dispatch, onBack }: Props) {
   const [draft, setDraft] = useState('');
@@ -92,13 +92,19 @@ export function ConversationView({ api, me, myName, conversation, items, typists
     }
   }
 
-  async function update(status: ConversationStatus, meta: Record<string, unknown>, failureText: string) {
+  /** Changes the status alone, or runs a control action: never the whole metadata from the copy shown here. */
+  async function update(change: ConversationStatus | 'take_over' | 'hand_back', failureText: string) {
     setError(undefined);
+    const path = { id: conversation.id };
+    const body = { data: { type: 'Conversation' as const, id: conversation.id } };
     try {
-      const { data, error: failure } = await api.PATCH('/api/conversations/{id}', {
-        params: { path: { id: conversation.id } },
-        body: { data: { type: 'Conversation', id: conversation.id, attributes: { status, metadata: meta } } },
-      });
+      const { data, error: failure } =
+        change === 'take_over' || change === 'hand_back'
+          ? await api.POST(`/api/conversations/{id}/${change}`, { params: { path }, body })
+          : await api.PATCH('/api/conversations/{id}', {
+              params: { path },
+              body: { data: { ...body.data, attributes: { status: change } } },
+            });
       if (data) dispatch({ kind: 'conversation', record: data.data });
       else setError(describeError(failure, failureText));
     } catch (cause) {
@@ -153,36 +159,20 @@ export function ConversationView({ api, me, myName, conversation, items, typists
         <div class="actions">
           {!closed &&
             (takenOver ? (
-              <button
-                type="button"
-                class="button"
-                onClick={() =>
-                  update(
-                    'active',
-                    { ...metadata, agent_paused: false, assigned_operator: null },
-                    'The conversation could not be handed back.',
-                  )
-                }
-              >
+              <button type="button" class="button" onClick={() => update('hand_back', 'The conversation could not be handed back.')}>
                 Hand back to agent
               </button>
             ) : (
-              <button
-                type="button"
-                class="button"
-                onClick={() =>
-                  update('active', { ...metadata, agent_paused: true, assigned_operator: me }, 'The conversation could not be taken over.')
-                }
-              >
+              <button type="button" class="button" onClick={() => update('take_over', 'The conversation could not be taken over.')}>
                 Take over
               </button>
             ))}
           {closed ? (
-            <button type="button" class="button" onClick={() => update('active', metadata, 'The conversation could not be reopened.')}>
+            <button type="button" class="button" onClick={() => update('active', 'The conversation could not be reopened.')}>
               Reopen
             </button>
           ) : (
-            <button type="button" class="button" onClick={() => update('closed', metadata, 'The conversation could not be closed.')}>
+            <button type="button" class="button" onClick={() => update('closed', 'The conversation could not be closed.')}>
               Close
             </button>
           )}
