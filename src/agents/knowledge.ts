@@ -24,7 +24,7 @@ export const SEARCH_KNOWLEDGE_DEFINITION: FunctionDefinition = {
 
 /** Passages per search unless the workflow says otherwise. */
 export const DEFAULT_RESULTS = 4;
-/** Searches the model may make in one turn; the last model call of the turn is offered no search. */
+/** Searches the model may make in one turn; past them search_knowledge is no longer offered (src/agents/runtime.ts). */
 export const MAX_SEARCHES_PER_TURN = 3;
 /** Characters of a query that are searched for (a question, not a document). */
 const QUERY_MAX_CHARS = 1000;

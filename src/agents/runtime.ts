@@ -41,7 +41,15 @@ import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
 import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
-import { DEFAULT_RESULTS, formatHits, type KnowledgeHit, knowledgeMode, searchKnowledge, sourcesOf } from './knowledge.js';
+import {
+  DEFAULT_RESULTS,
+  formatHits,
+  type KnowledgeHit,
+  knowledgeMode,
+  MAX_SEARCHES_PER_TURN,
+  searchKnowledge,
+  sourcesOf,
+} from './knowledge.js';
 import { createChatModel, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { Analyst } from './analysis.js';
 import { assignQueued, handOff } from './routing.js';
@@ -631,7 +639,12 @@ export class AgentRuntime {
     try {
       // The model answers; while it calls tools, their results go back to it, up to AGENT_MAX_TOOL_CALLS calls.
       for (;;) {
-        answer = await model.complete(messages, tools);
+        // The knowledge base's searches are bounded per turn: past the bound the model is no longer offered one.
+        const searched = env.knowledge && env.knowledge.searches >= MAX_SEARCHES_PER_TURN;
+        answer = await model.complete(
+          messages,
+          searched ? tools.filter((t) => !(t.type === 'function' && t.function.name === 'search_knowledge')) : tools,
+        );
         attempts += answer.attempts;
         if (answer.usage)
           usage = usage
