@@ -102,26 +102,39 @@ async function withRuntime<T>(work: () => Promise<T>, cfg = config()): Promise<T
 }
 
 describe("the model provider's errors", () => {
-  it('a failing model hands off; the visitor reads the reason, never the provider error text', async () => {
+  it('a failing model hands off; the visitor reads neither the internal note nor the provider error text', async () => {
     const conversation = await visitorConversation(await newAgent());
     model.always(() => ({ status: 401 }));
-    let read: { body: any } | undefined;
     try {
       await withRuntime(async () => {
         expect((await conversation.say('hello')).status).toBe(201);
-        read = await untilItems(conversation.read, 2);
+        const deadline = Date.now() + 10_000;
+        for (;;) {
+          const { rows } = await sql<{ status: string }>`SELECT status FROM conversations WHERE id = ${conversation.id}`.execute(t.db);
+          if (rows[0].status === 'pending') break;
+          if (Date.now() > deadline) throw new Error('timed out waiting for the handoff');
+          await new Promise((r) => setTimeout(r, 25));
+        }
       });
     } finally {
       model.always(undefined);
     }
-    const system = read!.body.data[1];
-    expect(system.attributes.role).toBe('system');
-    expect(system.attributes.metadata.handoff).toEqual({
+    // The handoff's note is a `system` item for operators (its reason, never the provider's text)...
+    const { rows } = await sql<{ role: string; metadata: Record<string, unknown>; content: string }>`
+      SELECT role, metadata, content FROM conversation_items WHERE conversation_id = ${conversation.id} ORDER BY content_index`.execute(
+      t.db,
+    );
+    expect(rows.map((r) => r.role)).toEqual(['user', 'system']);
+    expect(rows[1].metadata.handoff).toEqual({
       reason: 'The AI model did not answer; an operator will take over.',
       rule: 'model_failure',
       attempts: 1,
     });
-    const text = JSON.stringify(read!.body);
+    expect(JSON.stringify(rows)).not.toContain('scripted 401');
+    // ...and visitors never read `system` items (docs/console.md): the visitor reads its own message only.
+    const read = await conversation.read();
+    expect(read.body.data.map((i: any) => i.attributes.role)).toEqual(['user']);
+    const text = JSON.stringify(read.body);
     expect(text).not.toContain('scripted 401');
     expect(text).not.toContain('endpoint answered');
   });

@@ -97,12 +97,12 @@ describe('POST /api/sip_users/credential', () => {
     expect(await subscriber(b.username)).toHaveLength(1);
   });
 
-  it("refuses an operator another SIP user (404), and one without a SIP user (404); admins get any of their organisation's", async () => {
+  it("refuses an operator another SIP user (422), and one without a SIP user (422); admins get any of their organisation's", async () => {
     const others = await ask(operator, deskSipId);
-    expect(others.status).toBe(404);
-    expect(errorCodes(others)).toEqual(['not_found']);
+    expect(others.status).toBe(422);
+    expect(errorCodes(others)).toEqual(['invalid_attribute']);
     const none = await ask(admin);
-    expect(none.status).toBe(404);
+    expect(none.status).toBe(422);
     expect(none.body.errors[0].detail).toMatch(/no SIP user/);
     const desk = await ask(admin, deskSipId);
     expect(desk.status).toBe(200);
@@ -111,9 +111,9 @@ describe('POST /api/sip_users/credential', () => {
     expect(owner.status).toBe(200);
   });
 
-  it("refuses another organisation's SIP user (404), a publishable key (403), no credential (401) and a bad id (422)", async () => {
+  it("refuses another organisation's SIP user (422), a publishable key (403), no credential (401) and a bad id (422)", async () => {
     const stranger = await ask(client(t.app, other.admin.token), operatorSipId);
-    expect(stranger.status).toBe(404);
+    expect(stranger.status).toBe(422);
     expect((await ask(client(t.app, tenant.publishableKey))).status).toBe(403);
     expect((await ask(client(t.app))).status).toBe(401);
     const bad = await ask(admin, 'not-a-uuid');

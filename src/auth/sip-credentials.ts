@@ -30,7 +30,8 @@ export interface SipCredential {
 
 /**
  * POST /api/sip_users/credential: a credential for `sip_user_id`, or for the caller's own SIP user when it is
- * left out. An operator gets one only for their own SIP user (another's is 404, as they cannot see it); owners
+ * left out. An operator gets one only for their own SIP user (another's is a 422 at `sip_user_id`, naming a record
+ * they cannot see, as every reference in a body is; docs/api.md); owners
  * and admins for any SIP user of the organisation. Only user sessions and secret keys may ask (a publishable key
  * or a visitor never reaches here).
  */
@@ -48,8 +49,8 @@ export async function issueSipCredential(ctx: ActionContext): Promise<ActionResu
   const sipUser = rows[0];
   if (!sipUser || (principal.role === 'operator' && sipUser.user_id !== principal.userId)) {
     throw requested === null
-      ? ApiError.of('not_found', 'You have no SIP user; an admin can give you one.', { pointer: '/data/attributes/sip_user_id' })
-      : ApiError.of('not_found', 'No such SIP user.', { pointer: '/data/attributes/sip_user_id' });
+      ? ApiError.of('invalid_attribute', 'You have no SIP user; an admin can give you one.', { pointer: '/data/attributes/sip_user_id' })
+      : ApiError.of('invalid_attribute', 'No such SIP user.', { pointer: '/data/attributes/sip_user_id' });
   }
   const wsUri = services.config.sipWsUrl;
   if (!wsUri) {

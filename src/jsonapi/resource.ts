@@ -253,7 +253,10 @@ export interface CustomAction {
    * outside `access.writable`, before the body's problems); the change is an `updated` event unless `unchanged`.
    */
   member?: boolean;
-  /** false: runs outside a transaction (a password check under a throttle whose count must outlive a refusal). */
+  /**
+   * false: runs outside a transaction (a password check under a throttle whose count must outlive a refusal; an
+   * agent test suite that waits on the model and stores nothing).
+   */
   transaction?: false;
   summary: string;
   /** Attributes the action accepts (validated like a create payload). */

@@ -73,6 +73,8 @@ export default defineResource({
           description: 'The suite, as the YAML file would hold it, in JSON.',
         }),
       },
+      // Outside a transaction: the cases wait on the model for seconds, and a dry run stores nothing.
+      transaction: false,
       // One request runs every case against the model: a tighter budget than the API's.
       rateLimitPerAddress: () => ({ max: 30, timeWindowMs: 60_000 }),
       run: async (ctx) => {

@@ -65,8 +65,7 @@ export default defineResource({
       input: {
         sip_user_id: attr.uuid({ create: true, nullable: true, description: 'The SIP user; default: your own.' }),
       },
-      // 404: no such SIP user, or none of the caller's; 409: the server has no SIP WebSocket (SIP_WS_URL).
-      errors: [404],
+      // 422 at sip_user_id: no such SIP user, or none of the caller's; 409: the server has no SIP WebSocket (SIP_WS_URL).
       run: issueSipCredential,
     },
   },

@@ -8169,7 +8169,6 @@ export interface operations {
             400: components["responses"]["Error400"];
             401: components["responses"]["Error401"];
             403: components["responses"]["Error403"];
-            404: components["responses"]["Error404"];
             405: components["responses"]["Error405"];
             406: components["responses"]["Error406"];
             409: components["responses"]["Error409"];
