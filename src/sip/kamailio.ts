@@ -71,20 +71,24 @@ kill "$w" 2>/dev/null
 exit "$status"
 `;
 
-export async function startKamailio(options: StartOptions): Promise<KamailioProcess> {
-  const pidFile = path.join(options.runDir, 'kamailio.pid');
+/** A process run under SUPERVISOR: its supervisor child, its exit, its pid (from the pid file), and stop. */
+export interface Supervised {
+  child: ChildProcess;
+  exited: Promise<number | string>;
+  pid(): number | undefined;
+  /** Closes the watchdog's pipe (SIGTERM, then SIGKILL of the group after the grace) and waits for the exit. */
+  stop(): Promise<void>;
+}
+
+/** Starts `argv` under SUPERVISOR (`name` shows in ps), its pid in `pidFile`, each non-empty output line to `onLine`. */
+export function supervise(name: string, pidFile: string, argv: string[], onLine?: (line: string) => void): Supervised {
   fs.rmSync(pidFile, { force: true });
-  // -DD: stay in the foreground without forking; -E: log to stderr; -Y: runtime directory (pid, sockets).
-  const child = spawn(
-    '/bin/sh',
-    ['-c', SUPERVISOR, 'parley-sip-supervisor', pidFile, '5', options.binary, '-f', options.configFile, '-DD', '-E', '-Y', options.runDir],
-    { stdio: ['pipe', 'pipe', 'pipe'] },
-  );
+  const child = spawn('/bin/sh', ['-c', SUPERVISOR, name, pidFile, '5', ...argv], { stdio: ['pipe', 'pipe', 'pipe'] });
   // The pipe is the watchdog's lifeline; writing is never needed, and an error on it (the script gone) is
   // seen through 'exit'.
   child.stdin!.on('error', () => {});
   const lines = (chunk: Buffer) => {
-    for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) options.onLog?.(line);
+    for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) onLine?.(line);
   };
   child.stdout!.on('data', lines);
   child.stderr!.on('data', lines);
@@ -92,15 +96,9 @@ export async function startKamailio(options: StartOptions): Promise<KamailioProc
     child.on('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
     child.on('error', () => resolve('spawn failed'));
   });
-  const socket = `unix:${path.join(options.runDir, 'kamailio_ctl')}`;
-  const rpc = async (command: string, ...args: string[]) => {
-    const { stdout } = await run(options.kamcmd, ['-s', socket, command, ...args], { timeout: 5000 });
-    return stdout;
-  };
-  const handle: KamailioProcess = {
+  return {
     child,
     exited,
-    rpc,
     pid() {
       try {
         const pid = Number(fs.readFileSync(pidFile, 'utf8').trim());
@@ -115,6 +113,23 @@ export async function startKamailio(options: StartOptions): Promise<KamailioProc
       await exited;
     },
   };
+}
+
+export async function startKamailio(options: StartOptions): Promise<KamailioProcess> {
+  // -DD: stay in the foreground without forking; -E: log to stderr; -Y: runtime directory (pid, sockets).
+  const supervised = supervise(
+    'parley-sip-supervisor',
+    path.join(options.runDir, 'kamailio.pid'),
+    [options.binary, '-f', options.configFile, '-DD', '-E', '-Y', options.runDir],
+    options.onLog,
+  );
+  const { child, exited } = supervised;
+  const socket = `unix:${path.join(options.runDir, 'kamailio_ctl')}`;
+  const rpc = async (command: string, ...args: string[]) => {
+    const { stdout } = await run(options.kamcmd, ['-s', socket, command, ...args], { timeout: 5000 });
+    return stdout;
+  };
+  const handle: KamailioProcess = { child, exited, rpc, pid: supervised.pid, stop: supervised.stop };
 
   // Ready when the management socket answers: every module is initialised and the workers run.
   const deadline = Date.now() + (options.readyTimeoutMs ?? 15_000);

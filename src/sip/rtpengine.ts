@@ -1,17 +1,15 @@
 /**
  * rtpengine under `sip serve`: the media plane (docs/sip.md, "Media plane"). Debian's `rtpengine-daemon`
  * runs in the foreground, userspace only (`--table=-1`: no kernel module, nothing to load as root), under the
- * same supervisor as Kamailio (src/sip/kamailio.ts, SUPERVISOR): its own process group, killed when `sip serve`
+ * same supervisor as Kamailio (src/sip/kamailio.ts, `supervise`): its own process group, killed when `sip serve`
  * goes, even by SIGKILL. Kamailio's rtpengine module talks to it over the ng control protocol (bencoded
  * dictionaries over UDP) on a loopback port chosen free at start; `sip serve` uses the same protocol to wait
  * until it is ready and to ask about sessions.
  */
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import dgram from 'node:dgram';
-import fs from 'node:fs';
 import path from 'node:path';
-import { SUPERVISOR } from './kamailio.js';
+import { supervise } from './kamailio.js';
 
 // ---------------------------------------------------------------------------------------------------------
 // Bencode (the ng protocol's encoding): integers, byte strings, lists, dictionaries with sorted keys.
@@ -244,29 +242,17 @@ export function rtpengineArguments(options: RtpengineOptions & { ngPort: number 
 
 export async function startRtpengine(options: RtpengineOptions): Promise<RtpengineProcess> {
   const ngPort = options.ngPort ?? (await freeLoopbackUdpPort());
-  const pidFile = path.join(options.runDir, 'rtpengine.pid');
-  fs.rmSync(pidFile, { force: true });
-  const child = spawn(
-    '/bin/sh',
-    ['-c', SUPERVISOR, 'parley-media-supervisor', pidFile, '5', options.binary, ...rtpengineArguments({ ...options, ngPort })],
-    { stdio: ['pipe', 'pipe', 'pipe'] },
-  );
-  child.stdin!.on('error', () => {});
   const recent: string[] = [];
-  const lines = (chunk: Buffer) => {
-    for (const line of chunk.toString('utf8').split('\n')) {
-      if (!line.trim()) continue;
+  const { exited, pid, stop } = supervise(
+    'parley-media-supervisor',
+    path.join(options.runDir, 'rtpengine.pid'),
+    [options.binary, ...rtpengineArguments({ ...options, ngPort })],
+    (line) => {
       recent.push(line);
       if (recent.length > 20) recent.shift();
       options.onLog?.(line);
-    }
-  };
-  child.stdout!.on('data', lines);
-  child.stderr!.on('data', lines);
-  const exited = new Promise<number | string>((resolve) => {
-    child.on('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
-    child.on('error', () => resolve('spawn failed'));
-  });
+    },
+  );
   const ng = (command: string, args: Record<string, Bencoded> = {}) => ngRequest('127.0.0.1', ngPort, { ...args, command });
   const handle: RtpengineProcess = {
     ngSocket: `udp:127.0.0.1:${ngPort}`,
@@ -279,19 +265,8 @@ export async function startRtpengine(options: RtpengineOptions): Promise<Rtpengi
     },
     exited,
     ng,
-    pid() {
-      try {
-        const pid = Number(fs.readFileSync(pidFile, 'utf8').trim());
-        return Number.isInteger(pid) && pid > 0 ? pid : undefined;
-      } catch {
-        return undefined;
-      }
-    },
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.stdin!.end();
-      await exited;
-    },
+    pid,
+    stop,
   };
 
   // Ready when the ng socket answers a ping.
