@@ -4,7 +4,7 @@
 // of the project's own Fastify baseline (bench/baseline/server.ts). `npm run bench` starts it beside Parley and
 // that baseline on the same data. Part of Parley, under the same licence as the rest of this repository.
 // Usage: DATABASE_URL=... PORT=... node bench/bare-server.mjs
-// Serves GET /api/conversations (page 1 and page[after]=<id>), GET /api/conversation_items/{id} and
+// Serves GET /api/conversations (page 1, page[after]=<id>, filter[status]=<status>), GET /api/conversation_items/{id} and
 // POST /api/conversation_items for any secret API key of the database it reads.
 import { createHash, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
@@ -77,14 +77,20 @@ async function handle(req, res) {
   const url = new URL(req.url, base);
   if (req.method === 'GET' && url.pathname === '/api/conversations') {
     const after = url.searchParams.get('page[after]');
+    const status = url.searchParams.get('filter[status]');
+    const values = [who.organisation_id];
+    let where = 'c.organisation_id = $1';
+    if (status) where += ` AND c.status = $${values.push(status)}`;
+    if (after) where += ` AND c.id > $${values.push(after)}`;
     const { rows } = await pool.query(
       `SELECT c.id, c.status, c.channel, c.mode, c.public_id, c.metadata, c.ai_agent_id, c.organisation_id,
               (SELECT id FROM calls WHERE conversation_id = c.id) AS call_id
-       FROM conversations c WHERE c.organisation_id = $1 ${after ? 'AND c.id > $2' : ''} ORDER BY c.id LIMIT 26`,
-      after ? [who.organisation_id, after] : [who.organisation_id],
+       FROM conversations c WHERE ${where} ORDER BY c.id LIMIT 26`,
+      values,
     );
     const page = rows.slice(0, 25);
-    const next = rows.length > 25 ? `${base}/api/conversations?page[after]=${page.at(-1).id}` : null;
+    const filter = status ? `filter[status]=${encodeURIComponent(status)}&` : '';
+    const next = rows.length > 25 ? `${base}/api/conversations?${filter}page[after]=${page.at(-1).id}` : null;
     return send(res, 200, { data: page.map(conversation), included: [], meta: {}, links: { self: `${base}${req.url}`, next } });
   }
   const get = /^\/api\/conversation_items\/([0-9a-f-]{36})$/.exec(url.pathname);

@@ -70,7 +70,7 @@ export async function generate(target: string | { dataDir: string }, scale = 1, 
     await timed('organisations, users, memberships', async () => {
       await run(
         db,
-        `INSERT INTO organisations (id, name) SELECT bench_uuid7(${start} + g * interval '1 ms'), 'Org ' || g FROM generate_series(1, ${orgs}) g`,
+        `INSERT INTO organisations (id, name, slug) SELECT bench_uuid7(${start} + g * interval '1 ms'), 'Org ' || g, 'org-' || g FROM generate_series(1, ${orgs}) g`,
       );
       await run(db, `CREATE TEMP TABLE bench_orgs AS SELECT id, row_number() OVER (ORDER BY id) AS n FROM organisations`);
       await run(

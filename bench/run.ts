@@ -16,7 +16,7 @@
  *
  *   npm run bench                       full run
  *   npm run bench -- --reuse            keep an already generated database (and embedded data directory)
- *   npm run bench -- --shape agents --no-embedded --no-agents
+ *   npm run bench -- --shape agents --no-embedded --no-agents      (or BENCH_SHAPE=agents; `agent-bound` is the same)
  *   npm run bench -- --scale 0.01 --duration 3
  *   npm run bench -- --only "first page,get conversation item" --no-embedded --no-agents
  *   npm run bench -- --only idle --idle-conversations 10000000 --reuse
@@ -49,8 +49,10 @@ const { values: args } = parseArgs({
     only: { type: 'string' },
     'no-embedded': { type: 'boolean', default: false },
     'no-agents': { type: 'boolean', default: false },
-    /** The data set's shape: default or agents (bench/generate.ts). */
-    shape: { type: 'string', default: 'default' },
+    /** Leave out bench/probe.mjs (event-loop delay, GC pauses and pool waits of Parley and the bare server). */
+    'no-probe': { type: 'boolean', default: false },
+    /** The data set's shape: default or agents (also `agent-bound`; bench/generate.ts), else BENCH_SHAPE. */
+    shape: { type: 'string', default: process.env.BENCH_SHAPE ?? 'default' },
     /** Conversations of the idle scenario's database. */
     'idle-conversations': { type: 'string', default: '10000000' },
     /** Seconds over which the idle scenario measures the database's CPU. */
@@ -69,7 +71,7 @@ const only = args.only
   .map((s) => s.trim())
   .filter(Boolean);
 const selected = (name: string) => !only || only.some((part) => name.includes(part));
-const shape = args.shape as BenchShape;
+const shape = (args.shape === 'agent-bound' ? 'agents' : args.shape) as BenchShape;
 if (!BENCH_SHAPES.includes(shape)) throw new Error(`--shape must be one of ${BENCH_SHAPES.join(', ')}`);
 const baseUrl = args['database-url']!;
 /** Each shape has its own database, so that --reuse never mixes them. */
@@ -91,8 +93,47 @@ interface Row {
   rssMb: number;
   /** The server process's CPU time (user + system) per request served, in microseconds. */
   cpuUs: number;
+  /** What the server's probe saw during the measurement (bench/probe.mjs), when it has one. */
+  probe?: Probe;
 }
 const rows: Row[] = [];
+
+/** bench/probe.mjs's figures: event-loop delay, garbage collection pauses by kind, waits for a pooled connection. */
+interface Probe {
+  loopDelay: { p50: number; p99: number; max: number };
+  gc: Record<string, { count: number; totalMs: number; maxMs: number }>;
+  poolWait: { count: number; p50: number; p99: number; max: number };
+}
+
+/** Probe files by server pid: the probe writes its figures there on SIGUSR2 and starts over. */
+const probes = new Map<number, string>();
+
+async function readProbe(pid: number): Promise<Probe | undefined> {
+  const file = probes.get(pid);
+  if (!file) return undefined;
+  fs.rmSync(file, { force: true });
+  process.kill(pid, 'SIGUSR2');
+  for (let i = 0; i < 50 && !fs.existsSync(file); i++) await new Promise((r) => setTimeout(r, 20));
+  try {
+    return JSON.parse(fs.readFileSync(file, 'utf8')) as Probe;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The Node flags that load the probe into a server, and where it writes (by the server's name). */
+function probeFlags(name: string): { flags: string[]; env: Record<string, string> } {
+  if (args['no-probe']) return { flags: [], env: {} };
+  const file = path.join(os.tmpdir(), `parley-bench-probe-${process.pid}-${name}.json`);
+  return { flags: ['--import', './bench/probe.mjs'], env: { PROBE_FILE: file } };
+}
+
+const gcMax = (probe: Probe | undefined) => Math.max(0, ...Object.values(probe?.gc ?? {}).map((g) => g.maxMs));
+const gcTotal = (probe: Probe | undefined) => Object.values(probe?.gc ?? {}).reduce((sum, g) => sum + g.totalMs, 0);
+const probeText = (probe: Probe | undefined) =>
+  probe
+    ? `  loop delay p99 ${probe.loopDelay.p99} max ${probe.loopDelay.max} ms, gc ${gcTotal(probe).toFixed(0)} ms (longest ${gcMax(probe).toFixed(1)}), pool wait p50 ${probe.poolWait.p50} p99 ${probe.poolWait.p99} ms`
+    : '';
 
 /** CPU time (user + system) a process has used so far, in ms, from /proc (Linux; 100 ticks a second). */
 function cpuMs(pid: number): number {
@@ -143,6 +184,7 @@ async function load(
 ): Promise<Omit<Row, 'scenario' | 'server' | 'connections'>> {
   let peak = rssMb(pid);
   const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 200);
+  await readProbe(pid);
   const cpuBefore = cpuMs(pid);
   const result = await autocannon({
     url,
@@ -159,6 +201,7 @@ async function load(
     ],
   });
   clearInterval(sampler);
+  const probe = await readProbe(pid);
   const cpuUs = result.requests.total > 0 ? Math.round(((cpuMs(pid) - cpuBefore) * 1000) / result.requests.total) : 0;
   const errors = result.errors + result.timeouts + result.non2xx;
   return {
@@ -169,6 +212,7 @@ async function load(
     errors,
     rssMb: Math.round(peak),
     cpuUs,
+    probe,
   };
 }
 
@@ -213,7 +257,7 @@ async function measure(scenario: string, contenders: Contender[], roundCount = 1
         const figures = await load(url, pid, connections, requests);
         results.set(server, [...(results.get(server) ?? []), figures]);
         console.log(
-          `  ${scenario.padEnd(34)} c=${String(connections).padEnd(3)} ${server.padEnd(8)} ${figures.rps.toFixed(0).padStart(6)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  errors ${figures.errors}  rss ${figures.rssMb} MB  cpu ${figures.cpuUs} us/req`,
+          `  ${scenario.padEnd(34)} c=${String(connections).padEnd(3)} ${server.padEnd(8)} ${figures.rps.toFixed(0).padStart(6)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  errors ${figures.errors}  rss ${figures.rssMb} MB  cpu ${figures.cpuUs} us/req${probeText(figures.probe)}`,
         );
       }
     }
@@ -230,9 +274,35 @@ async function measure(scenario: string, contenders: Contender[], roundCount = 1
         errors: list.reduce((sum, f) => sum + f.errors, 0),
         rssMb: Math.max(...list.map((f) => f.rssMb)),
         cpuUs: Math.round(mean((f) => f.cpuUs)),
+        probe: worst(list.map((f) => f.probe)),
       });
     }
   }
+}
+
+/** The rounds' probes as one: each figure's worst round (garbage collection summed). */
+function worst(list: (Probe | undefined)[]): Probe | undefined {
+  const probes = list.filter((p): p is Probe => p !== undefined);
+  if (probes.length === 0) return undefined;
+  const max = (pick: (p: Probe) => number) => Math.max(...probes.map(pick));
+  const gc: Probe['gc'] = {};
+  for (const probe of probes)
+    for (const [kind, g] of Object.entries(probe.gc)) {
+      const sum = (gc[kind] ??= { count: 0, totalMs: 0, maxMs: 0 });
+      sum.count += g.count;
+      sum.totalMs += g.totalMs;
+      sum.maxMs = Math.max(sum.maxMs, g.maxMs);
+    }
+  return {
+    loopDelay: { p50: max((p) => p.loopDelay.p50), p99: max((p) => p.loopDelay.p99), max: max((p) => p.loopDelay.max) },
+    gc,
+    poolWait: {
+      count: probes.reduce((sum, p) => sum + p.poolWait.count, 0),
+      p50: max((p) => p.poolWait.p50),
+      p99: max((p) => p.poolWait.p99),
+      max: max((p) => p.poolWait.max),
+    },
+  };
 }
 
 /** Parley's keyset cursor that follows record `id` in the default order, taken from a `next` link. */
@@ -292,16 +362,20 @@ async function postgresScenarios(data: BenchData) {
   // The default shape compares the HTTP servers alone: the agent runtime (bench/agents.ts measures it) would
   // spend the run answering the generated conversations whose last item is a user's. The agents shape runs it,
   // as users do: every conversation bound to an agent, the runtime caught up, answering the items created.
+  const parleyProbe = probeFlags('parley');
+  const bareProbe = probeFlags('bare');
   const parley = startProcess(
     [
       process.execPath,
       ...serveNodeFlags(),
+      ...parleyProbe.flags,
       ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : []),
       'dist/cli/main.js',
       'serve',
     ],
     {
       ...env,
+      ...parleyProbe.env,
       PORT: String(parleyPort),
       HOST: '127.0.0.1',
       AGENT_RUNTIME: shape === 'agents' ? 'true' : 'false',
@@ -311,7 +385,13 @@ async function postgresScenarios(data: BenchData) {
     },
   );
   const baseline = startProcess([process.execPath, '--import', 'tsx', 'bench/baseline/server.ts'], { ...env, PORT: String(baselinePort) });
-  const bare = startProcess([process.execPath, 'bench/bare-server.mjs'], { ...env, PORT: String(barePort) });
+  const bare = startProcess([process.execPath, ...bareProbe.flags, 'bench/bare-server.mjs'], {
+    ...env,
+    ...bareProbe.env,
+    PORT: String(barePort),
+  });
+  if (parleyProbe.env.PROBE_FILE) probes.set(parley.pid!, parleyProbe.env.PROBE_FILE);
+  if (bareProbe.env.PROBE_FILE) probes.set(bare.pid!, bareProbe.env.PROBE_FILE);
   const servers = {
     parley: { url: `http://127.0.0.1:${parleyPort}`, pid: parley.pid! },
     baseline: { url: `http://127.0.0.1:${baselinePort}`, pid: baseline.pid! },
@@ -336,6 +416,11 @@ async function postgresScenarios(data: BenchData) {
         parley: () => ({ path: `/api/conversations?page[after]=${deepCursor}` }),
         baseline: () => ({ path: `/api/conversations?after=${deep}` }),
         bare: () => ({ path: `/api/conversations?page[after]=${deep}` }),
+      },
+      {
+        name: 'list conversations, filtered by status',
+        parley: () => ({ path: '/api/conversations?filter[status]=pending' }),
+        bare: () => ({ path: '/api/conversations?filter[status]=pending' }),
       },
       {
         name: 'list conversations, filter+sort+include',
