@@ -25,7 +25,8 @@ let gc = {};
 new PerformanceObserver((list) => {
   for (const entry of list.getEntries()) {
     const kind = KINDS[entry.detail?.kind ?? entry.kind] ?? 'other';
-    const g = (gc[kind] ??= { count: 0, totalMs: 0, maxMs: 0 });
+    gc[kind] ??= { count: 0, totalMs: 0, maxMs: 0 };
+    const g = gc[kind];
     g.count++;
     g.totalMs += entry.duration;
     g.maxMs = Math.max(g.maxMs, entry.duration);

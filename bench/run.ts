@@ -288,7 +288,8 @@ function worst(list: (Probe | undefined)[]): Probe | undefined {
   const gc: Probe['gc'] = {};
   for (const probe of probes)
     for (const [kind, g] of Object.entries(probe.gc)) {
-      const sum = (gc[kind] ??= { count: 0, totalMs: 0, maxMs: 0 });
+      gc[kind] ??= { count: 0, totalMs: 0, maxMs: 0 };
+      const sum = gc[kind];
       sum.count += g.count;
       sum.totalMs += g.totalMs;
       sum.maxMs = Math.max(sum.maxMs, g.maxMs);
