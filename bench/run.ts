@@ -51,6 +51,12 @@ const { values: args } = parseArgs({
     'no-agents': { type: 'boolean', default: false },
     /** Leave out bench/probe.mjs (event-loop delay, GC pauses and pool waits of Parley and the bare server). */
     'no-probe': { type: 'boolean', default: false },
+    /**
+     * Another build of Parley (a directory like dist/, inside the repository so that it finds node_modules),
+     * run as a fourth contender, `parley-b`, in the scenarios the bare server serves: an A/B of a change in one
+     * run, alternating with the others. Its figures are printed per round, not checked.
+     */
+    'parley-b': { type: 'string' },
     /** The data set's shape: default or agents (also `agent-bound`; bench/generate.ts), else BENCH_SHAPE. */
     shape: { type: 'string', default: process.env.BENCH_SHAPE ?? 'default' },
     /** Conversations of the idle scenario's database. */
@@ -392,6 +398,28 @@ async function postgresScenarios(data: BenchData) {
     PORT: String(barePort),
   });
   if (parleyProbe.env.PROBE_FILE) probes.set(parley.pid!, parleyProbe.env.PROBE_FILE);
+  const parleyBPort = await freePort();
+  const parleyBProbe = probeFlags('parley-b');
+  const parleyB = args['parley-b']
+    ? startProcess(
+        [
+          process.execPath,
+          ...serveNodeFlags(),
+          ...parleyBProbe.flags,
+          path.join(path.resolve(args['parley-b']), 'cli', 'main.js'),
+          'serve',
+        ],
+        {
+          ...env,
+          ...parleyBProbe.env,
+          PORT: String(parleyBPort),
+          HOST: '127.0.0.1',
+          AGENT_RUNTIME: shape === 'agents' ? 'true' : 'false',
+          LOGIN_FAILURES_PER_WINDOW: '1000000',
+        },
+      )
+    : undefined;
+  if (parleyB && parleyBProbe.env.PROBE_FILE) probes.set(parleyB.pid!, parleyBProbe.env.PROBE_FILE);
   if (bareProbe.env.PROBE_FILE) probes.set(bare.pid!, bareProbe.env.PROBE_FILE);
   const servers = {
     parley: { url: `http://127.0.0.1:${parleyPort}`, pid: parley.pid! },
@@ -400,6 +428,7 @@ async function postgresScenarios(data: BenchData) {
   };
   try {
     await waitForHealth(servers.parley.url);
+    if (parleyB) await waitForHealth(`http://127.0.0.1:${parleyBPort}`);
     if (shape === 'agents') await waitForAgents();
     await waitForHealth(servers.baseline.url);
     await waitForHealth(servers.bare.url);
@@ -483,6 +512,8 @@ async function postgresScenarios(data: BenchData) {
       const contenders: Contender[] = [{ server: 'parley', ...servers.parley, requests: scenario.parley }];
       if (scenario.baseline) contenders.push({ server: 'baseline', ...servers.baseline, requests: scenario.baseline });
       if (scenario.bare) contenders.push({ server: 'bare', ...servers.bare, requests: scenario.bare });
+      if (scenario.bare && parleyB)
+        contenders.push({ server: 'parley-b', url: `http://127.0.0.1:${parleyBPort}`, pid: parleyB.pid!, requests: scenario.parley });
       await measure(scenario.name, contenders, scenario.bare ? rounds : 1);
     }
     if (selected('login')) {
@@ -494,6 +525,7 @@ async function postgresScenarios(data: BenchData) {
     }
   } finally {
     parley.kill('SIGTERM');
+    parleyB?.kill('SIGTERM');
     baseline.kill('SIGTERM');
     bare.kill('SIGTERM');
     await new Promise((r) => setTimeout(r, 1000));

@@ -157,6 +157,13 @@ export interface DatabaseHandle {
     onResumed?: () => void,
     options?: ListenOptions,
   ): Promise<() => Promise<void>>;
+  /**
+   * PostgreSQL only: runs a short read without parameters on a connection of its own, outside the pool, for a
+   * statement that requests wait for before their own (the credential epoch, src/auth/plugin.ts). Through the
+   * pool it queued behind the requests' statements: with 32 requests in flight and 10 connections, each request
+   * waited for a connection twice. While that connection cannot be had, the read goes through the pool.
+   */
+  readAside?<R>(text: string): Promise<R[]>;
   close(): Promise<void>;
 }
 
@@ -198,9 +205,11 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     const db: Database = new Kysely({ dialect: new PostgresDialect({ pool: preparedStatementsPool(pool) }) });
     const listener = new Listener(config);
     const pooled = new PoolListener(pool);
+    const aside = new AsideConnection(config, db);
     return {
       db,
       kind: 'postgres',
+      readAside: (text) => aside.read(text),
       listen: async (channel, onNotify, onResumed, options = {}) => {
         const unlisten = await listener.listen(channel, onNotify, onResumed, options.onLost);
         const unpool = options.ownStatementsFirst ? pooled.listen(channel, onNotify) : () => {};
@@ -212,6 +221,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
       close: async () => {
         await flushNotifications(db);
         await listener.close();
+        await aside.close();
         await db.destroy();
       },
     };
@@ -404,6 +414,72 @@ class Listener {
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => {});
+  }
+}
+
+/** The connection of `DatabaseHandle.readAside`: opened on first use, dropped when it fails (the pool serves then). */
+class AsideConnection {
+  private client?: pg.Client;
+  private connecting?: Promise<pg.Client>;
+  private closed = false;
+
+  constructor(
+    private readonly config: Config,
+    private readonly db: Database,
+  ) {}
+
+  async read<R>(text: string): Promise<R[]> {
+    if (!this.closed) {
+      try {
+        const client = this.client ?? (await this.connect());
+        return (await client.query(text)).rows as R[];
+      } catch {
+        this.drop();
+      }
+    }
+    return (await sql.raw<R>(text).execute(this.db)).rows;
+  }
+
+  private connect(): Promise<pg.Client> {
+    this.connecting ??= (async () => {
+      const client = new pg.Client({
+        connectionString: this.config.databaseUrl,
+        connectionTimeoutMillis: this.config.databaseTimeoutMs,
+        statement_timeout: this.config.databaseTimeoutMs,
+        query_timeout: this.config.databaseTimeoutMs + 1000,
+      });
+      client.on('error', () => {
+        if (this.client === client) this.drop();
+      });
+      try {
+        await client.connect();
+      } catch (error) {
+        client.end().catch(() => {});
+        throw error;
+      } finally {
+        this.connecting = undefined;
+      }
+      if (this.closed) {
+        await client.end().catch(() => {});
+        throw new Error('closed');
+      }
+      this.client = client;
+      return client;
+    })();
+    return this.connecting;
+  }
+
+  private drop(): void {
+    const client = this.client;
+    this.client = undefined;
+    client?.end().catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
     const client = this.client;
     this.client = undefined;
     await client?.end().catch(() => {});
