@@ -8,7 +8,7 @@
  *   replies/s over the whole run
  *
  * Targets: p99 under 50 ms each. Run alone: `npx tsx bench/agents.ts`
- * (BENCH_AGENTS_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/parley_bench_agents, recreated).
+ * (BENCH_AGENTS_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/parley_bench_agent_turns, recreated).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -140,7 +140,7 @@ export function agentChecks(r: AgentBenchResult): string[] {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const url = process.env.BENCH_AGENTS_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench_agents';
+  const url = process.env.BENCH_AGENTS_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench_agent_turns';
   const result = await agentBenchmark(url);
   console.log(JSON.stringify(result));
   console.log(agentChecks(result).join('\n'));

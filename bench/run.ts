@@ -77,6 +77,10 @@ const only = args.only
   .map((s) => s.trim())
   .filter(Boolean);
 const selected = (name: string) => !only || only.some((part) => name.includes(part));
+/** The sections run apart from the HTTP scenarios; `--only "first page,streams"` runs one scenario and the streams. */
+const SECTIONS = ['idle', 'events', 'streams'];
+const section = (name: string) => !only || only.includes(name);
+const httpScenarios = !only || only.some((part) => !SECTIONS.includes(part));
 const shape = (args.shape === 'agent-bound' ? 'agents' : args.shape) as BenchShape;
 if (!BENCH_SHAPES.includes(shape)) throw new Error(`--shape must be one of ${BENCH_SHAPES.join(', ')}`);
 const baseUrl = args['database-url']!;
@@ -710,7 +714,7 @@ function report() {
 }
 
 const started = Date.now();
-if (!args.only || args.only === 'idle') {
+if (section('idle')) {
   console.log('\nIdle:');
   const idle = await idleBenchmark(`${baseUrl}_idle`, {
     conversations: Number(args['idle-conversations']),
@@ -719,27 +723,24 @@ if (!args.only || args.only === 'idle') {
   });
   console.log(idleChecks(idle).join('\n'));
 }
-if (args.only !== 'events' && args.only !== 'streams' && args.only !== 'idle') {
+if (httpScenarios) {
   const data = await prepareData();
   await postgresScenarios(data);
   if (!args['no-embedded']) await embeddedScenarios();
   report();
   // The agent runtime's turn overhead (issue 12): in-process, its own database next to the generated one.
-  if (!args['no-agents'])
-    console.log(
-      `\nAgent runtime:\n${agentChecks(await agentBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_agents'))).join('\n')}`,
-    );
+  if (!args['no-agents']) console.log(`\nAgent runtime:\n${agentChecks(await agentBenchmark(`${baseUrl}_agent_turns`)).join('\n')}`);
 }
-if (!args.only || args.only === 'events') {
+if (section('events')) {
   // Live events: throughput with the outbox, commit-to-stream latency with 100 streams, webhook deliveries/s.
   console.log('\nLive events:');
-  const events = await eventsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_events'), { duration: Math.max(duration, 3) });
+  const events = await eventsBenchmark(`${baseUrl}_events`, { duration: Math.max(duration, 3) });
   console.log(eventsChecks(events).join('\n'));
 }
-if (!args.only || args.only === 'streams') {
+if (section('streams')) {
   // Live streams at scale: 10,000 GET /api/events streams on one process (bench/streams.ts).
   console.log('\nLive streams at scale:');
-  console.log(streamsChecks(await streamsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_streams'))).join('\n'));
+  console.log(streamsChecks(await streamsBenchmark(`${baseUrl}_streams`)).join('\n'));
 }
 console.log(
   `\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`,

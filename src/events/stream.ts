@@ -713,13 +713,20 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     // Typing, live only and without an id (never replayed): a visitor hears the others in its conversation, a
     // member every conversation their role reads; nobody hears their own signal.
     if (wanted({ type: TYPING_EVENT } as EventRow) && visibility.byType('Conversation.updated') !== false) {
-      unsubscribeTyping = typing.subscribe(principal.organisationId, (signal, json) => {
-        if (!live || ended) return;
-        if (principal.credential === 'visitor') {
-          if (signal.conversation_id !== principal.conversationId || signal.role === 'visitor') return;
-        } else if (signal.user_id === principal.userId) return;
-        write(`event: ${TYPING_EVENT}\ndata: ${json}\n\n`);
-      });
+      // A visitor's stream is subscribed to its conversation's signals only (TypingHub), so the organisation's
+      // other signals never reach it; the conversation check stays as a guard.
+      const visitor = principal.credential === 'visitor';
+      unsubscribeTyping = typing.subscribe(
+        principal.organisationId,
+        (signal, json) => {
+          if (!live || ended) return;
+          if (visitor) {
+            if (signal.conversation_id !== principal.conversationId || signal.role === 'visitor') return;
+          } else if (signal.user_id === principal.userId) return;
+          write(`event: ${TYPING_EVENT}\ndata: ${json}\n\n`);
+        },
+        visitor ? principal.conversationId : undefined,
+      );
     }
 
     reply.hijack();

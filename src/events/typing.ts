@@ -44,9 +44,15 @@ export interface TypingSignal {
 
 type TypingListener = (signal: TypingSignal, json: string) => void;
 
-/** The process's typing listeners by organisation, fed from the NOTIFY channel. */
+/**
+ * The process's typing listeners, fed from the NOTIFY channel: by organisation (members' streams), and by
+ * conversation for listeners that hear one conversation only (visitors' streams), so that a signal is handed
+ * to the streams that may hear it and never to the thousands of visitors' streams of the organisation's other
+ * conversations.
+ */
 export class TypingHub {
   private readonly listeners = new Map<string, Set<TypingListener>>();
+  private readonly byConversation = new Map<string, Set<TypingListener>>();
   private unlisten?: Promise<() => Promise<void>>;
 
   constructor(private readonly database: DatabaseHandle) {}
@@ -60,16 +66,20 @@ export class TypingHub {
     });
   }
 
-  subscribe(organisationId: string, listener: TypingListener): () => void {
-    let set = this.listeners.get(organisationId);
+  /** Listens to the organisation's signals, or with `conversationId` to that conversation's only. */
+  subscribe(organisationId: string, listener: TypingListener, conversationId?: string): () => void {
+    // Conversation ids are UUIDs, unique across organisations; the key still carries the organisation.
+    const [map, key] =
+      conversationId === undefined ? [this.listeners, organisationId] : [this.byConversation, `${organisationId}/${conversationId}`];
+    let set = map.get(key);
     if (!set) {
       set = new Set();
-      this.listeners.set(organisationId, set);
+      map.set(key, set);
     }
     set.add(listener);
     return () => {
       set.delete(listener);
-      if (set.size === 0 && this.listeners.get(organisationId) === set) this.listeners.delete(organisationId);
+      if (set.size === 0 && map.get(key) === set) map.delete(key);
     };
   }
 
@@ -81,7 +91,8 @@ export class TypingHub {
       return;
     }
     const set = this.listeners.get(signal.organisation_id);
-    if (!set) return;
+    const routed = this.byConversation.get(`${signal.organisation_id}/${signal.conversation_id}`);
+    if (!set && !routed) return;
     const json = JSON.stringify({
       type: TYPING_EVENT,
       occurred_at: signal.occurred_at,
@@ -92,13 +103,15 @@ export class TypingHub {
         meta: { typing: { role: signal.role, user_id: signal.user_id, name: signal.name, expires_at: signal.expires_at } },
       },
     });
-    for (const listener of set) listener(signal, json);
+    if (set) for (const listener of set) listener(signal, json);
+    if (routed) for (const listener of routed) listener(signal, json);
   }
 
   async close(): Promise<void> {
     const unlisten = this.unlisten;
     this.unlisten = undefined;
     this.listeners.clear();
+    this.byConversation.clear();
     if (unlisten) await (await unlisten.catch(() => async () => {}))();
   }
 }
