@@ -57,6 +57,8 @@ const { values: args } = parseArgs({
      * run, alternating with the others. Its figures are printed per round, not checked.
      */
     'parley-b': { type: 'string' },
+    /** Settings of `parley-b` that differ from Parley's, as NAME=value,NAME=value (e.g. AGENT_RUNTIME=false). */
+    'parley-b-env': { type: 'string', default: '' },
     /** The data set's shape: default or agents (also `agent-bound`; bench/generate.ts), else BENCH_SHAPE. */
     shape: { type: 'string', default: process.env.BENCH_SHAPE ?? 'default' },
     /** Conversations of the idle scenario's database. */
@@ -420,6 +422,12 @@ async function postgresScenarios(data: BenchData) {
           HOST: '127.0.0.1',
           AGENT_RUNTIME: shape === 'agents' ? 'true' : 'false',
           LOGIN_FAILURES_PER_WINDOW: '1000000',
+          ...Object.fromEntries(
+            args['parley-b-env']!
+              .split(',')
+              .filter(Boolean)
+              .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+          ),
         },
       )
     : undefined;
