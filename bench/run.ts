@@ -423,8 +423,7 @@ async function postgresScenarios(data: BenchData) {
           AGENT_RUNTIME: shape === 'agents' ? 'true' : 'false',
           LOGIN_FAILURES_PER_WINDOW: '1000000',
           ...Object.fromEntries(
-            args['parley-b-env']!
-              .split(',')
+            args['parley-b-env']!.split(',')
               .filter(Boolean)
               .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
           ),
