@@ -22,6 +22,7 @@ import * as agentTurnFailures from './migrations/0015_a_agent_turn_failures.js';
 import * as webhookFairClaim from './migrations/0015_b_webhook_fair_claim.js';
 import * as agentWork from './migrations/0018_agent_work.js';
 import * as voice from './migrations/0019_voice.js';
+import * as transcribeCalls from './migrations/0021_transcribe_calls.js';
 import * as sipCredentials from './migrations/0022_sip_credentials.js';
 import * as operatorUsers from './migrations/0023_operator_users.js';
 import * as toolSecrets from './migrations/0024_tool_secrets.js';
@@ -51,6 +52,7 @@ const migrations: Record<string, { up: string }> = {
   '0015_b_webhook_fair_claim': webhookFairClaim,
   '0018_agent_work': agentWork,
   '0019_voice': voice,
+  '0021_transcribe_calls': transcribeCalls,
   '0022_sip_credentials': sipCredentials,
   '0023_operator_users': operatorUsers,
   '0024_tool_secrets': toolSecrets,
