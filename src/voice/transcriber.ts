@@ -139,7 +139,8 @@ export class CallTranscriber {
             void this.stopFork(fork);
           }),
         );
-      } else if (event.event === 'ended' || event.event === 'failed') {
+      } else if (event.event === 'ended') {
+        // (Not `failed`: after the answer that is another branch's failure, and the call goes on.)
         const fork = this.forks.get(key);
         if (fork) void this.track(this.stopFork(fork));
       }

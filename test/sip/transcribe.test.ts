@@ -72,7 +72,8 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
     t = await startTestApp();
     tenant = await seedTenant(t, 'Transcribe');
     admin = client(t.app, tenant.admin.token);
-    stack = await startSipStack(t);
+    // No in-dialog keep-alive OPTIONS during the long calls: the SIPp phones do not answer them.
+    stack = await startSipStack(t, { SIP_KEEPALIVE_SECONDS: '600' });
     transcriber = new CallTranscriber({
       db: t.db,
       records: t.services.records!,
@@ -123,13 +124,13 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
     const answering = sipp('fork_callee', undefined, {
       localPort: calleePort,
       keys: { ...keys, mport: String(calleeAudio.port) },
-      timeoutSeconds: 90,
+      timeoutSeconds: 120,
     });
     await new Promise((resolve) => setTimeout(resolve, 300));
     const placing = sipp('fork_caller', stack.port, {
       localPort: await freeUdpPort(),
       keys: { ...keys, from: caller.name, mport: String(callerAudio.port) },
-      timeoutSeconds: 90,
+      timeoutSeconds: 120,
       args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', String(holdMs)],
     });
     const row = await until(async () => {
@@ -198,7 +199,7 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
 
   it('a phone-to-phone call over G.722: each leg is forked, recognised and written with its speaker while the call runs', async () => {
     const calleePhone = await sipUser();
-    const { callId, callRowId } = await call('G722', calleePhone, 40_000, async (c) => {
+    const { callId, callRowId } = await call('G722', calleePhone, 75_000, async (c) => {
       // Both legs are forked: two subscriptions of ours in rtpengine's session beside the two phones.
       await until(async () => {
         const fork = transcriber.active().find((f) => f.callId === c.callId);
@@ -215,10 +216,9 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
           return rows.some((r) => r.speaker === 'caller') && rows.some((r) => r.speaker === 'callee') ? rows : undefined;
         },
         'a transcript of each leg',
-        40_000,
+        70_000,
       );
-      // Written while the call runs, and published as CallTranscript.created events.
-      expect(await callStatus(c.callRowId)).toBe('in_progress');
+      // Published as CallTranscript.created events (written before the call ended: checked after it).
       const events = await t.db
         .selectFrom('events')
         .select(['type', 'data'])
@@ -228,6 +228,7 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
       for (const line of lines) expect(events.some((e) => JSON.stringify(e.data).includes(line.id))).toBe(true);
     });
 
+    await writtenWhileRunning(callRowId, ['caller', 'callee']);
     const lines = await transcripts(callRowId);
     expect(lines.map((l) => l.content_index)).toEqual(lines.map((_, i) => i));
     const caller = lines.filter((l) => l.speaker === 'caller');
@@ -255,11 +256,11 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
       async () => ((await stack.edge.rtpengine.ng('query', { 'call-id': callId })).result === 'error' ? true : undefined),
       "rtpengine's session to be deleted",
     );
-  }, 150_000);
+  }, 200_000);
 
   it("a call answered by an operator's phone over G.711: the answering leg's speaker is `operator`", async () => {
     const operatorPhone = await sipUser(tenant.operator.id);
-    const { callRowId } = await call('PCMU', operatorPhone, 40_000, async (c) => {
+    const { callRowId } = await call('PCMU', operatorPhone, 75_000, async (c) => {
       await until(async () => (transcriber.active().find((f) => f.callId === c.callId)?.legs.length === 2 ? true : undefined), 'the fork');
       await speak(c.caller.socket, c.caller.port, 'PCMU', concat(silence(400), festival(CALLER_SAYS), silence(1000)));
       await speak(c.callee.socket, c.callee.port, 'PCMU', concat(festival(CALLEE_SAYS), silence(1000)));
@@ -269,10 +270,10 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
           return rows.some((r) => r.speaker === 'caller') && rows.some((r) => r.speaker === 'operator') ? rows : undefined;
         },
         'a transcript of each leg',
-        40_000,
+        70_000,
       );
-      expect(await callStatus(c.callRowId)).toBe('in_progress');
     });
+    await writtenWhileRunning(callRowId, ['caller', 'operator']);
     const lines = await transcripts(callRowId);
     // Narrowband audio: recognition is poor, but each leg has lines with words in them.
     expect(new Set(lines.map((l) => l.speaker))).toEqual(new Set(['caller', 'operator']));
@@ -282,7 +283,7 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
       codec: 'PCMU',
       sip_user_id: operatorPhone.id,
     });
-  }, 150_000);
+  }, 200_000);
 
   it("with the organisation's transcribe_calls off, nothing is forked and nothing is written", async () => {
     const off = await admin.patch(
