@@ -19,6 +19,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createSocket, type Socket } from 'node:dgram';
+import { availableParallelism } from 'node:os';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Db } from '../db/schema.js';
@@ -52,6 +53,11 @@ export interface CallTranscriberOptions {
   tagsTimeoutMs?: number;
   /** How often forks of calls that ended without an event reaching here (reconciliation) are looked for. */
   sweepIntervalMs?: number;
+  /**
+   * Recognitions run at once, across calls (the rest wait their turn): the local recogniser is a process per
+   * utterance, so by default one per core; a provider is a request, so 32.
+   */
+  maxRecognitions?: number;
 }
 
 /** One party's forked audio. */
@@ -94,8 +100,27 @@ export class CallTranscriber {
   private readonly pending = new Set<Promise<unknown>>();
   private sweepTimer?: NodeJS.Timeout;
   private closed = false;
+  private recognising = 0;
+  private readonly waiting: (() => void)[] = [];
+  private readonly maxRecognitions: number;
 
-  constructor(private readonly o: CallTranscriberOptions) {}
+  constructor(private readonly o: CallTranscriberOptions) {
+    this.maxRecognitions = Math.max(1, o.maxRecognitions ?? (o.stt.name === 'pocketsphinx' ? availableParallelism() : 32));
+  }
+
+  /** Recognises one utterance when a slot is free (maxRecognitions at once). */
+  private async recognise(audio: Int16Array): Promise<string> {
+    // A waiter is handed the slot of the recognition that ends (the count stays), so none is taken twice.
+    if (this.recognising >= this.maxRecognitions) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else this.recognising++;
+    try {
+      return await this.o.stt.transcribe(audio);
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.recognising--;
+    }
+  }
 
   start(): void {
     this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), this.o.sweepIntervalMs ?? 30_000);
@@ -344,15 +369,15 @@ export class CallTranscriber {
   }
 
   /**
-   * A finished utterance: recognised at once (utterances of both legs in parallel), written in the order the
-   * utterances ended, so the call's `content_index` follows the conversation whichever recognition ends first.
+   * A finished utterance: recognised at once (both legs' in parallel, up to maxRecognitions across calls),
+   * written in the order the utterances ended, so the call's `content_index` follows the conversation whichever recognition ends first.
    */
   private utterance(fork: Fork, leg: Leg, audio: Int16Array, reason: string): void {
     const callRowId = fork.callRowId;
     if (!callRowId) return;
     const occurredAt = leg.speechStartedAt ?? new Date();
     leg.speechStartedAt = undefined;
-    const text = this.o.stt.transcribe(audio).then(
+    const text = this.recognise(audio).then(
       (t) => ({ text: t.trim() }),
       (error: unknown) => ({ text: '', error: error instanceof Error ? error.message : String(error) }),
     );
