@@ -218,7 +218,9 @@ export async function idleBenchmark(
       'max_connections=50',
     ]);
     url = `postgres://postgres@127.0.0.1:${port}/${name}`;
-    console.log(`PostgreSQL cluster of its own on port ${port}`);
+    console.log(
+      `PostgreSQL cluster of its own on port ${port}${options.reuse ? ' (generated afresh: --reuse keeps only a database on a server you name)' : ''}`,
+    );
   }
   try {
     const marker = path.join(root, 'bench', `.idle.${name}.json`);
