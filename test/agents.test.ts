@@ -643,9 +643,13 @@ describe('finding work: the agent_work queue', () => {
   it.skipIf(!process.env.DATABASE_URL)('the claim reads the queue, never the conversations (its plan on PostgreSQL)', async () => {
     const agentId = await newAgent();
     // Many conversations bound to the agent, all caught up: a claim that looked at conversations would scan them.
-    await sql`INSERT INTO conversations (id, organisation_id, channel, mode, status, public_id, ai_agent_id, next_content_index)
-      SELECT gen_random_uuid(), ${tenant.organisationId}, 'chat', 'text', 'active', 'plan-' || g, ${agentId}, 1
-      FROM generate_series(1, 20000) g`.execute(t.db);
+    // The bulk load is not what is measured: no statement timeout for it (a loaded machine took over 5 s).
+    await t.db.transaction().execute(async (trx) => {
+      await sql`SET LOCAL statement_timeout = 0`.execute(trx);
+      await sql`INSERT INTO conversations (id, organisation_id, channel, mode, status, public_id, ai_agent_id, next_content_index)
+        SELECT gen_random_uuid(), ${tenant.organisationId}, 'chat', 'text', 'active', 'plan-' || g, ${agentId}, 1
+        FROM generate_series(1, 20000) g`.execute(trx);
+    });
     await sql`ANALYZE conversations`.execute(t.db);
     await sql`ANALYZE agent_work`.execute(t.db);
     const explained = await sql<{
