@@ -27,6 +27,7 @@ import * as sipCredentials from './migrations/0022_sip_credentials.js';
 import * as operatorUsers from './migrations/0023_operator_users.js';
 import * as toolSecrets from './migrations/0024_tool_secrets.js';
 import * as knowledge from './migrations/0025_knowledge.js';
+import * as openCalls from './migrations/0026_open_calls.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -57,6 +58,7 @@ const migrations: Record<string, { up: string }> = {
   '0023_operator_users': operatorUsers,
   '0024_tool_secrets': toolSecrets,
   '0025_knowledge': knowledge,
+  '0026_open_calls': openCalls,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */
