@@ -12,7 +12,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { AgentRuntime, wakingRecords, type TurnTiming } from '../src/agents/runtime.js';
+import { AgentRuntime, type TurnTiming } from '../src/agents/runtime.js';
 import { createServices } from '../src/app.js';
 import { createOrganisation } from '../src/auth/accounts.js';
 import { loadConfig } from '../src/config/index.js';
@@ -82,6 +82,7 @@ export async function agentBenchmark(databaseUrl: string, conversations = 50, me
     db: database.db,
     services,
     config,
+    listen: database.listen,
     onTurn: (t: TurnTiming) => {
       const t0 = committedAt.get(t.userItemId);
       if (t0 !== undefined && t.requestSentAt !== undefined) before.push(t.requestSentAt - t0);
@@ -89,8 +90,8 @@ export async function agentBenchmark(databaseUrl: string, conversations = 50, me
       waiting.get(t.userItemId)?.();
     },
   });
-  // Writes through this service wake the runtime at once, as the API's do in `serve`.
-  const records = wakingRecords(services.records!, runtime);
+  // The runtime learns of these writes from the outbox's notification, as it does of the API's in `serve`.
+  const records = services.records!;
   runtime.start();
   const ids = [];
   for (let i = 0; i < conversations; i++) ids.push((await records.create(actor, 'Conversation', { ai_agent_id: agent.id })).id);

@@ -3,7 +3,7 @@ import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { agentTestsService } from './agents/suite.js';
-import { AgentRuntime, wakingRecords } from './agents/runtime.js';
+import { AgentRuntime } from './agents/runtime.js';
 import { loadSigningKey } from './auth/signing-key.js';
 import type { Config } from './config/index.js';
 import { openDatabase, type DatabaseHandle } from './db/connection.js';
@@ -77,7 +77,8 @@ export async function startApp(config: Config): Promise<RunningApp> {
   const firstStart = database.kind === 'pglite' && config.demoOnFirstStart && (await isEmpty(database.db));
   const demo = firstStart ? await seedDemo(database.db, services.records!) : undefined;
   const agents = config.agentRuntime ? new AgentRuntime({ db: database.db, services, config, listen: database.listen }) : undefined;
-  const app = await buildServer({ ...services, records: agents ? wakingRecords(services.records!, agents) : services.records, database });
+  // The runtime learns of the API's writes as of every other process's: from the outbox's notification.
+  const app = await buildServer({ ...services, database });
   await app.listen({ port: config.port, host: config.host });
   if (agents) {
     agents.logger = app.log as unknown as NonNullable<AgentRuntime['logger']>;

@@ -2,9 +2,9 @@
  * The agent runtime (docs/agents.md). It finds conversations with work in
  * `agent_work`, the queue of pending work that the writing transactions fill
  * (migration 0018), so that looking costs what there is to do, not what the
- * database holds. It looks when the outbox announces a commit (`parley_events`),
- * when a write in this process calls `wake()`, and every `AGENT_POLL_MS` as a
- * safety net (a lease that ran out announces nothing). It claims each
+ * database holds. It looks when the outbox announces a commit (`parley_events`,
+ * the one change channel: every process's writes, this one's included) and
+ * every `AGENT_POLL_MS` as a safety net (a lease that ran out announces nothing). It claims each
  * conversation through its `agent_turns` row: a lease taken
  * with `FOR UPDATE SKIP LOCKED`, so any number of workers run a conversation's
  * turns one at a time and never twice. The lease is renewed while a turn runs;
@@ -994,26 +994,4 @@ export function claimCandidates(limit: number, busy: string[]) {
 
 function refusal(trip: GuardrailTrip) {
   return { content: REFUSAL_TEXT, metadata: { source: 'guardrail', guardrail: { rule: trip.rule, stage: trip.stage } } };
-}
-
-/**
- * The in-process wake-up hook: a records service that wakes the runtime after
- * each committed ConversationItem or OperatorStatus write made through it (the
- * HTTP API's, in `serve`), so that turns and queued handoffs in this process do
- * not wait for the outbox's notification. Other processes' writes wake it through that notification.
- */
-export function wakingRecords(records: Records, runtime: AgentRuntime): Records {
-  return {
-    ...records,
-    async create(actor, type, values, options) {
-      const written = await records.create(actor, type, values, options);
-      if (type === 'ConversationItem' || type === 'OperatorStatus') runtime.wake();
-      return written;
-    },
-    async update(actor, type, id, values, options) {
-      const written = await records.update(actor, type, id, values, options);
-      if (type === 'Conversation' || type === 'AiAgent') runtime.wake();
-      return written;
-    },
-  };
 }

@@ -8,6 +8,8 @@ import pino from 'pino';
 import { edgeSources, loadSipSettings } from '../sip/config.js';
 import { sipEdgeUnavailable, startSipEdge } from '../sip/edge.js';
 import { VoiceRuntime } from '../voice/runtime.js';
+import { createStt } from '../voice/stt.js';
+import { CallTranscriber } from '../voice/transcriber.js';
 
 export function addSipCommands(program: Command, fail: (error: unknown, json: boolean) => never): void {
   const sip = program.command('sip').description('the SIP edge (Kamailio; needs PostgreSQL)');
@@ -43,6 +45,7 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
         // from Kamailio's own addresses only (VOICE_SIP_TRUSTED overrides) and applies the edge's call events
         // in this process, so a call's records are one Call (docs/voice.md, "Behind the SIP edge").
         let voice: VoiceRuntime | undefined;
+        let transcriber: CallTranscriber | undefined;
         if (config.voice.runtime) {
           const trusted = config.voice.sipTrusted.length ? config.voice.sipTrusted : edgeSources(settings.listens);
           voice = new VoiceRuntime({
@@ -61,6 +64,20 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
             );
           }
           console.log(`Parley voice runtime: AI agent calls on ${settings.voiceAddress} (taken from ${trusted.join(', ')})`);
+          // Calls between people: each leg's audio forked by rtpengine and transcribed, for organisations whose
+          // transcribe_calls is on (docs/voice.md, "Calls between people").
+          transcriber = new CallTranscriber({
+            db: database.db,
+            records: services.records!,
+            stt: createStt(config.voice),
+            ng: edge.rtpengine.ng,
+            address: edge.rtpengine.media.address,
+            endpointMs: config.voice.endpointMs,
+            maxUtteranceMs: config.voice.maxUtteranceMs,
+            logger: pino({ level: config.logLevel }, pino.destination(2)),
+          });
+          edge.events.observe(transcriber.onCallEvents);
+          transcriber.start();
         }
         let stopping = false;
         const stop = async (signal: string) => {
@@ -69,6 +86,8 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
           log('info', 'stopping Kamailio', { signal });
           // Agent calls are hung up (BYE through Kamailio, which still runs) and recorded before Kamailio stops.
           await voice?.stop().catch((error: unknown) => log('error', 'stopping the voice runtime failed', { error: String(error) }));
+          // Before rtpengine stops: the utterances under way are transcribed and written.
+          await transcriber?.stop().catch((error: unknown) => log('error', 'stopping the transcriber failed', { error: String(error) }));
           await edge.stop();
           await database.close();
           process.exit(0);
@@ -87,6 +106,7 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
         if (!stopping) {
           log('error', `${exit.process} exited`, { exit: exit.code });
           await voice?.stop().catch(() => {});
+          await transcriber?.stop().catch(() => {});
           await edge.stop().catch(() => {});
           await database.close();
           process.exit(1);

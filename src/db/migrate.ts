@@ -22,10 +22,12 @@ import * as agentTurnFailures from './migrations/0015_a_agent_turn_failures.js';
 import * as webhookFairClaim from './migrations/0015_b_webhook_fair_claim.js';
 import * as agentWork from './migrations/0018_agent_work.js';
 import * as voice from './migrations/0019_voice.js';
+import * as transcribeCalls from './migrations/0021_transcribe_calls.js';
 import * as sipCredentials from './migrations/0022_sip_credentials.js';
 import * as operatorUsers from './migrations/0023_operator_users.js';
 import * as toolSecrets from './migrations/0024_tool_secrets.js';
 import * as knowledge from './migrations/0025_knowledge.js';
+import * as openCalls from './migrations/0026_open_calls.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -51,10 +53,12 @@ const migrations: Record<string, { up: string }> = {
   '0015_b_webhook_fair_claim': webhookFairClaim,
   '0018_agent_work': agentWork,
   '0019_voice': voice,
+  '0021_transcribe_calls': transcribeCalls,
   '0022_sip_credentials': sipCredentials,
   '0023_operator_users': operatorUsers,
   '0024_tool_secrets': toolSecrets,
   '0025_knowledge': knowledge,
+  '0026_open_calls': openCalls,
 };
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */

@@ -53,7 +53,14 @@ export const tables = {
   settings: { key: text(), value: text() },
   credential_epoch: { id: boolean().default(), n: bigint() },
   event_id_key: { id: boolean().default(), k: bigint() },
-  organisations: { id: uuid(), name: text(), slug: text(), default_country: text().null(), ...stamps() },
+  organisations: {
+    id: uuid(),
+    name: text(),
+    slug: text(),
+    default_country: text().null(),
+    transcribe_calls: boolean().default(),
+    ...stamps(),
+  },
   users: { id: uuid(), email: text(), full_name: text().default(), password_hash: text(), ...stamps() },
   memberships: { organisation_id: uuid(), user_id: uuid(), role: text(), ...stamps() },
   api_keys: {

@@ -48,7 +48,7 @@ async function createOrganisation(ctx: ActionContext): Promise<ActionResult> {
 }
 
 /**
- * Created by the command line; over the API, owners and admins may change `default_country` of their own
+ * Created by the command line; over the API, owners and admins may change `default_country` and `transcribe_calls` of their own
  * organisation (the one their credential is for). A caller sees the organisations its user belongs to.
  */
 export default defineResource({
@@ -68,6 +68,17 @@ export default defineResource({
           ? 'must be an ISO 3166-1 alpha-2 country code with a telephone numbering plan'
           : undefined,
       description: "ISO 3166-1 alpha-2 code (GB, US...): national numbers are read as this country's.",
+    }),
+    /**
+     * Calls between people (phone to phone, trunk to operator) are transcribed live, per leg, from media
+     * rtpengine forks to Parley (docs/voice.md, "Calls between people"); off: nothing is forked.
+     */
+    transcribe_calls: attr.boolean({
+      update: true,
+      default: true,
+      sortable: true,
+      filterable: true,
+      description: 'Transcribe calls between people per leg (caller, callee, operator) while they run.',
     }),
     /** The organisation's SIP domain: `<slug>.<SIP_DOMAIN>` (the SIP_DOMAIN the SIP edge last started with). */
     sip_domain: attr.string({

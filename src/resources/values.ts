@@ -11,5 +11,6 @@ export const CALL_DIRECTIONS = ['inbound', 'outbound'] as const;
 export const CALL_STATUSES = ['initiated', 'ringing', 'in_progress', 'completed', 'busy', 'no_answer', 'failed', 'canceled'] as const;
 export const TERMINAL_CALL_STATUSES = ['completed', 'busy', 'no_answer', 'failed', 'canceled'] as const;
 export const PARTICIPANT_ROLES = ['caller', 'callee', 'agent', 'operator'] as const;
-export const TRANSCRIPT_SPEAKERS = ['caller', 'agent', 'operator'] as const;
+/** `callee`: the answering party of a call between people when it is not an operator (per-leg transcription). */
+export const TRANSCRIPT_SPEAKERS = ['caller', 'callee', 'agent', 'operator'] as const;
 export const API_KEY_TYPES = ['publishable', 'secret'] as const;

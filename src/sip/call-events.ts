@@ -212,8 +212,20 @@ export interface CallEventsOptions {
  */
 export class CallEvents {
   private readonly queues = new Map<string, Promise<unknown>>();
+  private readonly observers = new Set<(events: CallEvent[]) => void>();
 
   constructor(private readonly options: CallEventsOptions) {}
+
+  /**
+   * Tells `listener` of each batch of a call's events once it has been applied (written, or found already
+   * terminal, or failed: the call's SIP dialog did what the events say either way). The voice runtime's
+   * transcriber forks a call's media on `answered` and stops at `ended` (src/voice/transcriber.ts).
+   * A listener must be quick and must not throw; it may see a batch again when the queue retries it.
+   */
+  observe(listener: (events: CallEvent[]) => void): () => void {
+    this.observers.add(listener);
+    return () => this.observers.delete(listener);
+  }
 
   apply(event: CallEvent): Promise<void> {
     return this.applyAll([event]);
@@ -233,7 +245,16 @@ export class CallEvents {
 
   private serialised(key: string, events: CallEvent[]): Promise<void> {
     const previous = this.queues.get(key) ?? Promise.resolve();
-    const next = previous.catch(() => {}).then(() => this.applyCall(events));
+    const next = previous
+      .catch(() => {})
+      .then(() => this.applyCall(events))
+      .finally(() => {
+        for (const listener of this.observers) {
+          try {
+            listener(events);
+          } catch {}
+        }
+      });
     this.queues.set(key, next);
     void next
       .finally(() => {

@@ -43,8 +43,11 @@ export class PrivatePostgres {
     return this;
   }
 
-  start(): void {
-    const options = `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
+  /** `settings`: more `-c name=value` server settings (a benchmark's shared_preload_libraries, memory). */
+  start(settings: string[] = []): void {
+    const options = [`-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`, ...settings.map((s) => `-c ${s}`)].join(
+      ' ',
+    );
     this.run('pg_ctl', ['-D', path.join(this.dir, 'data'), '-o', options, '-l', path.join(this.dir, 'log'), '-w', 'start']);
   }
 

@@ -2944,7 +2944,7 @@ export interface components {
         CallTranscriptAttributes: {
             content?: string;
             /** @enum {string} */
-            speaker?: "caller" | "agent" | "operator";
+            speaker?: "caller" | "callee" | "agent" | "operator";
             item_id?: string;
             content_index?: number;
             /** Format: date-time */
@@ -3023,6 +3023,8 @@ export interface components {
             slug?: string;
             /** @description ISO 3166-1 alpha-2 code (GB, US...): national numbers are read as this country's. */
             default_country?: string | null;
+            /** @description Transcribe calls between people per leg (caller, callee, operator) while they run. */
+            transcribe_calls?: boolean;
             /** @description The SIP domain its phones register in: `<slug>.<SIP_DOMAIN>`. */
             sip_domain?: string;
             /**
@@ -4133,7 +4135,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -4839,7 +4841,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -4903,7 +4905,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -4929,7 +4931,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, transcribe_calls, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -4978,6 +4980,15 @@ export interface operations {
                         is_nil?: "true" | "false";
                         contains?: string;
                     };
+                    transcribe_calls?: ("true" | "false") | {
+                        /** @enum {string} */
+                        eq?: "true" | "false";
+                        /** @enum {string} */
+                        not_eq?: "true" | "false";
+                        in?: string | ("true" | "false")[];
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     created_at?: string | {
                         /** Format: date-time */
                         eq?: string;
@@ -5016,7 +5027,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, name, slug, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, name, slug, transcribe_calls, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -6340,7 +6351,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -6675,7 +6686,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -7460,7 +7471,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -8028,7 +8039,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -8658,7 +8669,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -9364,7 +9375,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -10121,7 +10132,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -10725,7 +10736,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -11358,7 +11369,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -11882,7 +11893,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -12009,20 +12020,20 @@ export interface operations {
                         is_nil?: "true" | "false";
                         contains?: string;
                     };
-                    speaker?: ("caller" | "agent" | "operator") | {
+                    speaker?: ("caller" | "callee" | "agent" | "operator") | {
                         /** @enum {string} */
-                        eq?: "caller" | "agent" | "operator";
+                        eq?: "caller" | "callee" | "agent" | "operator";
                         /** @enum {string} */
-                        not_eq?: "caller" | "agent" | "operator";
-                        in?: string | ("caller" | "agent" | "operator")[];
+                        not_eq?: "caller" | "callee" | "agent" | "operator";
+                        in?: string | ("caller" | "callee" | "agent" | "operator")[];
                         /** @enum {string} */
-                        less_than?: "caller" | "agent" | "operator";
+                        less_than?: "caller" | "callee" | "agent" | "operator";
                         /** @enum {string} */
-                        greater_than?: "caller" | "agent" | "operator";
+                        greater_than?: "caller" | "callee" | "agent" | "operator";
                         /** @enum {string} */
-                        less_than_or_equal?: "caller" | "agent" | "operator";
+                        less_than_or_equal?: "caller" | "callee" | "agent" | "operator";
                         /** @enum {string} */
-                        greater_than_or_equal?: "caller" | "agent" | "operator";
+                        greater_than_or_equal?: "caller" | "callee" | "agent" | "operator";
                         /** @enum {string} */
                         is_nil?: "true" | "false";
                     };
@@ -12296,7 +12307,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -12360,7 +12371,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -12448,7 +12459,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -12474,7 +12485,7 @@ export interface operations {
                     KnowledgeDocument?: string;
                 };
                 /**
-                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, created_at, updated_at.
+                 * @description filter[attr]=v or filter[attr][op]=v with op in eq, not_eq, in, less_than, greater_than, less_than_or_equal, greater_than_or_equal, is_nil, contains, matches; nest with filter[and][N], filter[or][N], filter[not] (4 levels, 50 conditions, 100 `in` values). Filterable: id, name, slug, transcribe_calls, created_at, updated_at.
                  * @example {
                  *       "created_at": {
                  *         "less_than": "2999-01-01T00:00:00Z"
@@ -12523,6 +12534,15 @@ export interface operations {
                         is_nil?: "true" | "false";
                         contains?: string;
                     };
+                    transcribe_calls?: ("true" | "false") | {
+                        /** @enum {string} */
+                        eq?: "true" | "false";
+                        /** @enum {string} */
+                        not_eq?: "true" | "false";
+                        in?: string | ("true" | "false")[];
+                        /** @enum {string} */
+                        is_nil?: "true" | "false";
+                    };
                     created_at?: string | {
                         /** Format: date-time */
                         eq?: string;
@@ -12561,7 +12581,7 @@ export interface operations {
                     or?: Record<string, unknown> | unknown[];
                     not?: Record<string, unknown>;
                 };
-                /** @description Comma-separated keys of id, name, slug, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
+                /** @description Comma-separated keys of id, name, slug, transcribe_calls, created_at, updated_at, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last). */
                 sort?: string;
                 /** @description Page size; any larger value is clamped to 100. */
                 "page[limit]"?: number;
@@ -12608,7 +12628,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -12672,7 +12692,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -12727,6 +12747,11 @@ export interface operations {
                         attributes?: {
                             /** @description ISO 3166-1 alpha-2 code (GB, US...): national numbers are read as this country's. */
                             default_country?: string | null;
+                            /**
+                             * @description Transcribe calls between people per leg (caller, callee, operator) while they run.
+                             * @default true
+                             */
+                            transcribe_calls?: boolean;
                         };
                         relationships?: Record<string, unknown>;
                         meta?: Record<string, unknown>;
@@ -13260,7 +13285,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -13626,7 +13651,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -14220,7 +14245,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }
@@ -14762,7 +14787,7 @@ export interface operations {
                 /** @description Comma-separated relationship paths: none. At most 1000 included records and 8 MiB per response (else 400 invalid_includes). */
                 include?: string;
                 /**
-                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, sip_domain, created_at, updated_at.
+                 * @description Sparse fieldsets, fields[Type]=a,b. Organisation: id, name, slug, default_country, transcribe_calls, sip_domain, created_at, updated_at.
                  * @example {
                  *       "Organisation": "id,name"
                  *     }

@@ -1,0 +1,486 @@
+/**
+ * Calls between people transcribed live, per leg (docs/voice.md, "Calls between people"; CONTRACT section 14).
+ *
+ * Every call the SIP edge relays has its media anchored in rtpengine (docs/sip.md, "Media plane"). When such a
+ * call is answered and its organisation's `transcribe_calls` is on, Parley asks rtpengine, over the ng control
+ * protocol, for a copy of each party's audio: `subscribe request` names the party (its SIP tag) and returns a
+ * `sendonly` SDP offer; Parley binds a UDP port, answers `recvonly` (`subscribe answer`), and rtpengine sends that
+ * party's RTP there as long as the call lasts (RFC 3264 offer/answer, one subscription per leg, so the port tells
+ * who speaks). Each leg's audio is decoded, endpointed by the same voice activity detector as agent calls
+ * (vad.ts), transcribed by the same speech-to-text engine (stt.ts), and written as a `CallTranscript` through the
+ * records service (system actor, source `sip`), in one `content_index` order per call.
+ *
+ * Why Parley speaks ng itself rather than through Kamailio's rtpengine module: a subscription is an offer/answer
+ * between rtpengine and the receiver, and the receiver (its port, its codec choice) is here; Kamailio would only
+ * relay it. Parley already talks ng to the rtpengine `sip serve` runs, and the call's answered/ended events are
+ * applied in this process, so the fork needs no change to Kamailio's configuration.
+ *
+ * Calls answered by an AI agent are transcribed by the voice runtime itself (runtime.ts) and are not forked.
+ */
+import { randomUUID } from 'node:crypto';
+import { createSocket, type Socket } from 'node:dgram';
+import { availableParallelism } from 'node:os';
+import { sql } from 'kysely';
+import type { Logger } from 'pino';
+import type { Db } from '../db/schema.js';
+import { systemActor } from '../jsonapi/actor.js';
+import type { Records } from '../jsonapi/records.js';
+import type { CallEvent } from '../sip/call-events.js';
+import type { Bencoded, NgAnswer } from '../sip/rtpengine.js';
+import { type CodecName, createCodec, type FrameCodec } from './codecs.js';
+import { parseRtp } from './rtp.js';
+import { buildAnswer, CODEC_PREFERENCE, negotiate, type Negotiated, parseOffer, type SdpOffer } from './sdp.js';
+import type { SpeechToText } from './stt.js';
+import { Vad } from './vad.js';
+
+const FRAME_SAMPLES = 320;
+const FRAME_MS = 20;
+
+export type LegSpeaker = 'caller' | 'callee' | 'operator';
+
+export interface CallTranscriberOptions {
+  db: Db;
+  records: Records;
+  stt: SpeechToText;
+  /** One ng command to the rtpengine that anchors the calls (`sip serve`'s: `edge.rtpengine.ng`). */
+  ng: (command: string, args?: Record<string, Bencoded>) => Promise<NgAnswer>;
+  /** The address forks are received on: rtpengine's media address (both run on the `sip serve` host). */
+  address: string;
+  endpointMs: number;
+  maxUtteranceMs: number;
+  logger?: Logger;
+  /** How long to wait for the dialog's SIP tags in `sip_dialogs` (Kamailio writes it within a second). */
+  tagsTimeoutMs?: number;
+  /** How often forks of calls that ended without an event reaching here (reconciliation) are looked for. */
+  sweepIntervalMs?: number;
+  /**
+   * Recognitions run at once, across calls (the rest wait their turn): the local recogniser is a process per
+   * utterance, so by default one per core; a provider is a request, so 32.
+   */
+  maxRecognitions?: number;
+}
+
+/** One party's forked audio. */
+interface Leg {
+  speaker: LegSpeaker;
+  /** The party's SIP tag (rtpengine's monologue) and the subscription's tag (ours). */
+  tag: string;
+  forkTag: string;
+  rtp: Socket;
+  rtcp: Socket;
+  codecs: Map<number, FrameCodec>;
+  vad: Vad;
+  /** Wall-clock time the current utterance started (occurred_at). */
+  speechStartedAt?: Date;
+  metadata: Record<string, unknown>;
+  packets: number;
+}
+
+/** One SIP dialog whose legs are forked. */
+interface Fork {
+  key: string;
+  organisationId: string;
+  /** The dialog's SIP Call-ID (rtpengine's call-id): the call's, or a transfer leg's own. */
+  dialogCallId: string;
+  /** The Call the transcripts belong to (its row id). */
+  callRowId?: string;
+  legs: Leg[];
+  starting?: Promise<void>;
+  stopped: boolean;
+}
+
+/**
+ * The transcriber `sip serve` runs beside the voice runtime; it follows the edge's call events
+ * (`CallEvents.observe`) and keeps one fork per answered dialog between people.
+ */
+export class CallTranscriber {
+  private readonly forks = new Map<string, Fork>();
+  /** Per Call (row id): transcript writes in utterance order, so `content_index` follows the conversation. */
+  private readonly writeChains = new Map<string, Promise<void>>();
+  private readonly pending = new Set<Promise<unknown>>();
+  private sweepTimer?: NodeJS.Timeout;
+  private closed = false;
+  private recognising = 0;
+  private readonly waiting: (() => void)[] = [];
+  private readonly maxRecognitions: number;
+
+  constructor(private readonly o: CallTranscriberOptions) {
+    this.maxRecognitions = Math.max(1, o.maxRecognitions ?? (o.stt.name === 'pocketsphinx' ? availableParallelism() : 32));
+  }
+
+  /** Recognises one utterance when a slot is free (maxRecognitions at once). */
+  private async recognise(audio: Int16Array): Promise<string> {
+    // A waiter is handed the slot of the recognition that ends (the count stays), so none is taken twice.
+    if (this.recognising >= this.maxRecognitions) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else this.recognising++;
+    try {
+      return await this.o.stt.transcribe(audio);
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.recognising--;
+    }
+  }
+
+  start(): void {
+    this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), this.o.sweepIntervalMs ?? 30_000);
+    this.sweepTimer.unref();
+  }
+
+  /** Stops every fork (their last utterances are still transcribed and written). */
+  async stop(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.sweepTimer);
+    await Promise.all([...this.forks.values()].map((f) => this.stopFork(f)));
+    await Promise.all([...this.pending]);
+    await Promise.all([...this.writeChains.values()]);
+  }
+
+  /** The forks in progress: dialog Call-ID and each leg's speaker and port (diagnostics, tests). */
+  active(): { callId: string; legs: { speaker: LegSpeaker; port: number; packets: number }[] }[] {
+    return [...this.forks.values()].map((f) => ({
+      callId: f.dialogCallId,
+      legs: f.legs.map((l) => ({ speaker: l.speaker, port: l.rtp.address().port, packets: l.packets })),
+    }));
+  }
+
+  /** A batch of one call's events, applied (CallEvents.observe). */
+  onCallEvents = (events: CallEvent[]): void => {
+    if (this.closed) return;
+    for (const event of events) {
+      // An agent's call is the voice runtime's: it transcribes both sides itself.
+      if (event.ai_agent_id && !event.leg) continue;
+      const dialogCallId = event.leg ?? event.call_id;
+      const key = `${event.organisation_id}/${dialogCallId}`;
+      if (event.event === 'answered') {
+        if (this.forks.has(key)) continue;
+        // A batch that also holds the dialog's end is a call already over: nothing to fork.
+        if (events.some((e) => e.event === 'ended' && (e.leg ?? e.call_id) === dialogCallId)) continue;
+        const fork: Fork = { key, organisationId: event.organisation_id, dialogCallId, legs: [], stopped: false };
+        this.forks.set(key, fork);
+        fork.starting = this.track(
+          this.startFork(fork, event).catch((error) => {
+            this.o.logger?.warn({ err: error, callId: dialogCallId }, 'transcriber: the call is not transcribed');
+            void this.stopFork(fork);
+          }),
+        );
+      } else if (event.event === 'ended') {
+        // (Not `failed`: after the answer that is another branch's failure, and the call goes on.)
+        const fork = this.forks.get(key);
+        if (fork) void this.track(this.stopFork(fork));
+      }
+    }
+  };
+
+  private track<T>(work: Promise<T>): Promise<T> {
+    this.pending.add(work);
+    void work.finally(() => this.pending.delete(work)).catch(() => {});
+    return work;
+  }
+
+  // ------------------------------------------------------------ forking
+
+  private async startFork(fork: Fork, event: CallEvent): Promise<void> {
+    const org = await this.o.db
+      .selectFrom('organisations')
+      .select('transcribe_calls')
+      .where('id', '=', event.organisation_id)
+      .executeTakeFirst();
+    if (!org?.transcribe_calls) {
+      this.forks.delete(fork.key);
+      return;
+    }
+    const call = await this.o.db
+      .selectFrom('calls')
+      .select(['id'])
+      .where('organisation_id', '=', event.organisation_id)
+      .where('call_uuid', '=', event.call_id)
+      .executeTakeFirst();
+    if (!call) throw new Error(`no Call for ${event.call_id}`);
+    fork.callRowId = call.id;
+    const tags = await this.dialogTags(fork.dialogCallId);
+    if (!tags) throw new Error('the dialog has no SIP tags in sip_dialogs');
+    // The answering party is an operator when its SIP user belongs to a user of the organisation.
+    const calleeId = event.callee_sip_user_id;
+    const operator = calleeId
+      ? await this.o.db.selectFrom('sip_users').select('user_id').where('id', '=', calleeId).executeTakeFirst()
+      : undefined;
+    const parties: { speaker: LegSpeaker; tag: string; metadata: Record<string, unknown> }[] = [
+      {
+        speaker: 'caller',
+        tag: tags.from,
+        metadata: { leg: 'caller', ...(event.caller_sip_user_id ? { sip_user_id: event.caller_sip_user_id } : { from: event.from }) },
+      },
+      {
+        speaker: operator?.user_id ? 'operator' : 'callee',
+        tag: tags.to,
+        metadata: { leg: 'callee', ...(calleeId ? { sip_user_id: calleeId } : { to: event.to }) },
+      },
+    ];
+    for (const party of parties) {
+      if (fork.stopped) return;
+      fork.legs.push(await this.subscribe(fork, party));
+    }
+    this.o.logger?.info(
+      { callId: fork.dialogCallId, legs: fork.legs.map((l) => `${l.speaker}:${l.rtp.address().port}`) },
+      'transcriber: forking the call',
+    );
+  }
+
+  /**
+   * The caller's and the callee's SIP tags, from Kamailio's dialog (`sip_dialogs`: From tag = the caller's,
+   * To tag = the answering party's), which rtpengine's session knows the parties by. Kamailio writes its
+   * dialogs every second (db_mode 2), so the row may come a moment after the answer's event.
+   */
+  private async dialogTags(callId: string): Promise<{ from: string; to: string } | undefined> {
+    const deadline = Date.now() + (this.o.tagsTimeoutMs ?? 5000);
+    for (;;) {
+      const row = await this.o.db
+        .selectFrom('sip_dialogs')
+        .select(['from_tag', 'to_tag'])
+        .where('callid', '=', callId)
+        .where('to_tag', '<>', '')
+        .orderBy('id', 'desc')
+        .executeTakeFirst();
+      if (row) return { from: row.from_tag, to: row.to_tag };
+      if (Date.now() > deadline) return undefined;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+
+  /** One leg: `subscribe request` for the party's media, a port of ours, `subscribe answer` naming it. */
+  private async subscribe(fork: Fork, party: { speaker: LegSpeaker; tag: string; metadata: Record<string, unknown> }): Promise<Leg> {
+    const forkTag = `parley-fork-${party.speaker}-${randomUUID()}`;
+    const request = await this.o.ng('subscribe request', {
+      'call-id': fork.dialogCallId,
+      'from-tag': party.tag,
+      'to-tag': forkTag,
+      // Plain RTP to us whatever the party speaks (a browser's DTLS-SRTP, ICE and rtcp-mux undone, as towards a
+      // phone: docs/sip.md "Flags"); G.722 added to the offer so that a codec we do not decode (Opus) is
+      // transcoded to wideband rather than refused.
+      flags: ['trust-address'],
+      'transport-protocol': 'RTP/AVP',
+      ICE: 'remove',
+      DTLS: 'off',
+      'rtcp-mux': ['demux'],
+      codec: { transcode: ['G722'] },
+    });
+    if (request.result !== 'ok' || typeof request.sdp !== 'string')
+      throw new Error(`rtpengine refused the subscription to the ${party.speaker}: ${String(request['error-reason'] ?? request.result)}`);
+    const offer = parseOffer(request.sdp);
+    const negotiated = forkCodec(offer);
+    if (!negotiated) throw new Error(`no codec to receive the ${party.speaker}'s audio in: ${request.sdp}`);
+    const { rtp, rtcp } = await bindPair(this.o.address);
+    const leg: Leg = {
+      speaker: party.speaker,
+      tag: party.tag,
+      forkTag,
+      rtp,
+      rtcp,
+      codecs: new Map([[negotiated.pt, createCodec(negotiated.codec)]]),
+      vad: new Vad({ maxUtteranceMs: this.o.maxUtteranceMs, hangoverMs: this.o.endpointMs, frameMs: FRAME_MS }),
+      metadata: { ...party.metadata, codec: negotiated.codec },
+      packets: 0,
+    };
+    rtcp.on('message', () => {}); // RTCP reports are not used
+    rtp.on('message', (data) => this.onRtp(fork, leg, data));
+    try {
+      const answer = await this.o.ng('subscribe answer', {
+        'call-id': fork.dialogCallId,
+        'to-tag': forkTag,
+        sdp: buildAnswer({
+          address: this.o.address,
+          port: rtp.address().port,
+          sessionId: String(Date.now()),
+          negotiated,
+          direction: offer.direction,
+        }),
+        // The answer takes one codec: what the party sends is passed through when it is that one, else transcoded.
+        flags: ['trust-address', 'allow-transcoding'],
+      });
+      if (answer.result !== 'ok') throw new Error(`rtpengine refused the answer: ${String(answer['error-reason'] ?? answer.result)}`);
+    } catch (error) {
+      closeLeg(leg);
+      throw error;
+    }
+    return leg;
+  }
+
+  private async stopFork(fork: Fork): Promise<void> {
+    if (fork.stopped) return;
+    fork.stopped = true;
+    await fork.starting?.catch(() => {});
+    this.forks.delete(fork.key);
+    for (const leg of fork.legs) {
+      // The utterance under way when the call ended is transcribed too.
+      this.finishUtterance(fork, leg);
+      closeLeg(leg);
+    }
+    // Our subscriptions keep rtpengine's session alive after Kamailio deleted the dialog's (at the BYE):
+    // deleting them lets it go. Unknown by now (the session already gone) is fine.
+    for (const leg of fork.legs) {
+      await this.o.ng('delete', { 'call-id': fork.dialogCallId, 'from-tag': leg.forkTag }).catch(() => undefined);
+    }
+    this.o.logger?.info(
+      { callId: fork.dialogCallId, packets: fork.legs.map((l) => `${l.speaker}:${l.packets}`) },
+      'transcriber: fork ended',
+    );
+  }
+
+  /** Forks of calls that ended without their event reaching here (reconciliation ends calls too). */
+  private async sweep(): Promise<void> {
+    for (const fork of [...this.forks.values()]) {
+      if (!fork.callRowId) continue;
+      const row = await this.o.db.selectFrom('calls').select('status').where('id', '=', fork.callRowId).executeTakeFirst();
+      if (!row || !['initiated', 'ringing', 'in_progress'].includes(row.status)) await this.stopFork(fork);
+    }
+  }
+
+  // ------------------------------------------------------------ audio
+
+  private onRtp(fork: Fork, leg: Leg, data: Buffer): void {
+    if (fork.stopped) return;
+    const packet = parseRtp(data);
+    if (!packet) return;
+    const codec = leg.codecs.get(packet.payloadType);
+    if (!codec) return; // telephone-event, comfort noise: not speech
+    leg.packets++;
+    const pcm = codec.decode(packet.payload);
+    for (let i = 0; i + FRAME_SAMPLES <= pcm.length; i += FRAME_SAMPLES) {
+      for (const event of leg.vad.push(pcm.subarray(i, i + FRAME_SAMPLES))) {
+        if (event.type === 'speech_start') {
+          // The frames before the start rule fired (3 of them) and the pre-roll are part of the utterance.
+          leg.speechStartedAt = new Date(Date.now() - 3 * FRAME_MS);
+        } else {
+          this.utterance(fork, leg, event.audio, event.reason);
+        }
+      }
+    }
+  }
+
+  /** Ends an utterance still under way (the call ended mid-sentence). */
+  private finishUtterance(fork: Fork, leg: Leg): void {
+    if (!leg.vad.inSpeech) return;
+    // Enough quiet frames to close it: the hangover's worth.
+    const quiet = new Int16Array(FRAME_SAMPLES);
+    for (let n = 0; n * FRAME_MS <= this.o.endpointMs && leg.vad.inSpeech; n++) {
+      for (const event of leg.vad.push(quiet)) if (event.type === 'speech_end') this.utterance(fork, leg, event.audio, 'call_ended');
+    }
+  }
+
+  /**
+   * A finished utterance: recognised at once (both legs' in parallel, up to maxRecognitions across calls),
+   * written in the order the utterances ended, so the call's `content_index` follows the conversation whichever recognition ends first.
+   */
+  private utterance(fork: Fork, leg: Leg, audio: Int16Array, reason: string): void {
+    const callRowId = fork.callRowId;
+    if (!callRowId) return;
+    const occurredAt = leg.speechStartedAt ?? new Date();
+    leg.speechStartedAt = undefined;
+    const text = this.recognise(audio).then(
+      (t) => ({ text: t.trim() }),
+      (error: unknown) => ({ text: '', error: error instanceof Error ? error.message : String(error) }),
+    );
+    const previous = this.writeChains.get(callRowId) ?? Promise.resolve();
+    const next = previous.then(async () => {
+      const result = await text;
+      if ('error' in result) {
+        this.o.logger?.warn({ callId: fork.dialogCallId, speaker: leg.speaker, error: result.error }, 'transcriber: speech-to-text failed');
+        return;
+      }
+      // Noise, a cough: nothing recognised, no line.
+      if (!result.text) return;
+      await this.write(fork, leg, callRowId, result.text, occurredAt, {
+        ...leg.metadata,
+        source: 'fork',
+        stt: this.o.stt.name,
+        duration_ms: Math.round((audio.length / 16000) * 1000),
+        ...(reason === 'silence' ? {} : { cut: reason }),
+      });
+    });
+    const chained = next.catch((error) =>
+      this.o.logger?.error({ err: error, callId: fork.dialogCallId }, 'transcriber: writing a line failed'),
+    );
+    this.writeChains.set(callRowId, chained);
+    void chained.finally(() => {
+      if (this.writeChains.get(callRowId) === chained) this.writeChains.delete(callRowId);
+    });
+  }
+
+  /** One line, next in the call's `content_index` (an index another writer took meanwhile: the next one). */
+  private async write(
+    fork: Fork,
+    leg: Leg,
+    callRowId: string,
+    content: string,
+    occurredAt: Date,
+    metadata: Record<string, unknown>,
+  ): Promise<void> {
+    const actor = systemActor(fork.organisationId, 'sip');
+    for (let attempt = 0; ; attempt++) {
+      const { rows } = await sql<{ next: number }>`
+        SELECT coalesce(max(content_index) + 1, 0)::int AS next FROM call_transcripts WHERE call_id = ${callRowId}`.execute(this.o.db);
+      try {
+        await this.o.records.create(actor, 'CallTranscript', {
+          call_id: callRowId,
+          speaker: leg.speaker,
+          content: content.slice(0, 32 * 1024),
+          item_id: `fork_${randomUUID().replaceAll('-', '')}`,
+          content_index: rows[0].next,
+          occurred_at: occurredAt,
+          metadata,
+        });
+        this.o.logger?.debug({ callId: fork.dialogCallId, speaker: leg.speaker, content }, 'transcriber: line written');
+        return;
+      } catch (error) {
+        // The voice runtime (a transferred agent call) wrote that index first: the unique index says so.
+        if ((error as { status?: number }).status === 409 && attempt < 3) continue;
+        throw error;
+      }
+    }
+  }
+}
+
+/**
+ * The codec to receive a leg in: the offer's first format when we decode it (what the party sends: rtpengine
+ * lists it first, so it passes through untouched), else G.722 (added for transcoding), else our preference.
+ */
+export function forkCodec(offer: SdpOffer): Negotiated | undefined {
+  const dtmf = offer.formats.find((x) => x.name === 'TELEPHONE-EVENT' && x.rate === 8000)?.pt;
+  const audio = offer.formats.filter((f) => f.name !== 'TELEPHONE-EVENT');
+  const first = audio[0];
+  if (first && (CODEC_PREFERENCE as string[]).includes(first.name) && first.rate === 8000)
+    return { codec: first.name as CodecName, pt: first.pt, dtmfPt: dtmf };
+  return negotiate(offer);
+}
+
+/** An even UDP port and the odd one above it (RFC 3550 section 11: RTCP there), bound on `address`. */
+async function bindPair(address: string): Promise<{ rtp: Socket; rtcp: Socket }> {
+  const type = address.includes(':') ? 'udp6' : 'udp4';
+  const bind = (port: number) =>
+    new Promise<Socket | undefined>((resolve) => {
+      const socket = createSocket(type);
+      socket.once('error', () => {
+        socket.close();
+        resolve(undefined);
+      });
+      socket.bind(port, address, () => resolve(socket));
+    });
+  for (let tries = 0; tries < 50; tries++) {
+    const rtp = await bind(0);
+    if (!rtp) break;
+    const port = rtp.address().port;
+    const rtcp = port % 2 === 0 && port < 65535 ? await bind(port + 1) : undefined;
+    if (rtcp) return { rtp, rtcp };
+    rtp.close();
+  }
+  throw new Error(`no free RTP/RTCP port pair on ${address}`);
+}
+
+function closeLeg(leg: Leg): void {
+  for (const socket of [leg.rtp, leg.rtcp]) {
+    try {
+      socket.close();
+    } catch {}
+  }
+}
