@@ -101,7 +101,7 @@ async function credentialCache(app: FastifyInstance, options: AuthOptions): Prom
   // Another process's change reaches this one's listener a moment after its commit: on PostgreSQL, entries
   // are served only after a fresh read of the credential epoch (one statement shared by concurrent requests),
   // on a connection of its own: through the pool, every request waited for a connection twice, once behind the
-  // other requests' statements for this read (docs/benchmarks.md, seventh round).
+  // other requests' statements for this read (docs/benchmarks.md, eighth round).
   const { database } = options;
   if (database.kind === 'postgres') {
     const db = database.db;
