@@ -20,6 +20,11 @@
  *   npm run bench -- --scale 0.01 --duration 3
  *   npm run bench -- --only "first page,get conversation item" --no-embedded --no-agents
  *   npm run bench -- --only idle --idle-conversations 10000000 --reuse
+ *   npm run bench -- --shape agents --reuse --only "first page,streams" --no-embedded --no-agents
+ *   npm run bench -- --reuse --only "first page" --parley-b scratch/dist-before   (an A/B against another build)
+ *
+ * Each measured round of Parley and the bare server also prints what bench/probe.mjs saw in that server:
+ * event-loop delay, garbage collection pauses and waits for a pooled connection (where a tail comes from).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
