@@ -167,6 +167,8 @@ describe('the SIP call event queue', () => {
       // The call's events together fail as one transaction would; then one by one, up to the failing one.
       applyAll: (list: Parameters<CallEvents['applyAll']>[0]) =>
         failing && list.some((e) => e.event === 'answered') ? lost() : events.applyAll(list),
+      applyMany: (groups: Parameters<CallEvents['applyMany']>[0]) =>
+        failing && groups.flat().some((e) => e.event === 'answered') ? lost() : events.applyMany(groups),
     } as CallEvents;
     const queue = new CallEventQueue({ db: t.db, events: flaky });
     expect(await queue.drain()).toBe(2);
