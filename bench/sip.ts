@@ -450,38 +450,58 @@ async function counts(db: import('../src/db/connection.js').Database, organisati
   return { completed: Number(rows[0].completed), nonTerminal: Number(rows[0].nonTerminal) };
 }
 
+/** One column per target; the edge's ratios and differences against `bare` (and `bare+media` when it ran). */
 function report(results: Record<string, TargetResult>) {
-  const { bare, parley } = results;
-  const lines: string[] = ['', '| measure | bare Kamailio | Parley SIP edge | ratio / difference |', '|---|---|---|---|'];
-  const row = (measure: string, b: string, p: string, r: string) => lines.push(`| ${measure} | ${b} | ${p} | ${r} |`);
+  const targets = Object.keys(results);
+  const parley = results.parley;
+  const bases = ['bare', 'bare+media'].filter((b) => results[b]);
+  const header = [...targets, ...(parley ? bases.map((b) => `parley vs ${b}`) : [])];
+  const lines: string[] = ['', `| measure | ${header.join(' | ')} |`, `|---|${header.map(() => '---').join('|')}|`];
   const fmt = (n: number | undefined, digits = 0) => (n === undefined || Number.isNaN(n) ? '-' : n.toFixed(digits));
-  row(
-    `REGISTER/s with digest (offered ${args['register-rate']}/s)`,
-    fmt(bare?.registers.perSecond),
-    fmt(parley?.registers.perSecond),
-    bare && parley ? fmt(parley.registers.perSecond / bare.registers.perSecond, 2) : '-',
-  );
-  const answered = (r?: TargetResult) =>
-    r ? `${r.calls.ok}/${r.calls.offered} (${((100 * r.calls.ok) / r.calls.offered).toFixed(2)}%)` : '-';
-  row(`calls answered (offered ${args['call-rate']}/s x ${args['call-seconds']} s)`, answered(bare), answered(parley), '');
-  const setups = (r?: TargetResult) => (r ? r.calls.ok / (r.calls.seconds - Number(args['hold-ms']) / 1000) : undefined);
+  const row = (measure: string, value: (r: TargetResult) => number | undefined, digits: number, compare?: 'ratio' | 'difference') => {
+    const cells = targets.map((t) => fmt(value(results[t]), digits));
+    if (parley)
+      for (const b of bases) {
+        const e = value(parley);
+        const v = value(results[b]);
+        if (!compare || e === undefined || v === undefined) cells.push('');
+        else if (compare === 'ratio') cells.push(fmt(e / v, 2));
+        else cells.push(`${e - v >= 0 ? '+' : ''}${fmt(e - v)} ms`);
+      }
+    lines.push(`| ${measure} | ${cells.join(' | ')} |`);
+  };
+  const hold = Number(args['hold-ms']) / 1000;
+  row(`REGISTER/s with digest (offered ${args['register-rate']}/s)`, (r) => r.registers.perSecond, 0, 'ratio');
+  row(`calls answered, % (offered ${args['call-rate']}/s x ${args['call-seconds']} s)`, (r) => (100 * r.calls.ok) / r.calls.offered, 2);
   row(
     'call setups/s (bare: answered; edge: completed in the database)',
-    fmt(setups(bare), 1),
-    fmt(parley?.recorded?.perSecond, 1),
-    bare && parley?.recorded ? fmt(parley.recorded.perSecond / setups(bare)!, 2) : '-',
+    (r) => r.recorded?.perSecond ?? r.calls.ok / (r.calls.seconds - hold),
+    1,
+    'ratio',
   );
   for (const [label, key] of [
     ['INVITE -> 180', 'ring'],
     ['180 -> 200', 'answer'],
   ] as const) {
-    for (const p of [50, 99]) {
-      const b = bare ? percentile(bare.calls[key], p) : undefined;
-      const e = parley ? percentile(parley.calls[key], p) : undefined;
-      row(`${label} p${p} (ms)`, fmt(b), fmt(e), b !== undefined && e !== undefined ? `${e - b >= 0 ? '+' : ''}${fmt(e - b)} ms` : '-');
-    }
+    for (const p of [50, 99]) row(`${label} p${p} (ms)`, (r) => percentile(r.calls[key], p), 0, 'difference');
   }
-  if (parley?.recorded) row('calls left non-terminal after the run', '', String(parley.recorded.nonTerminal), '');
+  row('calls left non-terminal after the run', (r) => r.recorded?.nonTerminal, 0);
+  for (const [label, key, digits] of [
+    ['Kamailio', 'kamailioMs', 2],
+    ['rtpengine', 'rtpengineMs', 2],
+    ['Node (edge: the consumer and API)', 'nodeMs', 2],
+    ['PostgreSQL (this database)', 'postgresMs', 2],
+    ['transactions', 'transactions', 1],
+    ['rows written', 'rowsWritten', 1],
+  ] as const) {
+    row(`per call: ${label}${digits === 2 ? ', CPU ms' : ''}`, (r) => r.calls.cost?.[key], digits, 'ratio');
+  }
+  row(
+    'per REGISTER: CPU ms, all processes',
+    (r) => r.registers.cost.kamailioMs + r.registers.cost.nodeMs + r.registers.cost.postgresMs,
+    2,
+    'ratio',
+  );
   console.log(lines.join('\n'));
 }
 
