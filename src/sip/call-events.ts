@@ -52,6 +52,11 @@ export interface CallEvent {
   leg?: string;
   /** The party of this dialog that transferred the call (its REFER was accepted): it leaves when the dialog ends. */
   transferor?: 'caller' | 'callee';
+  /**
+   * `ended` only: an attended transfer's call (INVITE with Replaces, RFC 3891) replaced this dialog; the Call-ID
+   * that call is recorded under. This call (the consultation) ends with `end_reason` `transferred`.
+   */
+  replaced_by?: string;
 }
 
 /** Validates a posted body; returns the problems (empty when valid) so that the receiver answers 400 with them. */
@@ -112,6 +117,11 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
     transferor = str('transferor') as CallEvent['transferor'];
     if (transferor !== 'caller' && transferor !== 'callee') problems.push('transferor must be caller or callee');
   }
+  let replacedBy: string | undefined;
+  if (b.replaced_by !== undefined && b.replaced_by !== '') {
+    replacedBy = str('replaced_by');
+    if (event !== 'ended') problems.push('replaced_by is for ended events only');
+  }
   if (problems.length) return { problems };
   return {
     problems,
@@ -131,6 +141,7 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
       ...(status ? { status, reason } : {}),
       ...(leg ? { leg } : {}),
       ...(transferor ? { transferor } : {}),
+      ...(replacedBy ? { replaced_by: replacedBy } : {}),
     },
   };
 }
@@ -420,6 +431,12 @@ export class CallEvents {
           const id = event.transferor === 'caller' ? event.caller_sip_user_id : event.callee_sip_user_id;
           const member = id || `sip:${event.transferor === 'caller' ? event.from : event.to}`;
           this.leave(state, event.transferor, member, event.at);
+          return;
+        }
+        // The consultation call of an attended transfer, replaced by the transferee's call to the target (which
+        // that call's Call carries as a leg): it ended because it was transferred, not hung up.
+        if (event.replaced_by && state.status === 'in_progress') {
+          this.finish(state, 'completed', event.at, { end_reason: 'transferred' });
           return;
         }
         this.finish(state, state.status === 'in_progress' ? 'completed' : 'failed', event.at);
