@@ -5,7 +5,8 @@
  *
  * - Order per call: rows are claimed in id order (Kamailio writes them in the order they were raised) and a
  *   row is not claimed while an earlier row of the same call is leased, so one call's events are applied one
- *   after the other, in order, even with several consumers. Different calls are applied concurrently.
+ *   after the other, in order, even with several consumers. The calls of a drain are applied together (one read,
+ *   one transaction per chunk of calls); when that fails, one call at a time, different calls concurrently.
  * - Exactly once in effect: a claimed row carries a lease; a consumer that dies before deleting it leaves the
  *   lease to expire and the row is applied again. Applying an event twice changes nothing (statuses only move
  *   forward, a terminal one is final, the Call is found by its Call-ID).
@@ -217,7 +218,8 @@ export class CallEventQueue {
       try {
         await this.options.events.applyMany(chunk.map((g) => g.map((v) => v.event)));
         for (const group of chunk) for (const v of group) done.push(v.row.id);
-      } catch {
+      } catch (error) {
+        this.log('warn', `call events of ${chunk.length} calls not applied together, now one call at a time: ${message(error)}`);
         alone.push(...chunk);
       }
     }
