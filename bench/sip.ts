@@ -15,6 +15,12 @@
  *      call setups per second with records written = calls completed / (time until the last was recorded -
  *      the hold time).
  *
+ *   3. What a call and a REGISTER cost, counts the machine's load changes less than it changes throughput: CPU
+ *      time of Kamailio's and rtpengine's process groups, of this Node process and of this database's
+ *      PostgreSQL backends, and the transactions and rows written in the database.
+ * Targets `bare+media`, `bare+events`, `bare+dlgdb` (combinable) put one part of the edge back into the bare
+ * Kamailio, so that each part's cost shows apart.
+ *
  *   npm run bench:sip -- --call-rate 100 --call-seconds 60
  */
 import { execFile } from 'node:child_process';
