@@ -61,9 +61,9 @@ const { values: args } = parseArgs({
 const DOMAIN = 'bench.parley.test';
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sipbench-'));
 
-function sipp(argv: string[], timeoutMs = 900_000): Promise<{ code: number; stdout: string }> {
+function sipp(argv: string[], timeoutMs = 900_000, signal?: AbortSignal): Promise<{ code: number; stdout: string }> {
   return new Promise((resolve) => {
-    execFile('sipp', argv, { cwd: work, timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024 }, (error, stdout) =>
+    execFile('sipp', argv, { cwd: work, timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, signal }, (error, stdout) =>
       resolve({ code: error ? (typeof error.code === 'number' ? error.code : 1) : 0, stdout }),
     );
   });
@@ -365,17 +365,13 @@ async function measure(
   const callRate = Number(args['call-rate']);
   const offered = callRate * Number(args['call-seconds']);
   const holdMs = Number(args['hold-ms']);
-  const sink = sipp([
-    '-sf',
-    path.join(SCENARIOS, 'callee_answer.xml'),
-    '-i',
-    '127.0.0.1',
-    '-p',
-    String(sinkPort),
-    '-m',
-    String(offered),
-    '-nostdin',
-  ]);
+  // Ended when the run stops waiting for it: calls that never reached it would keep it running.
+  const sinkStop = new AbortController();
+  const sink = sipp(
+    ['-sf', path.join(SCENARIOS, 'callee_answer.xml'), '-i', '127.0.0.1', '-p', String(sinkPort), '-m', String(offered), '-nostdin'],
+    900_000,
+    sinkStop.signal,
+  );
   await new Promise((resolve) => setTimeout(resolve, 300));
   const before = await counts(db, organisationId);
   const beforeCalls = await snapshot();
@@ -405,6 +401,7 @@ async function measure(
   );
   // The phone ends when it has answered every call, or stops waiting for those that never came.
   await Promise.race([sink, new Promise((resolve) => setTimeout(resolve, 15_000))]);
+  sinkStop.abort();
   if (target !== 'parley') {
     const callCost = cost(beforeCalls, await snapshot(), calls.ok);
     console.log(`${target}: per answered call ${formatCost(callCost)}; per REGISTER ${formatCost(registers.cost)}`);
