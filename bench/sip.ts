@@ -435,6 +435,14 @@ async function measure(
   console.log(
     `${target}: ${completed} calls completed in the database, ${now.nonTerminal} non-terminal; ${recorded.perSecond.toFixed(1)} setups/s with records (last recorded ${recorded.waitedSeconds.toFixed(1)} s after SIPp ended)`,
   );
+  // Why calls are still open, when some are: their events still queued (the consumer behind), or their dialogs
+  // still held by Kamailio (calls SIPp gave up on end by the ring timeout, noack_timeout or the keep-alives).
+  if (now.nonTerminal > 0) {
+    const { rows } = await sql<{ queued: number; dialogs: number }>`
+      SELECT (SELECT count(*)::int FROM sip_call_events WHERE error IS NULL) AS queued,
+             (SELECT count(*)::int FROM sip_dialogs) AS dialogs`.execute(db);
+    console.log(`${target}: still open: ${rows[0].queued} call events queued, ${rows[0].dialogs} dialogs in sip_dialogs`);
+  }
   // Per call Kamailio carried (completed in the database), records included.
   const callCost = cost(beforeCalls, await snapshot(), completed);
   console.log(`${target}: per completed call ${formatCost(callCost)}; per REGISTER ${formatCost(registers.cost)}`);
