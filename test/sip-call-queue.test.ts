@@ -7,7 +7,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CallEvents, type CallEventName } from '../src/sip/call-events.js';
+import { CallEvents, parseCallEvent, type CallEventName } from '../src/sip/call-events.js';
 import { CallEventQueue } from '../src/sip/call-queue.js';
 import { reconcileCalls } from '../src/sip/reconcile.js';
 import { startTestApp, type TestApp } from './support/app.js';
@@ -167,6 +167,8 @@ describe('the SIP call event queue', () => {
       // The call's events together fail as one transaction would; then one by one, up to the failing one.
       applyAll: (list: Parameters<CallEvents['applyAll']>[0]) =>
         failing && list.some((e) => e.event === 'answered') ? lost() : events.applyAll(list),
+      applyMany: (groups: Parameters<CallEvents['applyMany']>[0]) =>
+        failing && groups.flat().some((e) => e.event === 'answered') ? lost() : events.applyMany(groups),
     } as CallEvents;
     const queue = new CallEventQueue({ db: t.db, events: flaky });
     expect(await queue.drain()).toBe(2);
@@ -222,6 +224,20 @@ describe('the SIP call event queue', () => {
         .orderBy('id')
         .execute();
     }
+
+    it("an attended transfer: the consultation call, replaced by the transferee's call to the target, ends as transferred", async () => {
+      const id = newId();
+      const rows = answeredCall(id, Date.now() - 10_000, 2_000).map((row) =>
+        row.body.event === 'ended' ? { ...row, body: { ...row.body, replaced_by: `x-${id}` } } : row,
+      );
+      await enqueue(rows);
+      expect(await new CallEventQueue({ db: t.db, events }).drain()).toBe(4);
+      expect(await call(id)).toMatchObject({ status: 'completed', end_reason: 'transferred', duration_seconds: 2 });
+      // Only an end may say it was replaced.
+      expect(parseCallEvent({ ...body(id, 'answered', Date.now(), 200), replaced_by: 'x' }).problems).toEqual([
+        'replaced_by is for ended events only',
+      ]);
+    });
 
     it('one Call: the transferor leaves, the target joins, the call ends with the leg to the target', async () => {
       const id = newId();

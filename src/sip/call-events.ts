@@ -52,6 +52,11 @@ export interface CallEvent {
   leg?: string;
   /** The party of this dialog that transferred the call (its REFER was accepted): it leaves when the dialog ends. */
   transferor?: 'caller' | 'callee';
+  /**
+   * `ended` only: an attended transfer's call (INVITE with Replaces, RFC 3891) replaced this dialog; the Call-ID
+   * that call is recorded under. This call (the consultation) ends with `end_reason` `transferred`.
+   */
+  replaced_by?: string;
 }
 
 /** Validates a posted body; returns the problems (empty when valid) so that the receiver answers 400 with them. */
@@ -112,6 +117,11 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
     transferor = str('transferor') as CallEvent['transferor'];
     if (transferor !== 'caller' && transferor !== 'callee') problems.push('transferor must be caller or callee');
   }
+  let replacedBy: string | undefined;
+  if (b.replaced_by !== undefined && b.replaced_by !== '') {
+    replacedBy = str('replaced_by');
+    if (event !== 'ended') problems.push('replaced_by is for ended events only');
+  }
   if (problems.length) return { problems };
   return {
     problems,
@@ -131,6 +141,7 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
       ...(status ? { status, reason } : {}),
       ...(leg ? { leg } : {}),
       ...(transferor ? { transferor } : {}),
+      ...(replacedBy ? { replaced_by: replacedBy } : {}),
     },
   };
 }
@@ -146,6 +157,9 @@ export function failureStatus(code: number): 'busy' | 'no_answer' | 'canceled' |
 const RANK: Record<string, number> = { initiated: 0, ringing: 1, in_progress: 2 };
 const isTerminal = (status: string) => (TERMINAL_CALL_STATUSES as readonly string[]).includes(status);
 const later = (a: Date, b: Date | null) => (b && a < b ? b : a);
+/** Whether the events left anything to write (a create, attributes, new legs or legs that left). */
+const changed = (state: CallState) =>
+  Boolean(state.create) || Object.keys(state.patch).length > 0 || state.legs.some((l) => !l.id || l.changed);
 
 /** A call as reconciliation reads it. */
 export interface CallRow {
@@ -243,6 +257,55 @@ export class CallEvents {
     }
   }
 
+  /**
+   * Several calls' events at once (`groups`: each one call's events, in order; no call twice): the calls are read
+   * in one statement, the SIP users they name in another, and every call's records are written in one
+   * transaction, so a consumer keeping up with many calls (one or two events each per batch) pays the reads,
+   * BEGIN and COMMIT once per batch rather than once per event. All or nothing: when it fails, nothing was
+   * written, and the caller applies the calls one at a time (applyAll) to find the one at fault.
+   */
+  async applyMany(groups: CallEvent[][]): Promise<void> {
+    const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;
+    const list = groups.filter((g) => g.length > 0);
+    if (list.length === 0) return;
+    for (const group of list) {
+      if (group.some((e) => keyOf(e) !== keyOf(group[0]))) throw new Error('applyMany: a group holds events of several calls');
+    }
+    const keys = list.map((g) => keyOf(g[0]));
+    if (new Set(keys).size !== keys.length) throw new Error('applyMany: a call appears in two groups');
+    // Calls being applied in this process already (applyAll): those wait their turn as before, the rest go together.
+    const busy = list.filter((g) => this.queues.has(keyOf(g[0])));
+    const free = list.filter((g) => !this.queues.has(keyOf(g[0])));
+    const together = free.length > 1 ? this.applyTogether(free) : free.length === 1 ? this.applyCall(free[0]) : Promise.resolve();
+    for (const group of free) this.queues.set(keyOf(group[0]), together);
+    void together
+      .finally(() => {
+        for (const group of free) if (this.queues.get(keyOf(group[0])) === together) this.queues.delete(keyOf(group[0]));
+      })
+      .catch(() => {});
+    await Promise.all([together, ...busy.map((g) => this.applyAll(g))]);
+  }
+
+  private async applyTogether(groups: CallEvent[][]): Promise<void> {
+    const stored = await this.loadMany(groups.map((g) => ({ organisationId: g[0].organisation_id, callUuid: g[0].call_id })));
+    const states: CallState[] = [];
+    for (const group of groups) {
+      const first = group[0];
+      const state = stored.get(`${first.organisation_id}/${first.call_id}`) ?? this.fresh(first);
+      if (isTerminal(state.status)) continue;
+      for (const event of group) this.step(state, event);
+      states.push(state);
+    }
+    if (states.length === 0) return;
+    const users = await this.sipUsersOf(states);
+    const writes = states.filter(changed);
+    if (writes.length)
+      await this.options.records.transaction(async (records) => {
+        for (const state of writes) await this.writeRecords(records, state, users);
+      });
+    for (const state of states) await this.afterCommit(state, users);
+  }
+
   private serialised(key: string, events: CallEvent[]): Promise<void> {
     const previous = this.queues.get(key) ?? Promise.resolve();
     const next = previous
@@ -296,8 +359,21 @@ export class CallEvents {
 
   /** The stored call (by Call-ID, or id) with its legs, in one statement; undefined when there is none. */
   private async load(organisationId: string, by: { callUuid?: string; id?: string }): Promise<CallState | undefined> {
+    if (by.id) return (await this.loadMany([{ organisationId, id: by.id }])).get(`${organisationId}/id:${by.id}`);
+    return (await this.loadMany([{ organisationId, callUuid: by.callUuid! }])).get(`${organisationId}/${by.callUuid}`);
+  }
+
+  /**
+   * Stored calls with their legs, in one statement, keyed `<organisation>/<Call-ID>` (or `<organisation>/id:<id>`
+   * when asked by id); a call not stored is absent.
+   */
+  private async loadMany(wanted: { organisationId: string; callUuid?: string; id?: string }[]): Promise<Map<string, CallState>> {
+    const byUuid = wanted.filter((w) => !w.id);
+    const byId = wanted.filter((w) => w.id);
     const { rows } = await sql<{
       id: string;
+      organisation_id: string;
+      call_uuid: string | null;
       status: string;
       conversation_id: string | null;
       conversation_status: string | null;
@@ -305,35 +381,44 @@ export class CallEvents {
       answered_at: Date | null;
       legs: { id: string; member_uuid: string; role: 'caller' | 'callee'; joined_at: string; left_at: string | null }[];
     }>`
-      SELECT c.id, c.status, c.conversation_id, c.started_at,
+      SELECT c.id, c.organisation_id, c.call_uuid, c.status, c.conversation_id, c.started_at,
              (SELECT v.status FROM conversations v WHERE v.id = c.conversation_id) AS conversation_status,
              coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at,
              coalesce((SELECT json_agg(json_build_object('id', p.id, 'member_uuid', p.member_uuid, 'role', p.role,
                  'joined_at', p.joined_at, 'left_at', p.left_at) ORDER BY p.joined_at, p.id)
                FROM call_participants p WHERE p.call_id = c.id), '[]'::json) AS legs
-      FROM calls c WHERE c.organisation_id = ${organisationId}
-        AND ${by.id ? sql`c.id = ${by.id}` : sql`c.call_uuid = ${by.callUuid}`}`.execute(this.options.db);
-    const row = rows[0];
-    if (!row) return undefined;
-    const legs = typeof row.legs === 'string' ? (JSON.parse(row.legs) as typeof row.legs) : row.legs;
-    return {
-      organisationId,
-      stored: { id: row.id, conversation_id: row.conversation_id, conversation_status: row.conversation_status },
-      status: row.status,
-      started_at: row.started_at,
-      answered_at: row.answered_at,
-      patch: {},
-      legs: legs.map((l) => ({
-        id: l.id,
-        member_uuid: l.member_uuid,
-        role: l.role,
-        joined_at: new Date(l.joined_at),
-        left_at: l.left_at ? new Date(l.left_at) : null,
-      })),
-      closeConversation: false,
-      busy: [],
-      restore: [],
-    };
+      FROM calls c
+      WHERE c.id IN (
+        SELECT c.id FROM unnest(${byUuid.map((w) => w.organisationId)}::uuid[], ${byUuid.map((w) => w.callUuid!)}::text[]) AS w(o, u)
+          JOIN calls c ON c.organisation_id = w.o AND c.call_uuid = w.u
+        UNION ALL
+        SELECT c.id FROM unnest(${byId.map((w) => w.organisationId)}::uuid[], ${byId.map((w) => w.id!)}::uuid[]) AS w(o, i)
+          JOIN calls c ON c.organisation_id = w.o AND c.id = w.i)`.execute(this.options.db);
+    const found = new Map<string, CallState>();
+    for (const row of rows) {
+      const legs = typeof row.legs === 'string' ? (JSON.parse(row.legs) as typeof row.legs) : row.legs;
+      const state: CallState = {
+        organisationId: row.organisation_id,
+        stored: { id: row.id, conversation_id: row.conversation_id, conversation_status: row.conversation_status },
+        status: row.status,
+        started_at: row.started_at,
+        answered_at: row.answered_at,
+        patch: {},
+        legs: legs.map((l) => ({
+          id: l.id,
+          member_uuid: l.member_uuid,
+          role: l.role,
+          joined_at: new Date(l.joined_at),
+          left_at: l.left_at ? new Date(l.left_at) : null,
+        })),
+        closeConversation: false,
+        busy: [],
+        restore: [],
+      };
+      if (byUuid.length) found.set(`${row.organisation_id}/${row.call_uuid}`, state);
+      if (byId.some((w) => w.id === row.id)) found.set(`${row.organisation_id}/id:${row.id}`, { ...state });
+    }
+    return found;
   }
 
   /** One event, in memory. A status never moves backwards and a terminal one is final. */
@@ -367,6 +452,12 @@ export class CallEvents {
           const id = event.transferor === 'caller' ? event.caller_sip_user_id : event.callee_sip_user_id;
           const member = id || `sip:${event.transferor === 'caller' ? event.from : event.to}`;
           this.leave(state, event.transferor, member, event.at);
+          return;
+        }
+        // The consultation call of an attended transfer, replaced by the transferee's call to the target (which
+        // that call's Call carries as a leg): it ended because it was transferred, not hung up.
+        if (event.replaced_by && state.status === 'in_progress') {
+          this.finish(state, 'completed', event.at, { end_reason: 'transferred' });
           return;
         }
         this.finish(state, state.status === 'in_progress' ? 'completed' : 'failed', event.at);
@@ -456,67 +547,91 @@ export class CallEvents {
 
   /** What the events changed, through the records service in one transaction; then operator presence. */
   private async write(state: CallState): Promise<void> {
+    const users = await this.sipUsersOf([state]);
+    if (changed(state)) await this.options.records.transaction((records) => this.writeRecords(records, state, users));
+    await this.afterCommit(state, users);
+  }
+
+  /** The SIP users the calls' records and presence need (the callee or caller named on the Call, busy, restored). */
+  private async sipUsersOf(states: CallState[]): Promise<Map<string, SipUserRow>> {
+    const byOrganisation = new Map<string, Set<string>>();
+    for (const state of states) {
+      const wanted = byOrganisation.get(state.organisationId) ?? new Set<string>();
+      byOrganisation.set(state.organisationId, wanted);
+      const create = state.create?.event;
+      if (create) {
+        const id = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
+        if (id) wanted.add(id);
+      }
+      for (const id of state.busy) wanted.add(id);
+      for (const r of state.restore) wanted.add(r.sipUserId);
+    }
+    const pairs = [...byOrganisation].flatMap(([org, ids]) => [...ids].filter((id) => UUID.test(id)).map((id) => [org, id] as const));
+    if (pairs.length === 0) return new Map();
+    const { rows } = await sql<SipUserRow & { organisation_id: string }>`
+      SELECT s.id, s.organisation_id, s.sip_username, s.user_id, o.status
+      FROM unnest(${pairs.map((p) => p[0])}::uuid[], ${pairs.map((p) => p[1])}::uuid[]) AS w(o, i)
+      JOIN sip_users s ON s.organisation_id = w.o AND s.id = w.i
+      LEFT JOIN operator_statuses o ON o.sip_user_id = s.id`.execute(this.options.db);
+    return new Map(rows.map((r) => [r.id, r]));
+  }
+
+  /** One call's changes through the records service, inside the caller's transaction. */
+  private async writeRecords(records: Records, state: CallState, users: Map<string, SipUserRow>): Promise<void> {
     const actor = systemActor(state.organisationId, 'sip');
     const create = state.create?.event;
-    const wanted = new Set<string>();
-    if (create) {
-      const id = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
-      if (id) wanted.add(id);
-    }
-    for (const id of state.busy) wanted.add(id);
-    for (const r of state.restore) wanted.add(r.sipUserId);
-    const users = await this.sipUsers(state.organisationId, [...wanted]);
     const newLegs = state.legs.filter((l) => !l.id);
     const changedLegs = state.legs.filter((l) => l.id && l.changed);
-    if (create || Object.keys(state.patch).length || newLegs.length || changedLegs.length) {
-      await this.options.records.transaction(async (records) => {
-        let callId = state.stored?.id;
-        if (create) {
-          const conversation = await records.create(actor, 'Conversation', {
-            channel: 'voice',
-            mode: 'voice',
-            status: state.closeConversation ? 'closed' : 'active',
-            ...(create.ai_agent_id ? { ai_agent_id: create.ai_agent_id } : {}),
-            metadata: { sip: { call_id: create.call_id, from: create.from, to: create.to } },
-          });
-          const sipUserId = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
-          const call = await records.create(actor, 'Call', {
-            direction: create.direction,
-            from_number: create.from || null,
-            to_number: create.to || null,
-            sip_username: users.get(sipUserId)?.sip_username ?? null,
-            status: 'initiated',
-            call_uuid: create.call_id,
-            call_source: create.source,
-            started_at: create.at,
-            conversation_id: conversation.id,
-            ...state.patch,
-          });
-          callId = call.id;
-          state.stored = {
-            id: call.id,
-            conversation_id: conversation.id,
-            conversation_status: state.closeConversation ? 'closed' : 'active',
-          };
-        } else if (Object.keys(state.patch).length) {
-          await records.update(actor, 'Call', callId!, state.patch);
-        }
-        for (const leg of newLegs) {
-          await records.create(actor, 'CallParticipant', {
-            call_id: callId,
-            member_uuid: leg.member_uuid,
-            role: leg.role,
-            joined_at: leg.joined_at,
-            ...(leg.left_at ? { left_at: leg.left_at } : {}),
-          });
-        }
-        for (const leg of changedLegs) await records.update(actor, 'CallParticipant', leg.id!, { left_at: leg.left_at });
-        // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
-        if (!create && state.closeConversation && state.stored?.conversation_id && state.stored.conversation_status === 'active')
-          await records.update(actor, 'Conversation', state.stored.conversation_id, { status: 'closed' });
+    if (!changed(state)) return;
+    let callId = state.stored?.id;
+    if (create) {
+      const conversation = await records.create(actor, 'Conversation', {
+        channel: 'voice',
+        mode: 'voice',
+        status: state.closeConversation ? 'closed' : 'active',
+        ...(create.ai_agent_id ? { ai_agent_id: create.ai_agent_id } : {}),
+        metadata: { sip: { call_id: create.call_id, from: create.from, to: create.to } },
+      });
+      const sipUserId = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
+      const call = await records.create(actor, 'Call', {
+        direction: create.direction,
+        from_number: create.from || null,
+        to_number: create.to || null,
+        sip_username: users.get(sipUserId)?.sip_username ?? null,
+        status: 'initiated',
+        call_uuid: create.call_id,
+        call_source: create.source,
+        started_at: create.at,
+        conversation_id: conversation.id,
+        ...state.patch,
+      });
+      callId = call.id;
+      state.stored = {
+        id: call.id,
+        conversation_id: conversation.id,
+        conversation_status: state.closeConversation ? 'closed' : 'active',
+      };
+    } else if (Object.keys(state.patch).length) {
+      await records.update(actor, 'Call', callId!, state.patch);
+    }
+    for (const leg of newLegs) {
+      await records.create(actor, 'CallParticipant', {
+        call_id: callId,
+        member_uuid: leg.member_uuid,
+        role: leg.role,
+        joined_at: leg.joined_at,
+        ...(leg.left_at ? { left_at: leg.left_at } : {}),
       });
     }
-    // Presence after the call's records: an operator's phone (a SIP user with a user_id) only.
+    for (const leg of changedLegs) await records.update(actor, 'CallParticipant', leg.id!, { left_at: leg.left_at });
+    // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
+    if (!create && state.closeConversation && state.stored?.conversation_id && state.stored.conversation_status === 'active')
+      await records.update(actor, 'Conversation', state.stored.conversation_id, { status: 'closed' });
+  }
+
+  /** Operator presence, after the call's records are committed: an operator's phone (a SIP user with a user_id) only. */
+  private async afterCommit(state: CallState, users: Map<string, SipUserRow>): Promise<void> {
+    const actor = systemActor(state.organisationId, 'sip');
     for (const id of new Set(state.busy)) {
       const user = users.get(id);
       if (user?.user_id && user.status !== 'busy') {

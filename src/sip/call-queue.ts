@@ -5,7 +5,8 @@
  *
  * - Order per call: rows are claimed in id order (Kamailio writes them in the order they were raised) and a
  *   row is not claimed while an earlier row of the same call is leased, so one call's events are applied one
- *   after the other, in order, even with several consumers. Different calls are applied concurrently.
+ *   after the other, in order, even with several consumers. The calls of a drain are applied together (one read,
+ *   one transaction per chunk of calls); when that fails, one call at a time, different calls concurrently.
  * - Exactly once in effect: a claimed row carries a lease; a consumer that dies before deleting it leaves the
  *   lease to expire and the row is applied again. Applying an event twice changes nothing (statuses only move
  *   forward, a terminal one is final, the Call is found by its Call-ID).
@@ -33,8 +34,15 @@ export interface CallQueueOptions {
   batchSize?: number;
   /** How long a claimed row is this consumer's before another may take it (ms). */
   leaseMs?: number;
-  /** Calls applied at the same time. */
+  /** Calls applied at the same time when they are applied one by one (a chunk failed). */
   concurrency?: number;
+  /** Calls written together in one transaction. */
+  chunk?: number;
+  /**
+   * After a drain, how long the next waits at least (ms) unless the last one found a full batch: events that
+   * arrive meanwhile are applied together (one transaction for many calls) rather than each on its own.
+   */
+  gatherMs?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
 }
 
@@ -43,6 +51,11 @@ interface Row {
   call_key: string;
   body: string;
   attempts: number;
+}
+
+interface Valid {
+  row: Row;
+  event: CallEvent;
 }
 
 /** Whether a failure is the event's fault (kept out of the queue) rather than the moment's (retried). */
@@ -59,11 +72,14 @@ export class CallEventQueue {
   private readonly batchSize: number;
   private readonly leaseMs: number;
   private readonly concurrency: number;
+  private readonly chunk: number;
+  private readonly gatherMs: number;
   private readonly log: NonNullable<CallQueueOptions['log']>;
   private timer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private running: Promise<void> | undefined;
   private again = false;
+  private gathering: NodeJS.Timeout | undefined;
   private started = false;
 
   constructor(private readonly options: CallQueueOptions) {
@@ -72,6 +88,8 @@ export class CallEventQueue {
     this.batchSize = options.batchSize ?? 400;
     this.leaseMs = options.leaseMs ?? 30_000;
     this.concurrency = options.concurrency ?? 32;
+    this.chunk = options.chunk ?? 100;
+    this.gatherMs = options.gatherMs ?? 50;
     this.log = options.log ?? (() => {});
   }
 
@@ -96,18 +114,25 @@ export class CallEventQueue {
     if (!this.started) return;
     this.started = false;
     clearInterval(this.timer);
+    clearTimeout(this.gathering);
+    this.gathering = undefined;
     await this.unlisten?.().catch(() => {});
     this.unlisten = undefined;
     await this.running;
   }
 
-  /** Runs a drain now unless one is running (then it runs again when that one ends). */
+  /**
+   * Runs a drain now unless one is running or about to (then it runs again when that one ends, `gatherMs` after
+   * the last one started: Kamailio writes a few events every few milliseconds, and what arrives meanwhile is
+   * applied together, many calls in one transaction, instead of a drain per notification).
+   */
   private wake(): void {
-    if (!this.started) return;
+    if (!this.started || this.gathering) return;
     if (this.running) {
       this.again = true;
       return;
     }
+    const startedAt = Date.now();
     this.running = this.drain()
       .then(
         () => undefined,
@@ -115,10 +140,14 @@ export class CallEventQueue {
       )
       .finally(() => {
         this.running = undefined;
-        if (this.again) {
-          this.again = false;
+        if (!this.again) return;
+        this.again = false;
+        const wait = this.gatherMs - (Date.now() - startedAt);
+        if (wait <= 0) return this.wake();
+        this.gathering = setTimeout(() => {
+          this.gathering = undefined;
           this.wake();
-        }
+        }, wait);
       });
   }
 
@@ -170,26 +199,45 @@ export class CallEventQueue {
       else calls.set(row.call_key, [row]);
     }
     const done: string[] = [];
-    const groups = [...calls.values()];
+    // Each call's rows read and validated; a row that is not a valid event is kept out here.
+    const groups: Valid[][] = [];
+    for (const list of calls.values()) {
+      const valid = await this.parse(list);
+      if (valid.length) groups.push(valid);
+    }
+    // Many calls together (docs/sip.md, "what a call costs"): one read of the calls, one of their SIP users and
+    // one transaction per chunk. A chunk that fails (a row the records service refuses, the database gone) is
+    // applied again call by call below, where the row at fault is kept out or retried alone.
+    const alone: Valid[][] = [];
+    for (let i = 0; i < groups.length; i += this.chunk) {
+      const chunk = groups.slice(i, i + this.chunk);
+      if (chunk.length === 1) {
+        alone.push(chunk[0]);
+        continue;
+      }
+      try {
+        await this.options.events.applyMany(chunk.map((g) => g.map((v) => v.event)));
+        for (const group of chunk) for (const v of group) done.push(v.row.id);
+      } catch (error) {
+        this.log('warn', `call events of ${chunk.length} calls not applied together, now one call at a time: ${message(error)}`);
+        alone.push(...chunk);
+      }
+    }
     let next = 0;
     const worker = async () => {
-      while (next < groups.length) {
-        const group = groups[next++];
+      while (next < alone.length) {
+        const group = alone[next++];
         await this.applyCall(group, done);
       }
     };
-    await Promise.all(Array.from({ length: Math.min(this.concurrency, groups.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, alone.length) }, worker));
     if (done.length) await sql`DELETE FROM sip_call_events WHERE id = ANY(${done}::bigint[])`.execute(this.db);
     return done.length;
   }
 
-  /**
-   * One call's rows, in order. Their events are applied together (one read of the call, one transaction:
-   * docs/sip.md, "what a call costs"); when that fails, one by one, so that a row the records service refuses
-   * is kept out alone and the first that fails for the moment holds the rest back.
-   */
-  private async applyCall(rows: Row[], done: string[]): Promise<void> {
-    const valid: { row: Row; event: CallEvent }[] = [];
+  /** A call's rows as events; those that are not valid events are kept out of the queue with the reason. */
+  private async parse(rows: Row[]): Promise<Valid[]> {
+    const valid: Valid[] = [];
     for (const row of rows) {
       let body: unknown;
       try {
@@ -205,6 +253,15 @@ export class CallEventQueue {
       }
       valid.push({ row, event });
     }
+    return valid;
+  }
+
+  /**
+   * One call's rows, in order. Their events are applied together (one read of the call, one transaction);
+   * when that fails, one by one, so that a row the records service refuses is kept out alone and the first that
+   * fails for the moment holds the rest back.
+   */
+  private async applyCall(valid: Valid[], done: string[]): Promise<void> {
     if (valid.length === 0) return;
     if (valid.length > 1) {
       try {

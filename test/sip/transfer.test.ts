@@ -6,6 +6,7 @@
  * is sent on.
  */
 import dgram from 'node:dgram';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, resourceDocument, type Client } from '../helpers/http.js';
 import { startTestApp, type TestApp } from '../support/app.js';
@@ -53,13 +54,20 @@ describe.skipIf(skip !== undefined)('call transfer (REFER) through the SIP edge'
   }
 
   /** A phone registered on its own port and then running `scenario` as the UAS. */
-  async function phone(org: Org, user: { name: string; password: string }, scenario: string, keys: Record<string, string> = {}) {
+  async function phone(
+    org: Org,
+    user: { name: string; password: string },
+    scenario: string,
+    keys: Record<string, string> = {},
+    extra: { args?: string[]; timeoutSeconds?: number } = {},
+  ) {
     const port = await freeUdpPort();
     expect((await register(stack, user.name, user.password, port, undefined, org.domain)).code).toBe(0);
     const done = sipp(scenario, undefined, {
       localPort: port,
       keys: { domain: org.domain, ...keys },
-      timeoutSeconds: 25,
+      timeoutSeconds: extra.timeoutSeconds ?? 25,
+      args: extra.args,
     });
     await listening(port);
     // In an object: an async function returning the promise itself would wait for the phone to finish.
@@ -153,6 +161,81 @@ describe.skipIf(skip !== undefined)('call transfer (REFER) through the SIP edge'
     expect(aliceLeg.left_at).toBe(carolLeg.left_at);
     expect(stack.kamailioLog.join('\n')).toMatch(/call \S+ is the transfer of call \S+ to /);
   }, 90_000);
+
+  it("an attended transfer (Replaces, RFC 3891): the caller's call to the target replaces the consultation; one Call with the legs, the consultation ended as transferred", async () => {
+    const alice = await sipUser(acme);
+    const bob = await sipUser(acme);
+    const carol = await sipUser(acme);
+    // Carol answers two calls: bob's consultation, then alice's call that replaces it.
+    const target = await phone(acme, carol, 'callee_answer', {}, { args: ['-m', '2'], timeoutSeconds: 60 });
+    // 1. Bob consults carol (the consultation call, a Call of its own), and stays in that call for a while.
+    const consultation = `consult-${Date.now().toString(36)}-${n++}@${acme.domain}`;
+    const consulting = sipp('caller_call', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: bob.name, domain: acme.domain },
+      args: ['-s', carol.name, '-au', bob.name, '-ap', bob.password, '-d', '20000', '-cid_str', consultation],
+      timeoutSeconds: 60,
+    });
+    // Its tags, as a Replaces header names the dialog (RFC 3891 section 3): from the dialog Kamailio keeps.
+    const dialog = await until(
+      async () => {
+        const { rows } = await sql<{ from_tag: string; to_tag: string }>`
+          SELECT from_tag, to_tag FROM sip_dialogs WHERE callid = ${consultation} AND to_tag <> ''`.execute(t.db);
+        return rows[0];
+      },
+      'the consultation call answered',
+      20_000,
+    );
+    const replaces = `${consultation};to-tag=${dialog.to_tag};from-tag=${dialog.from_tag}`;
+    // 2. Alice calls bob; bob transfers her to carol with Replaces naming the consultation (RFC 5589 section 7).
+    const transferor = await phone(acme, bob, 'callee_transfer', {
+      target: carol.name,
+      target_domain: `${acme.domain}?Replaces=${encodeURIComponent(replaces)}`,
+    });
+    const transferee = await sipp('caller_transferee', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: alice.name, domain: acme.domain },
+      args: ['-s', bob.name, '-au', alice.name, '-ap', alice.password],
+      timeoutSeconds: 25,
+    });
+    expect(transferee.errors).toBe('');
+    expect(transferee.logs).toContain(`Refer-To: <sip:${carol.name}@${acme.domain}?Replaces=`);
+    expect((await transferor.done).code).toBe(0);
+    // 3. Alice's call to carol replaces the consultation.
+    const replacing = await sipp('caller_replacing', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: alice.name, domain: acme.domain, referrer: bob.name, replaces },
+      args: ['-s', carol.name, '-au', alice.name, '-ap', alice.password, '-d', '1000'],
+      timeoutSeconds: 25,
+    });
+    expect(replacing.errors).toBe('');
+    // The consultation ends (carol's SIPp does not act on Replaces: bob hangs it up, after the replacing call).
+    expect((await consulting).code).toBe(0);
+    expect((await target.done).code).toBe(0);
+
+    // The transferred call: one Call with alice, bob (who left) and carol.
+    const call = await terminalCall(acme, bob.name);
+    expect(call.attributes).toMatchObject({ status: 'completed', from_number: alice.name, to_number: bob.name });
+    const legs = await participantsOf(call.id);
+    expect(legs.map((l) => [l.member_uuid, l.role])).toEqual([
+      [alice.id, 'caller'],
+      [bob.id, 'callee'],
+      [carol.id, 'callee'],
+    ]);
+    for (const leg of legs) expect(leg.left_at).not.toBeNull();
+    // The consultation: its own Call (bob to carol), ended as transferred; the replacing call made no Call.
+    const toCarol = await until(async () => {
+      const list = await calls(acme, carol.name);
+      return list.length === 1 && list[0].attributes.status !== 'in_progress' ? list : undefined;
+    }, 'the consultation call ended');
+    expect(toCarol[0].attributes).toMatchObject({
+      call_uuid: consultation,
+      status: 'completed',
+      end_reason: 'transferred',
+      from_number: bob.name,
+    });
+    expect(stack.kamailioLog.join('\n')).toContain(`replaces call ${consultation} (attended transfer)`);
+  }, 120_000);
 
   async function participantsOf(callId: string) {
     const response = await acme.admin.get(`/api/call_participants?filter[call_id]=${callId}&sort=joined_at`);
