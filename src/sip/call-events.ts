@@ -276,7 +276,11 @@ export class CallEvents {
     // Calls being applied in this process already (applyAll): those wait their turn as before, the rest go together.
     const busy = list.filter((g) => this.queues.has(keyOf(g[0])));
     const free = list.filter((g) => !this.queues.has(keyOf(g[0])));
-    const together = free.length > 1 ? this.applyTogether(free) : free.length === 1 ? this.applyCall(free[0]) : Promise.resolve();
+    const applied = free.length > 1 ? this.applyTogether(free) : free.length === 1 ? this.applyCall(free[0]) : Promise.resolve();
+    // Observers see every call's batch whichever way it was applied (together here, or one by one in serialised).
+    const together = applied.finally(() => {
+      for (const group of free) this.notify(group);
+    });
     for (const group of free) this.queues.set(keyOf(group[0]), together);
     void together
       .finally(() => {
@@ -311,13 +315,7 @@ export class CallEvents {
     const next = previous
       .catch(() => {})
       .then(() => this.applyCall(events))
-      .finally(() => {
-        for (const listener of this.observers) {
-          try {
-            listener(events);
-          } catch {}
-        }
-      });
+      .finally(() => this.notify(events));
     this.queues.set(key, next);
     void next
       .finally(() => {
@@ -325,6 +323,14 @@ export class CallEvents {
       })
       .catch(() => {});
     return next;
+  }
+
+  private notify(events: CallEvent[]): void {
+    for (const listener of this.observers) {
+      try {
+        listener(events);
+      } catch {}
+    }
   }
 
   private async applyCall(events: CallEvent[], retried = false): Promise<void> {
