@@ -430,6 +430,35 @@ describe('calling a declared tool', () => {
   });
 });
 
+describe('agent run (the dry run)', () => {
+  it('calls declared tools for real, unless their answers are given (--mock-tools); stores nothing either way', async () => {
+    const agentId = await newAgent();
+    const conversationId = await newConversation(agentId);
+    await say(conversationId, 'Where is order 42?');
+    const runtime = new AgentRuntime({ db: t.db, services: t.services, config: config() });
+    receiver.answer((_req, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'shipped', eta: '2 days' })),
+    );
+    const before = receiver.received.length;
+    model.script({ text: '', toolCalls: [{ name: 'lookup_order', arguments: { order: '42' } }] }, { text: 'It has shipped.' });
+    const real = await runtime.dryRun(conversationId);
+    expect(receiver.received.length).toBe(before + 1);
+    expect('tools' in real && real.tools?.[0]).toMatchObject({
+      name: 'lookup_order',
+      ok: true,
+      result: '{"status":"shipped","eta":"2 days"}',
+    });
+
+    model.script({ text: '', toolCalls: [{ name: 'lookup_order', arguments: { order: '42' } }] }, { text: 'It is on its way.' });
+    const mocked = await runtime.dryRun(conversationId, { lookup_order: { status: 'packed' } });
+    expect(receiver.received.length).toBe(before + 1);
+    expect('tools' in mocked && mocked.tools?.[0]).toMatchObject({ name: 'lookup_order', ok: true, result: '{"status":"packed"}' });
+    expect((await items(conversationId)).map((i) => i.role)).toEqual(['user']);
+    // The user item stays unanswered: unpublished, the agent leaves it to no later test's runtime.
+    await t.services.records!.update(systemActor(tenant.organisationId, 'test'), 'AiAgent', agentId, { published: false });
+  });
+});
+
 describe('built-in tools', () => {
   it('end_conversation closes the conversation after the reply', async () => {
     const conversationId = await newConversation(await newAgent([]));
