@@ -717,6 +717,13 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     expect(queued.rows[0].n).toBe(0);
     const said = (await lines(acme, call.id)).map((l) => l.content);
     expect(said).toContain('Putting you through to sales.');
+    // The end of the call closed the conversation, which queued its analysis.
+    const analysed = await until(
+      async () => (await acme.admin.get(`/api/conversations/${conversationId}`)).body.data.attributes.analysis ?? undefined,
+      'the analysis of the transferred call',
+      30_000,
+    );
+    expect(analysed).toMatchObject({ summary: 'The caller asked about an order.', success: true, data: { topic: 'shipping' } });
   }, 150_000);
 
   it('the runtime answers no one but the edge: an INVITE sent to it directly gets 403', async () => {
