@@ -726,6 +726,55 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     expect(analysed).toMatchObject({ summary: 'The caller asked about an order.', success: true, data: { topic: 'shipping' } });
   }, 150_000);
 
+  it('a transfer_call whose target does not answer hands the call off (transfer_failed); with no operator the agent says so and hangs up', async () => {
+    // Globex has no operator available (the handoff that follows finds no one to REFER the caller to).
+    const busy = await sipUser(globex);
+    const created = await globex.admin.post(
+      '/api/ai_agents',
+      resourceDocument('AiAgent', { name: 'Relay', published: true, languages: ['en'] }),
+    );
+    expect(created.status).toBe(201);
+    model.script({ text: 'Transferring you.', toolCalls: [{ name: 'transfer_call', arguments: { to: busy.name } }] });
+    const caller = await sipUser(globex);
+    const port = await freeUdpPort();
+    expect((await register(stack, caller.name, caller.password, port, undefined, globex.domain)).code).toBe(0);
+    const recorder = await startRecorder();
+    const target = `agent-${created.body.data.id}`;
+    const placing = await sipp('agent_transfer_failed_caller', stack.port, {
+      localPort: port,
+      keys: { from: caller.name, domain: globex.domain, rtp: String(recorder.port) },
+      args: ['-s', target, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 90,
+    });
+    await recorder.close();
+    expect(realErrors(placing.errors), placing.errors).toBe('');
+    expect(placing.logs).toContain(`user: ${busy.name}`);
+
+    // The Call: not awaited to its end here. The edge saw the REFER accepted, so after the agent's BYE it keeps the
+    // Call open for the transferee's new call, which never comes (docs/agents.md, "Not done yet").
+    const call = await until(
+      async () => (await globex.admin.get(`/api/calls?filter[to_number]=${encodeURIComponent(target)}`)).body.data[0],
+      `the call to ${target}`,
+    );
+    // No leg for the target: its call never happened.
+    expect((await legs(globex, call.id)).map((p) => p.role)).toEqual(['caller', 'agent']);
+    const said = (await lines(globex, call.id)).map((l) => l.content);
+    expect(said).toContain('Transferring you.');
+    expect(said).toContain(NO_OPERATOR_TEXT);
+    // Queued for an operator, saying which transfer failed.
+    const conversationId = call.attributes.conversation_id as string;
+    const conversation = await globex.admin.get(`/api/conversations/${conversationId}`);
+    expect(conversation.body.data.attributes.status).toBe('pending');
+    const note = await t.db
+      .selectFrom('conversation_items')
+      .select(['content', 'metadata'])
+      .where('conversation_id', '=', conversationId)
+      .where('role', '=', 'system')
+      .executeTakeFirstOrThrow();
+    expect(note.content).toBe(`Handed to an operator: The transfer to ${busy.name} did not go through.`);
+    expect(note.metadata).toMatchObject({ handoff: { rule: 'transfer_failed', transfer: { kind: 'sip_user', to: busy.name } } });
+  }, 150_000);
+
   it('the runtime answers no one but the edge: an INVITE sent to it directly gets 403', async () => {
     const socket = dgram.createSocket('udp4');
     await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
