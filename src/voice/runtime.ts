@@ -68,7 +68,7 @@ interface ActiveCall {
   dialog?: DialogHandle;
   /** The call's conversation, once stored. */
   conversationId?: string;
-  /** A transfer to an operator under way or done: the operator's SIP URI. */
+  /** A transfer under way or done (to an operator, or transfer_call's target): the Refer-To SIP URI. */
   transferTo?: string;
 }
 
@@ -148,7 +148,7 @@ export class VoiceRuntime implements CallHandler {
     return this.calls.get(callId)?.session;
   }
 
-  /** The calls being (or that were) transferred to an operator, and the operator's SIP URI. */
+  /** The calls being (or that were) transferred (to an operator, or by transfer_call), and the Refer-To SIP URI. */
   transfers(): { callId: string; target: string }[] {
     return [...this.calls.values()].flatMap((c) => (c.transferTo ? [{ callId: c.callId, target: c.transferTo }] : []));
   }
@@ -538,7 +538,8 @@ export class VoiceRuntime implements CallHandler {
   /**
    * Waits until the agent runtime has handled the user item (its cursor passed it: the turn committed),
    * then reads what it wrote: the assistant reply, and whether the call should end (the workflow's `end`
-   * step, a closed conversation, or a handoff, whose transfer to an operator is not built yet).
+   * step, a closed conversation) or be transferred once the reply is said (a handoff: to the operator the queue
+   * offers it to; transfer_call: to the target on the turn's tool item).
    */
   private async awaitReply(call: ActiveCall, conversationId: string, userIndex: number, itemId: string): Promise<Reply | undefined> {
     const c = this.o.config;
