@@ -430,6 +430,35 @@ describe('calling a declared tool', () => {
   });
 });
 
+describe('agent run (the dry run)', () => {
+  it('calls declared tools for real, unless their answers are given (--mock-tools); stores nothing either way', async () => {
+    const agentId = await newAgent();
+    const conversationId = await newConversation(agentId);
+    await say(conversationId, 'Where is order 42?');
+    const runtime = new AgentRuntime({ db: t.db, services: t.services, config: config() });
+    receiver.answer((_req, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'shipped', eta: '2 days' })),
+    );
+    const before = receiver.received.length;
+    model.script({ text: '', toolCalls: [{ name: 'lookup_order', arguments: { order: '42' } }] }, { text: 'It has shipped.' });
+    const real = await runtime.dryRun(conversationId);
+    expect(receiver.received.length).toBe(before + 1);
+    expect('tools' in real && real.tools?.[0]).toMatchObject({
+      name: 'lookup_order',
+      ok: true,
+      result: '{"status":"shipped","eta":"2 days"}',
+    });
+
+    model.script({ text: '', toolCalls: [{ name: 'lookup_order', arguments: { order: '42' } }] }, { text: 'It is on its way.' });
+    const mocked = await runtime.dryRun(conversationId, { lookup_order: { status: 'packed' } });
+    expect(receiver.received.length).toBe(before + 1);
+    expect('tools' in mocked && mocked.tools?.[0]).toMatchObject({ name: 'lookup_order', ok: true, result: '{"status":"packed"}' });
+    expect((await items(conversationId)).map((i) => i.role)).toEqual(['user']);
+    // The user item stays unanswered: unpublished, the agent leaves it to no later test's runtime.
+    await t.services.records!.update(systemActor(tenant.organisationId, 'test'), 'AiAgent', agentId, { published: false });
+  });
+});
+
 describe('built-in tools', () => {
   it('end_conversation closes the conversation after the reply', async () => {
     const conversationId = await newConversation(await newAgent([]));
@@ -473,7 +502,7 @@ describe('built-in tools', () => {
     expect((await conversationRow(conversationId)).metadata.agent_paused).toBeUndefined();
   });
 
-  it('transfer_call on a chat is refused with a message to the model; on a call it is recorded and queued for an operator', async () => {
+  it('transfer_call on a chat is refused with a message to the model; on a call it names its target for the voice runtime', async () => {
     const agentId = await newAgent([]);
     const chat = await newConversation(agentId);
     const seen = model.requests.length;
@@ -481,8 +510,9 @@ describe('built-in tools', () => {
       { text: '', toolCalls: [{ name: 'transfer_call', arguments: { to: '+442071234567' } }] },
       { text: 'I can get you a colleague here instead.' },
     );
-    await turn(config(), chat, 'put me through to sales', hasReply);
+    const chatItems = await turn(config(), chat, 'put me through to sales', hasReply);
     expect(toolMessages(seen + 1)[0].content).toMatch(/phone calls only/);
+    expect(chatItems.find((i) => i.role === 'tool')!.metadata.tool).toMatchObject({ name: 'transfer_call', ok: false, refused: true });
     expect((await conversationRow(chat)).status).toBe('active');
 
     const voice = await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'Conversation', {
@@ -491,13 +521,25 @@ describe('built-in tools', () => {
       mode: 'voice',
     });
     model.script({ text: '', toolCalls: [{ name: 'transfer_call', arguments: { to: '+442071234567', reason: 'Sales question.' } }] });
-    const list = await turn(config(), voice.id, 'put me through to sales', (l) => l.some((i) => i.role === 'system'));
+    const list = await turn(config(), voice.id, 'put me through to sales', hasReply);
     expect(list.find((i) => i.role === 'assistant')!.content).toBe('I am transferring you now. Please hold.');
-    expect(list.at(-1)!.metadata.handoff).toMatchObject({
-      rule: 'transfer_call',
-      reason: 'Sales question.',
-      transfer: { kind: 'number', to: '+442071234567' },
+    // The target is on the tool item, where the voice runtime reads it (src/voice/runtime.ts: a REFER once the
+    // reply is spoken); the conversation is not queued for an operator.
+    expect(list.find((i) => i.role === 'tool')!.metadata.tool).toMatchObject({
+      name: 'transfer_call',
+      ok: true,
+      transfer: { kind: 'number', to: '+442071234567', reason: 'Sales question.' },
     });
-    expect((await conversationRow(voice.id)).status).toBe('pending');
+    expect(list.some((i) => i.role === 'system')).toBe(false);
+    expect((await conversationRow(voice.id)).status).toBe('active');
+
+    // A name that is neither a number nor one of the organisation's SIP users: the model is told so.
+    const before = model.requests.length;
+    model.script(
+      { text: '', toolCalls: [{ name: 'transfer_call', arguments: { to: 'nobody-here' } }] },
+      { text: 'I cannot find that person.' },
+    );
+    await turn(config(), voice.id, 'put me through to nobody', (l) => l.filter((i) => i.role === 'assistant').length === 2);
+    expect(toolMessages(before + 1)[0].content).toMatch(/neither an E.164 number nor a SIP user/);
   });
 });

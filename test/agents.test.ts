@@ -9,6 +9,7 @@ import { AgentRuntime, claimCandidates } from '../src/agents/runtime.js';
 import type { Config } from '../src/config/index.js';
 import { openDatabase, type DatabaseHandle } from '../src/db/connection.js';
 import { DEMO_WORKFLOW, seedDemo } from '../src/demo/demo.js';
+import { DEMO_FAQ, DEMO_FAQ_TITLE } from '../src/demo/faq.js';
 import { systemActor } from '../src/jsonapi/actor.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { expectJsonApi } from './support/conformance.js';
@@ -193,6 +194,52 @@ describe('workflow validation', () => {
     ).rejects.toMatchObject({
       errors: [expect.objectContaining({ source: { pointer: '/data/attributes/workflow/steps/0/store_as' } })],
     });
+  });
+});
+
+describe('the demo agent with a model', () => {
+  it('answers the topic from its FAQ (search_knowledge, cited) and keeps the email address the visitor gives with store_answer', async () => {
+    const agentId = await newAgent({ workflow: DEMO_WORKFLOW });
+    const faq = await records().create(actor(), 'KnowledgeDocument', {
+      ai_agent_id: agentId,
+      title: DEMO_FAQ_TITLE,
+      content: DEMO_FAQ,
+      content_type: 'text/markdown',
+    });
+    const conversationId = await newConversation(agentId);
+    await withRuntime(config(), async () => {
+      await say(conversationId, 'Hello');
+      await waitFor(async () => (await items(conversationId)).length >= 2, 'the greeting');
+      await say(conversationId, 'Sam');
+      await waitFor(async () => (await items(conversationId)).length >= 4, 'the second question');
+      const seen = model.requests.length;
+      model.script(
+        { toolCalls: [{ name: 'search_knowledge', arguments: { query: 'embed the chat widget' } }] },
+        { toolCalls: [{ name: 'store_answer', arguments: { key: 'email', value: 'sam@example.com' } }] },
+        { text: 'Add the widget script to your page; an operator will write to you at sam@example.com.' },
+      );
+      await say(conversationId, 'How do I embed the chat widget? I am sam@example.com');
+      await waitFor(
+        async () => (await items(conversationId)).some((i) => i.role === 'assistant' && i.content.includes('widget script')),
+        'the answer',
+      );
+      // The model step's instructions name both tools, and both are offered.
+      const first = model.requests[seen].body;
+      expect(first.messages[0].content).toContain('store_answer');
+      expect(first.tools!.map((tool) => tool.function.name)).toEqual(expect.arrayContaining(['search_knowledge', 'store_answer']));
+    });
+    const list = await items(conversationId);
+    expect(
+      list
+        .filter((i) => i.role === 'tool')
+        .map((i) => [(i.metadata.tool as { name: string }).name, (i.metadata.tool as { ok: boolean }).ok]),
+    ).toEqual([
+      ['search_knowledge', true],
+      ['store_answer', true],
+    ]);
+    const reply = list.findLast((i) => i.role === 'assistant')!;
+    expect((reply.metadata.sources as { document_id: string }[]).map((x) => x.document_id)).toContain(faq.id);
+    expect((await conversationRow(conversationId)).metadata).toMatchObject({ visitor_name: 'Sam', email: 'sam@example.com' });
   });
 });
 

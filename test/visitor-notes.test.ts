@@ -1,9 +1,11 @@
 /**
  * The visitor never sees the service's notes to operators (docs/console.md, "The visitor widget"): `system`
- * items, such as a handoff's note with its internal reason, are outside a visitor's reads and event stream.
+ * items, such as a handoff's note with its internal reason, are outside a visitor's reads and event stream; so
+ * is the conversation's `analysis` (docs/agents.md, "Analysis") and its `Conversation.analysed` event.
  */
 import type net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemActor } from '../src/jsonapi/actor.js';
 import { client, resourceDocument } from './helpers/http.js';
 import { openSse, type SseStream } from './helpers/sse.js';
 import { startTestApp, type TestApp } from './support/app.js';
@@ -55,5 +57,56 @@ describe("a visitor and the service's notes", () => {
     // Members still read the note.
     const all = await admin.get(`/api/conversations/${id}/conversation_items?sort=content_index`);
     expect(all.body.data.map((i: { attributes: { role: string } }) => i.attributes.role)).toEqual(['user', 'system', 'operator']);
+  });
+
+  it("never reads its conversation's analysis: not through the API, not in its event stream (no analysed event)", async () => {
+    const session = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
+    const id = session.body.data.id as string;
+    const publicId = session.body.data.attributes.public_id as string;
+    const token = session.body.meta.token as string;
+    const visitor = client(t.app, token);
+    const admin = client(t.app, tenant.admin.token);
+    const visitorStream = await openSse(baseUrl, '/api/events?filter[type]=Conversation.updated,Conversation.analysed', token);
+    const adminStream = await openSse(baseUrl, '/api/events?filter[type]=Conversation.updated,Conversation.analysed', tenant.admin.token);
+    streams.push(visitorStream, adminStream);
+    expect(visitorStream.status).toBe(200);
+    // The analysis, written as the agent runtime writes it (src/agents/analysis.ts): an update with its own event.
+    const analysis = {
+      summary: 'An unhappy customer; likely to churn.',
+      success: false,
+      data: { churn_risk: 'high' },
+      analysed_at: new Date().toISOString(),
+    };
+    await t.services.records!.update(systemActor(tenant.organisationId, 'agent'), 'Conversation', id, { analysis }, { event: 'analysed' });
+    // Then a change the visitor may see, so that its stream has something after the analysis.
+    await t.services.records!.update(systemActor(tenant.organisationId, 'agent'), 'Conversation', id, { status: 'closed' });
+
+    await adminStream.waitFor(3);
+    expect(adminStream.messages.map((m) => m.event)).toEqual(['Conversation.updated', 'Conversation.analysed', 'Conversation.updated']);
+    expect(JSON.parse(adminStream.messages[1].data).data.attributes.analysis).toEqual(analysis);
+    await visitorStream.waitFor(2);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(visitorStream.messages.map((m) => m.event)).toEqual(['Conversation.updated', 'Conversation.updated']);
+    for (const m of visitorStream.messages) {
+      const attributes = JSON.parse(m.data).data.attributes;
+      expect(attributes.status).toBeDefined();
+      expect(attributes).not.toHaveProperty('analysis');
+      expect(m.data).not.toContain('churn');
+    }
+
+    // Reads: one, a list, the conversation included from its items, and a sparse fieldset naming it.
+    const one = await visitor.get(`/api/conversations/${id}`);
+    expect(one.status).toBe(200);
+    expect(one.body.data.attributes.status).toBe('closed');
+    expect(one.body.data.attributes).not.toHaveProperty('analysis');
+    const list = await visitor.get(`/api/conversations?filter[public_id]=${publicId}`);
+    expect(list.body.data).toHaveLength(1);
+    expect(list.body.data[0].attributes).not.toHaveProperty('analysis');
+    const included = await visitor.get(`/api/conversation_items?filter[conversation_id]=${id}&include=conversation`);
+    expect(JSON.stringify(included.body)).not.toContain('churn');
+    const sparse = await visitor.get(`/api/conversations/${id}?fields[Conversation]=analysis,status`);
+    expect(sparse.body.data.attributes).toEqual({ status: 'closed' });
+    // Members read it.
+    expect((await admin.get(`/api/conversations/${id}`)).body.data.attributes.analysis).toEqual(analysis);
   });
 });

@@ -53,7 +53,7 @@ import {
 import { createChatModel, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { Analyst } from './analysis.js';
 import { assignQueued, handOff } from './routing.js';
-import { offeredTools, runToolCall, type ToolEffect, type ToolEnvironment } from './tools.js';
+import { offeredTools, runToolCall, type ToolEffect, type ToolEnvironment, type TransferTarget, TOOL_WAIT_CHANNEL } from './tools.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
 
 export interface TurnTiming {
@@ -130,6 +130,8 @@ export interface RecordedToolCall {
   refused?: boolean;
   status?: number;
   duration_ms: number;
+  /** transfer_call's target: where the voice runtime sends the call once the reply is spoken. */
+  transfer?: TransferTarget & { reason: string };
 }
 
 /** What a turn decided, before anything is stored. */
@@ -141,6 +143,8 @@ export interface TurnResult {
   reply?: { content: string; metadata: Record<string, unknown> };
   /** `detail`: what went wrong, for the log and `agent run` (operators); never stored in an item. */
   handoff?: { reason: string; metadata: Record<string, unknown>; system?: string; detail?: string };
+  /** transfer_call on a call: the reply is spoken, then the call is transferred (recorded on the tool item). */
+  transfer?: TransferTarget & { reason: string };
   answers: Record<string, string>;
   close: boolean;
   state: WorkflowState;
@@ -538,7 +542,7 @@ export class AgentRuntime {
     const startedAt = performance.now();
     let result: TurnResult;
     try {
-      result = await this.turn(conversation, agent, state, item);
+      result = await this.turn(conversation, agent, state, item, { live: true });
       if (this.dead) throw new LeaseLost();
       await this.store(conversation, token, result);
     } catch (error) {
@@ -567,7 +571,8 @@ export class AgentRuntime {
     agent: Agent,
     state: WorkflowState,
     item: Item,
-    options: { history?: Item[]; callDeclared?: ToolEnvironment['callDeclared'] } = {},
+    /** `live`: a stored conversation's turn (not `agent run`, not a suite), whose call hears `say_while_waiting`. */
+    options: { history?: Item[]; callDeclared?: ToolEnvironment['callDeclared']; live?: boolean } = {},
   ): Promise<TurnResult> {
     const guardrails = parseGuardrails(agent.safety_guardrails);
     const base = { userItem: item, answers: {}, close: false, state };
@@ -628,6 +633,19 @@ export class AgentRuntime {
       conversation,
       ...(mode === 'tool' ? { knowledge: { agentId: agent.id, maxResults, found, searches: 0 } } : {}),
       ...(options.callDeclared ? { callDeclared: options.callDeclared } : {}),
+      ...(options.live && (conversation.channel === 'voice' || conversation.mode === 'voice')
+        ? {
+            announce: async (tool) => {
+              const payload = {
+                conversation_id: conversation.id,
+                in_reply_to: item.item_id,
+                tool: tool.name,
+                text: tool.say_while_waiting,
+              };
+              await sql`SELECT pg_notify(${TOOL_WAIT_CHANNEL}, ${JSON.stringify(payload)})`.execute(this.db);
+            },
+          }
+        : {}),
     };
     const recorded: RecordedToolCall[] = [];
     const failedTools = new Set<string>();
@@ -696,6 +714,7 @@ export class AgentRuntime {
             ...(outcome.refused ? { refused: true } : {}),
             ...(outcome.status !== undefined ? { status: outcome.status } : {}),
             duration_ms: Math.round(performance.now() - callStarted),
+            ...(outcome.effect?.kind === 'transfer' ? { transfer: { ...outcome.effect.target, reason: outcome.effect.reason } } : {}),
           });
           messages.push({ role: 'tool', tool_call_id: call.id, content: outcome.result });
           if (outcome.effect?.kind === 'answer')
@@ -751,13 +770,13 @@ export class AgentRuntime {
       };
     const effect = final?.effect;
     const fallback =
-      effect?.kind === 'handoff'
-        ? effect.rule === 'transfer_call'
-          ? TRANSFER_TEXT
-          : HANDOFF_TEXT
-        : effect?.kind === 'close'
-          ? GOODBYE_TEXT
-          : '';
+      effect?.kind === 'transfer'
+        ? TRANSFER_TEXT
+        : effect?.kind === 'handoff'
+          ? HANDOFF_TEXT
+          : effect?.kind === 'close'
+            ? GOODBYE_TEXT
+            : '';
     const content = [...scripted, answer.text || fallback].filter(Boolean).join('\n\n');
     // Never empty: the last round had text (the model client retries an answer with neither text nor a call), or
     // it ended the turn with a call, whose default text stands in.
@@ -765,6 +784,7 @@ export class AgentRuntime {
     if (effect?.kind === 'handoff')
       return { ...withTools, ...timing, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
     if (effect?.kind === 'close') return { ...withTools, ...timing, reply, close: true };
+    if (effect?.kind === 'transfer') return { ...withTools, ...timing, reply, transfer: { ...effect.target, reason: effect.reason } };
     return { ...withTools, ...timing, reply };
   }
 
@@ -847,6 +867,7 @@ export class AgentRuntime {
               ...(call.refused ? { refused: true } : {}),
               ...(call.status !== undefined ? { status: call.status } : {}),
               duration_ms: call.duration_ms,
+              ...(call.transfer ? { transfer: call.transfer } : {}),
             },
             in_reply_to: result.userItem.item_id,
           },
@@ -916,7 +937,11 @@ export class AgentRuntime {
   }
 
   /** The reply the next unanswered user item would get, without storing anything (`agent run`). */
-  async dryRun(conversationId: string): Promise<TurnResult | { nothing: string }> {
+  async dryRun(
+    conversationId: string,
+    /** Answers of declared tools by name (`agent run --mock-tools`): those are not called; the others are. */
+    mocks: Record<string, unknown> = {},
+  ): Promise<TurnResult | { nothing: string }> {
     const existing = await this.db
       .selectFrom('agent_turns')
       .select('conversation_id')
@@ -932,7 +957,10 @@ export class AgentRuntime {
     }
     const item = items.find((i) => i.role === 'user');
     if (!item) return { nothing: 'No user item is waiting for a reply.' };
-    return this.turn(conversation, agent, state, item);
+    return this.turn(conversation, agent, state, item, {
+      callDeclared: async (tool) =>
+        Object.hasOwn(mocks, tool.name) ? { ok: true, status: 200, result: JSON.stringify(mocks[tool.name]) } : undefined,
+    });
   }
 }
 

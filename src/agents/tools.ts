@@ -22,6 +22,13 @@ import { newWebhookSecret } from '../resources/webhook-endpoint.js';
 import { signedPost } from '../resources/webhook-url.js';
 import type { ToolCall } from './llm.js';
 
+/**
+ * The NOTIFY channel on which a turn announces a declared tool's `say_while_waiting` line as its request starts;
+ * payload `{conversation_id, in_reply_to, tool, text}` (JSON). The voice runtime, which may run in another
+ * process (`sip serve`), speaks it on the conversation's call.
+ */
+export const TOOL_WAIT_CHANNEL = 'parley_tool_wait';
+
 /** Bytes of a tool's answer read and given to the model; a longer answer is a failed call. */
 export const TOOL_RESPONSE_MAX_BYTES = 64 * 1024;
 const USER_AGENT = 'Parley-Tools/1';
@@ -40,7 +47,12 @@ export interface ToolConversation {
 export type ToolEffect =
   | { kind: 'handoff'; reason: string; rule: string; metadata?: Record<string, unknown> }
   | { kind: 'close'; reason?: string }
-  | { kind: 'answer'; key: string; value: string };
+  | { kind: 'answer'; key: string; value: string }
+  /** transfer_call on a call: the voice runtime REFERs the caller to `target` once the reply is spoken. */
+  | { kind: 'transfer'; reason: string; target: TransferTarget };
+
+/** Where transfer_call sends a call: an E.164 number (the organisation's own or out through its gateway) or a SIP user. */
+export type TransferTarget = { kind: 'number'; to: string } | { kind: 'sip_user'; to: string; sip_user_id: string };
 
 export interface ToolOutcome {
   ok: boolean;
@@ -63,6 +75,8 @@ export interface ToolEnvironment {
   knowledge?: { agentId: string; maxResults: number; found: KnowledgeHit[]; searches: number };
   /** Replaces the HTTP call of declared tools (an agent test suite's `mock_tools`). */
   callDeclared?: (tool: WorkflowTool, args: Record<string, unknown>) => Promise<ToolOutcome | undefined>;
+  /** Told just before a declared tool with `say_while_waiting` is requested (a live call: the line is spoken meanwhile). */
+  announce?: (tool: WorkflowTool & { say_while_waiting: string }) => Promise<void>;
 }
 
 export interface BuiltInTool {
@@ -133,9 +147,13 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     },
     run: async (args, env) => {
       if (!isCall(env.conversation))
-        return { ok: false, result: 'transfer_call works on phone calls only; this is a chat. Offer handoff_to_operator instead.' };
+        return {
+          ok: false,
+          refused: true,
+          result: 'transfer_call works on phone calls only; this is a chat. Offer handoff_to_operator instead.',
+        };
       const to = String(args.to).trim();
-      let target: Record<string, unknown>;
+      let target: TransferTarget;
       if (E164.test(to)) target = { kind: 'number', to };
       else {
         const user = await env.db
@@ -147,14 +165,14 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
         if (!user) return { ok: false, result: `${to} is neither an E.164 number nor a SIP user of this organisation.` };
         target = { kind: 'sip_user', to: user.sip_username, sip_user_id: user.id };
       }
-      // The voice runtime cannot move a call yet (no REFER, no bridge): the request is recorded and the call goes
-      // to the operator queue with it, where an operator sees whom the caller wanted (docs/agents.md).
+      // The turn ends here: its reply is spoken, then the voice runtime REFERs the caller to the target
+      // (src/voice/runtime.ts, the same path as a handoff to an operator's phone).
       const reason =
         typeof args.reason === 'string' && args.reason.trim() ? args.reason.trim().slice(0, 400) : `Transfer requested to ${to}.`;
       return {
         ok: true,
-        result: `Transfer to ${to} requested.`,
-        effect: { kind: 'handoff', reason, rule: 'transfer_call', metadata: { transfer: target } },
+        result: `Transferring the call to ${to}.`,
+        effect: { kind: 'transfer', reason, target },
         final: true,
       };
     },
@@ -260,7 +278,13 @@ export async function runToolCall(
       result: `${call.name} failed earlier in this turn and is not called again. Tell the user it cannot be done right now.`,
     };
   if (builtIn) return builtIn.run(call.arguments, env);
-  const outcome = (await env.callDeclared?.(own!, call.arguments)) ?? (await callDeclaredTool(own!, call.arguments, env, messageId));
+  let outcome = await env.callDeclared?.(own!, call.arguments);
+  if (!outcome) {
+    const tool = own!;
+    // Said to the caller while the request runs; never delays or fails the call itself.
+    if (tool.say_while_waiting && env.announce) await env.announce({ ...tool, say_while_waiting: tool.say_while_waiting }).catch(() => {});
+    outcome = await callDeclaredTool(tool, call.arguments, env, messageId);
+  }
   if (!outcome.ok) failed.add(call.name);
   return outcome;
 }

@@ -17,6 +17,7 @@ import { createApiKey, revokeApiKey } from '../auth/api-keys.js';
 import { revokeUserTokens } from '../auth/user-tokens.js';
 import { AgentRuntime } from '../agents/runtime.js';
 import { loadAgent, parseSuite, runSuite, type Suite, SuiteError, suiteJUnit, suiteTable } from '../agents/suite.js';
+import { BUILT_IN_TOOLS } from '../agents/tools.js';
 import { consoleLink, createServices, loginHint, startApp } from '../app.js';
 import { createLogger } from '../http/logger.js';
 import { loadConfig, publicBaseUrl } from '../config/index.js';
@@ -350,13 +351,29 @@ agent
   .command('run')
   .description('print the reply the next unanswered user item of a conversation would get, without storing it (dry run)')
   .requiredOption('--conversation <id>')
+  .option('--mock-tools <file.json>', "answers of the agent's declared tools by name (a JSON object): those tools are not called")
   .addOption(json())
   .action(
-    action(async (o: { conversation: string; json?: boolean }) =>
-      withDatabase(!!o.json, async (db, records) => {
+    action(async (o: { conversation: string; mockTools?: string; json?: boolean }) => {
+      // Declared tools are called for real unless mocked (docs/agents.md, "Command line"): the reply printed is the
+      // one their real answers lead to.
+      let mocks: Record<string, unknown> = {};
+      if (o.mockTools) {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(await readFile(o.mockTools, 'utf8'));
+        } catch (error) {
+          throw new Error(`cannot read ${o.mockTools} as JSON: ${(error as Error).message}`);
+        }
+        if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed))
+          throw new Error(`${o.mockTools} must hold a JSON object: tool name -> its answer`);
+        mocks = parsed as Record<string, unknown>;
+      }
+      return withDatabase(!!o.json, async (db, records) => {
         const config = loadConfig();
         const runtime = new AgentRuntime({ db, services: { config, signingKey: new Uint8Array(), records }, config });
-        const result = await runtime.dryRun(o.conversation);
+        const result = await runtime.dryRun(o.conversation, mocks);
+        const isMocked = (name: string) => Object.hasOwn(mocks, name) && !Object.hasOwn(BUILT_IN_TOOLS, name);
         if ('nothing' in result)
           return { result: { conversation_id: o.conversation, reply: null, note: result.nothing }, text: result.nothing };
         const out = {
@@ -366,12 +383,23 @@ agent
           handoff: result.handoff ?? null,
           answers: result.answers,
           workflow_state: result.state,
+          tool_calls: (result.tools ?? []).map((call) => ({
+            name: call.name,
+            arguments: call.arguments,
+            ok: call.ok,
+            result: call.result,
+            mocked: isMocked(call.name),
+          })),
         };
-        const lines = [result.reply ? result.reply.content : '(no reply)'];
+        const lines = (result.tools ?? []).map(
+          (call) =>
+            `[tool] ${call.name}(${JSON.stringify(call.arguments)}) ${isMocked(call.name) ? 'mocked' : call.ok ? 'ok' : 'failed'}: ${call.result.slice(0, 200)}`,
+        );
+        lines.push(result.reply ? result.reply.content : '(no reply)');
         if (result.handoff) lines.push(`[handoff] ${result.handoff.reason}${result.handoff.detail ? ` (${result.handoff.detail})` : ''}`);
         return { result: out, text: lines.join('\n') };
-      }),
-    ),
+      });
+    }),
   );
 agent
   .command('test')

@@ -53,6 +53,7 @@ export function addSipCommands(program: Command, fail: (error: unknown, json: bo
             services,
             config: { ...config, voice: { ...config.voice, sipTrusted: trusted } },
             callEvents: edge.events,
+            listen: (channel, onNotify, onResumed) => database.listen(channel, onNotify, onResumed),
             logger: pino({ level: config.logLevel }, pino.destination(2)),
           });
           try {

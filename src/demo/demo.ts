@@ -34,8 +34,10 @@ const PEOPLE: { email: string; role: Role; full_name: string }[] = [
  * The demo agent's workflow (see docs/agents.md for the schema). With no model configured it answers with its
  * scripted steps (the `model` step is passed over) and hands off after two questions. With a model, the
  * `model` step answers the visitor's questions from the Parley FAQ (`DEMO_FAQ`, through `search_knowledge`,
- * cited in the reply's `metadata.sources`) for three turns before the handoff; the conversation's analysis
- * then records its topic.
+ * cited in the reply's `metadata.sources`) for three turns before the handoff, and keeps an email address the
+ * visitor gives with the built-in `store_answer` tool (in the conversation's metadata, where the console shows
+ * it): a tool that works with no endpoint and no internet access (a declared tool would need an HTTPS endpoint of
+ * the organisation's, which a demo does not have). The conversation's analysis then records its topic.
  */
 export const DEMO_WORKFLOW = {
   steps: [
@@ -45,7 +47,9 @@ export const DEMO_WORKFLOW = {
     {
       id: 'answer',
       type: 'model',
-      instructions: 'Answer questions about Parley from the knowledge base: call search_knowledge first, and say so when it has no answer.',
+      instructions:
+        'Answer questions about Parley from the knowledge base: call search_knowledge first, and say so when it has no answer. ' +
+        'When the visitor gives an email address, keep it with store_answer (key "email") so that an operator can write back.',
       max_turns: 3,
     },
     { id: 'handoff', type: 'handoff', reason: 'The demo agent hands every conversation to an operator after two questions.' },

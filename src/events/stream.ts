@@ -23,6 +23,7 @@ import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
 import type { Registry } from '../jsonapi/query/parse.js';
 import { columnOf, type ResourceDef } from '../jsonapi/resource.js';
+import { forVisitors } from '../jsonapi/serialize.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { UUID_PATTERN } from '../jsonapi/validate.js';
@@ -324,6 +325,9 @@ class Visibility {
   byType(type: string): boolean | undefined {
     const rule = this.rule(resourceTypeOf(type));
     if (!rule) return false;
+    // An event that exists to announce what visitors do not read (`Conversation.analysed`) is not theirs.
+    if (this.principal.role === 'visitor' && rule.resource.eventsHiddenFromVisitors?.includes(type.slice(type.lastIndexOf('.') + 1)))
+      return false;
     return rule.rowCheck ? undefined : true;
   }
 
@@ -633,7 +637,10 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       }
     };
     const send = (row: EventRow) => {
-      write(`id: ${row.id}\nevent: ${row.type}\ndata: ${row.json}\n\n`);
+      // A visitor's copy leaves out the attributes hidden from visitors (a conversation's `analysis`).
+      const resource = principal.role === 'visitor' ? options.registry.get(resourceTypeOf(row.type)) : undefined;
+      const json = resource ? forVisitors(resource, row.json) : row.json;
+      write(`id: ${row.id}\nevent: ${row.type}\ndata: ${json}\n\n`);
     };
     const wanted = (row: EventRow) => !types || types.has(row.type);
     const stream: OpenStream = {

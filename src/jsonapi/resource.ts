@@ -38,6 +38,11 @@ export interface AttributeDef {
   /** Accepted as input but never returned (e.g. gateway password). */
   writeOnly?: boolean;
   /**
+   * Left out of what a website visitor reads, through the API and its event stream (a conversation's `analysis`:
+   * what the organisation concluded about the visitor is the organisation's).
+   */
+  hiddenFromVisitors?: boolean;
+  /**
    * Made by the create action and shown only in the response that creates the
    * record (API key tokens, webhook secrets); `null` in every later rendering.
    */
@@ -238,6 +243,8 @@ export interface ResourceDef {
    * through the records service names one in `WriteOptions.event`, and it is queued after the `updated` event.
    */
   extraEvents?: readonly string[];
+  /** Event actions a visitor's stream never carries (`analysed`: it exists to announce a hidden attribute). */
+  eventsHiddenFromVisitors?: readonly string[];
   description?: string;
 }
 

@@ -69,8 +69,9 @@ export function renderResource(
 
   const attributes: Record<string, unknown> = {};
   const revealed = ctx.revealed?.get(id);
+  const visitor = ctx.principal?.role === 'visitor';
   for (const [name, def] of Object.entries(resource.attributes)) {
-    if (def.writeOnly || !show(name)) continue;
+    if (def.writeOnly || !show(name) || (visitor && def.hiddenFromVisitors)) continue;
     attributes[name] = renderValue(def, def.revealedOnCreate ? revealed?.[name] : row[name]);
   }
 
@@ -132,7 +133,19 @@ export function resourceJson(resource: ResourceDef, row: Row, ctx: RenderContext
 }
 
 /** Whether `resourceJson` renders `resource` as `renderResource` would for this request. */
-export const plainRendering = (resource: ResourceDef, ctx: RenderContext) => !ctx.fields.has(resource.type) && !ctx.revealed;
+export const plainRendering = (resource: ResourceDef, ctx: RenderContext) =>
+  !ctx.fields.has(resource.type) && !ctx.revealed && !(ctx.principal?.role === 'visitor' && hidesFromVisitors(resource));
+
+/** Whether some attribute of `resource` is left out for visitors (`AttributeDef.hiddenFromVisitors`). */
+export const hidesFromVisitors = (resource: ResourceDef) => Object.values(resource.attributes).some((def) => def.hiddenFromVisitors);
+
+/** An event's resource object as a visitor may read it: without the attributes hidden from visitors. */
+export function forVisitors(resource: ResourceDef, eventJson: string): string {
+  if (!hidesFromVisitors(resource)) return eventJson;
+  const event = JSON.parse(eventJson) as { data?: { attributes?: Record<string, unknown> } };
+  for (const [name, def] of Object.entries(resource.attributes)) if (def.hiddenFromVisitors) delete event.data?.attributes?.[name];
+  return JSON.stringify(event);
+}
 
 function compileResourceJson(resource: ResourceDef): ResourceJson {
   const typeJson = JSON.stringify(resource.type);

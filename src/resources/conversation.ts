@@ -34,6 +34,8 @@ export default defineResource({
     /** Written by the agent runtime when the conversation closes (docs/agents.md, "Analysis"); no client writes it. */
     analysis: attr.object({
       nullable: true,
+      // What the organisation concluded about a conversation is not shown to its website visitor (docs/agents.md).
+      hiddenFromVisitors: true,
       maxBytes: 64 * 1024,
       description:
         "The analysis of the finished conversation (read-only): summary, data (per the agent workflow's analysis schema), success, analysed_at; or skipped/error with analysed_at. Null until the conversation closes and is analysed.",
@@ -49,6 +51,7 @@ export default defineResource({
   operations: { list: true, get: true, create: true, update: true },
   // Written with the analysis (src/agents/analysis.ts), after that write's `Conversation.updated`.
   extraEvents: ['analysed'],
+  eventsHiddenFromVisitors: ['analysed'],
   access: { read: EVERY_ROLE_AND_VISITORS, create: EVERY_ROLE, update: EVERY_ROLE, visible: ownConversationForVisitors('id') },
   // Search by content (docs/api.md, "Search"): `filter[content][matches]=refund invoice` is the conversations
   // with an item containing every word, answered by the items' GIN index (migration 0023).

@@ -11,9 +11,10 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import { handOff } from '../agents/routing.js';
+import { TOOL_WAIT_CHANNEL, type TransferTarget } from '../agents/tools.js';
 import { HANDOFF_TEXT, type WorkflowState } from '../agents/workflow.js';
 import type { Config } from '../config/index.js';
-import { inTransaction } from '../db/connection.js';
+import { type DatabaseHandle, inTransaction } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
@@ -42,6 +43,11 @@ export interface VoiceRuntimeOptions {
    * order): a call the edge relayed is recorded through them, as one Call with the edge's.
    */
   callEvents?: CallEvents;
+  /**
+   * The database's notifications: a turn announces there a tool's `say_while_waiting` line as its request starts
+   * (TOOL_WAIT_CHANNEL), which the call then hears. Without it such lines are not spoken (the reply still is).
+   */
+  listen?: DatabaseHandle['listen'];
   /** Benchmarks: each RTP packet sent, with its due time. */
   onPacketSent?: (callId: string, at: number, due: number) => void;
 }
@@ -60,7 +66,9 @@ interface ActiveCall {
   /** Relayed by the SIP edge: its account of the call (the Call is the edge's; see storeCall). */
   edge?: CallEvent;
   dialog?: DialogHandle;
-  /** A transfer to an operator under way or done: the operator's SIP URI. */
+  /** The call's conversation, once stored. */
+  conversationId?: string;
+  /** A transfer under way or done (to an operator, or transfer_call's target): the Refer-To SIP URI. */
   transferTo?: string;
 }
 
@@ -78,6 +86,7 @@ export class VoiceRuntime implements CallHandler {
   private readonly registry = buildRegistry(resources);
   private readonly endings = new Set<Promise<void>>();
   private readonly callEvents: CallEvents;
+  private unlisten?: () => Promise<void>;
 
   constructor(private readonly o: VoiceRuntimeOptions) {
     const v = o.config.voice;
@@ -105,11 +114,28 @@ export class VoiceRuntime implements CallHandler {
   /** Ends calls a previous run left open (the process stopped mid-call), then takes calls. */
   async start(): Promise<void> {
     await this.reconcile();
+    this.unlisten = await this.o.listen?.(TOOL_WAIT_CHANNEL, (payload) => this.toolWaiting(payload));
     await this.endpoint.start();
+  }
+
+  /** A turn of one of this runtime's calls started a tool with `say_while_waiting`: the caller hears the line. */
+  private toolWaiting(payload: string): void {
+    let wait: { conversation_id?: unknown; in_reply_to?: unknown; tool?: unknown; text?: unknown };
+    try {
+      wait = JSON.parse(payload);
+    } catch {
+      return;
+    }
+    if (typeof wait.text !== 'string' || wait.text === '') return;
+    for (const call of this.calls.values())
+      if (call.conversationId === wait.conversation_id && call.session)
+        call.session.interject(wait.text, { source: 'agent', say_while_waiting: wait.tool, in_reply_to: wait.in_reply_to });
   }
 
   /** Hangs up every call (BYE), records their end, and stops listening. */
   async stop(): Promise<void> {
+    await this.unlisten?.().catch(() => {});
+    this.unlisten = undefined;
     await this.endpoint.stop();
     await Promise.all([...this.endings]);
   }
@@ -122,7 +148,7 @@ export class VoiceRuntime implements CallHandler {
     return this.calls.get(callId)?.session;
   }
 
-  /** The calls being (or that were) transferred to an operator, and the operator's SIP URI. */
+  /** The calls being (or that were) transferred (to an operator, or by transfer_call), and the Refer-To SIP URI. */
   transfers(): { callId: string; target: string }[] {
     return [...this.calls.values()].flatMap((c) => (c.transferTo ? [{ callId: c.callId, target: c.transferTo }] : []));
   }
@@ -171,6 +197,7 @@ export class VoiceRuntime implements CallHandler {
     const call = this.calls.get(info.callId);
     if (!call) return;
     call.stored = this.storeCall(call);
+    call.stored.then((stored) => (call.conversationId = stored.conversationId)).catch(() => {});
     call.stored.catch((error) => {
       this.o.logger?.error({ err: error, callId: info.callId }, 'voice: storing the call failed');
       void dialog.hangup();
@@ -394,21 +421,7 @@ export class VoiceRuntime implements CallHandler {
           transcript(records, 'agent', text, itemId ?? `voice_${randomUUID().replaceAll('-', '')}`, metadata, stored.callRowId),
         );
       },
-      handoff: async (reason) => {
-        const stored = await call.stored!;
-        await inTransaction(this.o.db, async (trx) => {
-          const conv = await trx.selectFrom('conversations').select('status').where('id', '=', stored.conversationId).executeTakeFirst();
-          if (conv?.status !== 'active') return;
-          const records = createRecords({ db: trx, registry: this.registry, services: this.o.services });
-          await handOff(
-            records,
-            { id: stored.conversationId, organisation_id: call.organisationId },
-            reason,
-            `handoff_voice_${randomUUID().replaceAll('-', '')}`,
-            { rule: 'speech_failure' },
-          );
-        });
-      },
+      handoff: (reason) => this.handOff(call, reason, { rule: 'speech_failure' }),
     };
   }
 
@@ -422,27 +435,85 @@ export class VoiceRuntime implements CallHandler {
    * before hanging up when no operator was offered or the transfer failed; the conversation stays queued.
    */
   private async transfer(call: ActiveCall, conversationId: string): Promise<string | undefined> {
-    const dialog = call.dialog;
-    if (!dialog) return NO_OPERATOR_TEXT;
+    if (!call.dialog) return NO_OPERATOR_TEXT;
     const operator = await this.assignedOperator(call.organisationId, conversationId, 3000);
     if (!operator) {
       this.o.logger?.info({ callId: call.callId }, 'voice: handoff with no operator available');
       return NO_OPERATOR_TEXT;
     }
-    const target = `sip:${operator.sip_username}@${operator.domain}`;
-    call.transferTo = target;
-    this.o.logger?.info({ callId: call.callId, target }, 'voice: transferring the call (REFER)');
-    const status = await dialog.refer(target, `sip:agent-${call.agent.id}@${operator.domain}`, TRANSFER_TIMEOUT_MS);
-    if (status < 200 || status >= 300) {
-      this.o.logger?.info({ callId: call.callId, target, status }, 'voice: transfer failed');
-      return NO_OPERATOR_TEXT;
-    }
+    const done = await this.refer(call, operator.sip_username, operator.domain);
+    if (!done) return NO_OPERATOR_TEXT;
     // Behind the edge, the caller's new call to the operator is linked to this Call by the edge (route[INITIAL],
     // docs/sip.md "Transfers"): the operator joins it as the transfer's answered leg, and goes busy there.
     if (call.edge) return undefined;
     const stored = await call.stored!;
     stored.participantIds.push(await this.callEvents.operatorJoined(call.organisationId, stored.callRowId, operator.id, new Date()));
     return undefined;
+  }
+
+  /**
+   * transfer_call (docs/agents.md, "Built-in tools"): the caller is REFERred to the number or SIP user the model
+   * named, by the same path as a handoff's transfer to an operator. The Refer-To is in the organisation's SIP
+   * domain, so the edge routes the caller's new call as any call of the organisation (route[INITIAL]: a SIP user,
+   * the organisation's PhoneNumber, or out through its gateway) and records it as a leg of this Call (docs/sip.md,
+   * "Transfers"). A transfer that does not happen hands the conversation to an operator, whose phone is then tried.
+   */
+  private async transferCall(call: ActiveCall, conversationId: string, target: TransferTarget): Promise<string | undefined> {
+    const org = await this.o.db
+      .selectFrom('organisations')
+      .select(sql<string>`parley_sip_domain(slug)`.as('domain'))
+      .where('id', '=', call.organisationId)
+      .executeTakeFirstOrThrow();
+    if (await this.refer(call, target.to, org.domain)) {
+      if (call.edge) return undefined;
+      // A call that reached the runtime directly: the target's leg is recorded here (the edge is not there to).
+      const stored = await call.stored!;
+      const leg = await this.records.create(systemActor(call.organisationId, 'sip'), 'CallParticipant', {
+        call_id: stored.callRowId,
+        member_uuid: target.kind === 'sip_user' ? target.sip_user_id : `sip:${target.to}`,
+        role: 'callee',
+        joined_at: new Date(),
+      });
+      stored.participantIds.push(leg.id);
+      return undefined;
+    }
+    if (call.session?.isClosed) return undefined; // the caller hung up meanwhile
+    await this.handOff(call, `The transfer to ${target.to} did not go through.`, { rule: 'transfer_failed', transfer: target });
+    return this.transfer(call, conversationId);
+  }
+
+  /**
+   * A blind transfer through the edge (RFC 3515): REFER with Refer-To `sip:<user or number>@<organisation
+   * domain>`; true once the caller's NOTIFY reports the target's answer (RFC 3515 2.4.5). The caller's leg then
+   * ends (BYE, RFC 5589 section 6: the session hangs up after this resolves).
+   */
+  private async refer(call: ActiveCall, user: string, domain: string): Promise<boolean> {
+    const dialog = call.dialog;
+    if (!dialog) return false;
+    const target = `sip:${user}@${domain}`;
+    call.transferTo = target;
+    this.o.logger?.info({ callId: call.callId, target }, 'voice: transferring the call (REFER)');
+    const status = await dialog.refer(target, `sip:agent-${call.agent.id}@${domain}`, TRANSFER_TIMEOUT_MS);
+    if (status >= 200 && status < 300) return true;
+    this.o.logger?.info({ callId: call.callId, target, status }, 'voice: transfer failed');
+    return false;
+  }
+
+  /** Hands the call's conversation to the operator queue (still active only: an operator may have it already). */
+  private async handOff(call: ActiveCall, reason: string, metadata: Record<string, unknown>): Promise<void> {
+    const stored = await call.stored!;
+    await inTransaction(this.o.db, async (trx) => {
+      const conv = await trx.selectFrom('conversations').select('status').where('id', '=', stored.conversationId).executeTakeFirst();
+      if (conv?.status !== 'active') return;
+      const records = createRecords({ db: trx, registry: this.registry, services: this.o.services });
+      await handOff(
+        records,
+        { id: stored.conversationId, organisation_id: call.organisationId },
+        reason,
+        `handoff_voice_${randomUUID().replaceAll('-', '')}`,
+        metadata,
+      );
+    });
   }
 
   /** The SIP user (registered ones first) of the operator the handoff queue offered the conversation to. */
@@ -467,7 +538,8 @@ export class VoiceRuntime implements CallHandler {
   /**
    * Waits until the agent runtime has handled the user item (its cursor passed it: the turn committed),
    * then reads what it wrote: the assistant reply, and whether the call should end (the workflow's `end`
-   * step, a closed conversation, or a handoff, whose transfer to an operator is not built yet).
+   * step, a closed conversation) or be transferred once the reply is said (a handoff: to the operator the queue
+   * offers it to; transfer_call: to the target on the turn's tool item).
    */
   private async awaitReply(call: ActiveCall, conversationId: string, userIndex: number, itemId: string): Promise<Reply | undefined> {
     const c = this.o.config;
@@ -493,8 +565,21 @@ export class VoiceRuntime implements CallHandler {
         this.o.logger?.debug({ callId: call.callId, reply: reply?.content, hangup }, 'voice: agent answered');
         // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
         // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
-        const transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
-        if (reply) return { text: reply.content, hangup, at, itemId: reply.item_id, transfer };
+        let transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
+        // transfer_call: the turn's tool item names the target (src/agents/runtime.ts, `metadata.tool.transfer`).
+        const asked = await this.o.db
+          .selectFrom('conversation_items')
+          .select(sql<TransferTarget | null>`metadata->'tool'->'transfer'`.as('target'))
+          .where('conversation_id', '=', conversationId)
+          .where('role', '=', 'tool')
+          .where('content_index', '>', userIndex)
+          .where(sql<boolean>`metadata->>'in_reply_to' = ${itemId} AND metadata->'tool' ? 'transfer'`)
+          .executeTakeFirst();
+        if (asked?.target && row.status === 'active') {
+          const target = asked.target;
+          transfer = () => this.transferCall(call, conversationId, target);
+        }
+        if (reply) return { text: reply.content, hangup: hangup || transfer !== undefined, at, itemId: reply.item_id, transfer };
         if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
         return undefined;
       }

@@ -103,6 +103,8 @@ export class VoiceSession {
   private prompted = false;
   private failures = 0;
   private framesIn = 0;
+  /** A line said while the caller waits for the reply (a tool's `say_while_waiting`): the reply follows it. */
+  private waiting?: Promise<void>;
   /** Frames heard while the previous frame's decoding is still to be pushed (reordering is not attempted). */
   readonly stats = { packetsIn: 0, packetsOut: 0, bargeIns: 0, turns: 0 };
 
@@ -121,6 +123,27 @@ export class VoiceSession {
     this.enqueue(async () => {
       const reply = await this.o.sink.userTurn({ text: 'Hello', kind: 'connected' });
       if (reply) await this.speakReply(reply, { speechEndAt: performance.now() });
+    });
+  }
+
+  /**
+   * Says `text` now, outside the turn queue (the turn is waiting for its reply: a tool of the agent is running),
+   * recorded as an agent line with `metadata`. The reply, when it comes, is spoken after it, not over it; the
+   * caller speaking cuts it as any line (barge-in).
+   */
+  interject(text: string, metadata: Record<string, unknown>): void {
+    if (this.closed) return;
+    const before = this.waiting ?? Promise.resolve();
+    this.waiting = before.then(async () => {
+      if (this.closed) return;
+      try {
+        const pcm = await this.o.tts.synthesize(text, { voice: this.o.voice });
+        const result = await this.play(text, pcm);
+        await this.o.sink.agentLine(text, { ...metadata, spoken: !result.interrupted, spoken_ms: result.spokenMs, tts: this.o.tts.name });
+      } catch (error) {
+        // Not said (the speech engine failed): the reply still comes; nothing else depends on this line.
+        this.o.onError?.(error);
+      }
     });
   }
 
@@ -282,6 +305,9 @@ export class VoiceSession {
         return this.speechTrouble(again.message);
       }
     }
+    // A line said while the reply was being made (synthesised meanwhile) is not cut off by it.
+    await this.waiting;
+    this.waiting = undefined;
     const result = await this.play(reply.text, pcm, marks);
     const latency = latencyOf(marks);
     await this.o.sink.agentLine(

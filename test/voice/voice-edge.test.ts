@@ -6,7 +6,11 @@
  * with the caller's leg, the agent's leg and the transcripts.
  */
 import dgram from 'node:dgram';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { sql } from 'kysely';
 import pino from 'pino';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentRuntime } from '../../src/agents/runtime.js';
 import type { Config } from '../../src/config/index.js';
@@ -14,6 +18,7 @@ import { systemActor } from '../../src/jsonapi/actor.js';
 import { edgeSources, parseSipListen } from '../../src/sip/config.js';
 import { NO_OPERATOR_TEXT, VoiceRuntime } from '../../src/voice/runtime.js';
 import { client, resourceDocument, type Client } from '../helpers/http.js';
+import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { DOMAIN, freeUdpPort, register, sipp, sipSkipReason, startSipStack, until, type SipStack } from '../sip/harness.js';
 import { branch, tag } from '../sip/raw.js';
 import { startTestApp, type TestApp } from '../support/app.js';
@@ -41,10 +46,27 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
   let voice: VoiceRuntime;
   let voicePort: number;
   let agentId: string;
+  let model: ModelServer;
   let n = 0;
 
   beforeAll(async () => {
-    t = await startTestApp({ SIP_ALLOW_PRIVATE_GATEWAYS: 'true', AGENT_RUNTIME: 'false' });
+    // Private tool URLs: the fake tool receiver listens on the loopback (docs/agents.md, "The call").
+    t = await startTestApp({ SIP_ALLOW_PRIVATE_GATEWAYS: 'true', AGENT_RUNTIME: 'false', WEBHOOK_ALLOW_PRIVATE_URLS: 'true' });
+    model = await startModelServer();
+    // Analyses of the calls' conversations (every one closed here is analysed): a record_analysis answer;
+    // turns the tests do not script are echoed.
+    model.always((req) =>
+      (req.body.tools ?? []).some((tool) => tool.function.name === 'record_analysis')
+        ? {
+            toolCalls: [
+              {
+                name: 'record_analysis',
+                arguments: { summary: 'The caller asked about an order.', success: true, data: { topic: 'shipping' } },
+              },
+            ],
+          }
+        : { text: `You said: ${[...req.body.messages].reverse().find((m) => m.role === 'user')?.content ?? ''}` },
+    );
     const org = async (name: string): Promise<Org> => {
       const tenant = await seedTenant(t, name);
       return { tenant, admin: client(t.app, tenant.admin.token), domain: `${name.toLowerCase()}.${DOMAIN}` };
@@ -68,8 +90,11 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     const config: Config = {
       ...t.config,
       agentPollMs: 50,
-      llmBaseUrl: undefined,
-      llmApiKey: undefined,
+      llmBaseUrl: model.url,
+      llmApiKey: 'test-key',
+      llmModel: 'test-model',
+      llmMaxRetries: 0,
+      llmTimeoutMs: 20_000,
       voice: {
         ...t.config.voice,
         sipHost: '127.0.0.1',
@@ -89,6 +114,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
       config,
       agents,
       callEvents: stack.edge.events,
+      listen: (channel, onNotify, onResumed) => t.database.listen(channel, onNotify, onResumed),
       // VOICE_TEST_LOG=debug (and VOICE_TEST_LOG_FILE=path) shows the runtime's log.
       logger: pino(
         { level: process.env.VOICE_TEST_LOG ?? 'silent' },
@@ -102,6 +128,7 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     await voice?.stop();
     await agents?.stop();
     await stack?.stop();
+    await model?.close();
     await t?.close();
   });
 
@@ -137,6 +164,12 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     const response = await org.admin.get(`/api/call_transcripts?filter[call_id]=${callId}&sort=content_index`);
     expect(response.status).toBe(200);
     return (response.body.data as { attributes: { speaker: string; content: string } }[]).map((l) => l.attributes);
+  }
+
+  /** SIPp's errors, but its watchdog's overload warnings (the machine is loaded; the call itself went as scripted). */
+  function realErrors(errors: string): string {
+    const lines = errors.split('\n').filter((l) => l.trim() !== '' && !l.startsWith('The following events occurred:'));
+    return lines.every((l) => l.includes('Overload warning: the minor watchdog timer')) ? '' : errors;
   }
 
   /** Decoded audio's RMS level, to tell speech from the encoded silence sent between replies. */
@@ -432,6 +465,315 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     const conversation = await globex.admin.get(`/api/conversations/${call.attributes.conversation_id}`);
     expect(conversation.body.data.attributes.status).toBe('pending');
   }, 90_000);
+
+  it('an agent acts on a call: search_knowledge answers, a signed tool request runs while its say_while_waiting line is spoken, the call is analysed when it ends', async () => {
+    // The organisation's tool secret, shown once; the fake tool receiver checks each request with it, and answers
+    // after 2.5 s (a slow system: the caller hears the waiting line meanwhile).
+    const made = await acme.admin.post('/api/organisations/tool_secret', { data: { type: 'Organisation', attributes: {} } });
+    expect(made.status).toBe(200);
+    const secret = made.body.meta.tool_secret as string;
+    const received: { body: string; verified: boolean; headers: http.IncomingHttpHeaders }[] = [];
+    const receiver = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c) => (body += c));
+      req.on('end', () => {
+        let verified = false;
+        try {
+          new Webhook(secret).verify(body, req.headers as Record<string, string>);
+          verified = true;
+        } catch {}
+        received.push({ body, verified, headers: req.headers });
+        setTimeout(
+          () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'shipped', eta: '2 days' })),
+          2500,
+        );
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    const WAITING = 'One moment while I look up your order.';
+    try {
+      const created = await acme.admin.post(
+        '/api/ai_agents',
+        resourceDocument('AiAgent', {
+          name: 'Orders',
+          published: true,
+          languages: ['en'],
+          workflow: {
+            tools: [
+              {
+                name: 'lookup_order',
+                description: 'Look up an order by its number.',
+                parameters: { type: 'object', properties: { order: { type: 'string' } }, required: ['order'], additionalProperties: false },
+                url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/tools/lookup`,
+                timeout_ms: 15_000,
+                say_while_waiting: WAITING,
+              },
+            ],
+            knowledge: { mode: 'tool' },
+            analysis: {
+              schema: { type: 'object', required: ['topic'], properties: { topic: { enum: ['refund', 'shipping', 'other'] } } },
+              success_criteria: 'The caller learnt where the order is.',
+            },
+          },
+        }),
+      );
+      expect(created.status).toBe(201);
+      const ordersId = created.body.data.id as string;
+      const doc = await acme.admin.post(
+        '/api/knowledge_documents',
+        resourceDocument('KnowledgeDocument', {
+          ai_agent_id: ordersId,
+          title: 'Returns',
+          content: 'Refunds are paid within five working days of the parcel reaching the warehouse.',
+        }),
+      );
+      expect(doc.status).toBe(201);
+      const seen = model.requests.length;
+      // The call's opening turn: a search, the order lookup, then the answer and the end of the call.
+      model.script(
+        { toolCalls: [{ name: 'search_knowledge', arguments: { query: 'how long do refunds take' } }] },
+        { toolCalls: [{ name: 'lookup_order', arguments: { order: '42' } }] },
+        {
+          text: 'Order 42 has shipped. Goodbye.',
+          toolCalls: [{ name: 'end_conversation', arguments: { reason: 'answered' } }],
+        },
+      );
+
+      const caller = await sipUser(acme);
+      const port = await freeUdpPort();
+      expect((await register(stack, caller.name, caller.password, port, undefined, acme.domain)).code).toBe(0);
+      const recorder = await startRecorder();
+      const target = `agent-${ordersId}`;
+      const placing = await sipp('agent_caller_long', stack.port, {
+        localPort: port,
+        keys: { from: caller.name, domain: acme.domain, rtp: String(recorder.port) },
+        args: ['-s', target, '-au', caller.name, '-ap', caller.password],
+        timeoutSeconds: 100,
+      });
+      await recorder.close();
+      expect(realErrors(placing.errors), placing.errors).toBe('');
+      expect(loudFrames(recorder.audio('G722'))).toBeGreaterThan(50);
+
+      // The tool request: one, signed with the organisation's tool secret, the model's arguments as its body.
+      expect(received).toHaveLength(1);
+      expect(received[0].verified).toBe(true);
+      expect(JSON.parse(received[0].body)).toEqual({ order: '42' });
+      expect(received[0].headers['parley-tool']).toBe('lookup_order');
+      // What the model was given back: the passage (with its document id), then the tool's answer.
+      const turnRequests = model.requests
+        .slice(seen)
+        .filter((r) => !(r.body.tools ?? []).some((x) => x.function.name === 'record_analysis'));
+      expect(turnRequests.length).toBeGreaterThanOrEqual(3);
+      const toolResults = turnRequests[2].body.messages.filter((m) => m.role === 'tool').map((m) => m.content);
+      expect(toolResults[0]).toContain(doc.body.data.id);
+      expect(toolResults[0]).toContain('five working days');
+      expect(JSON.parse(toolResults[1])).toEqual({ status: 'shipped', eta: '2 days' });
+      // The tools are on the offer of a call: transfer_call among the built-in ones.
+      expect(turnRequests[0].body.tools!.map((x) => x.function.name)).toEqual(
+        expect.arrayContaining(['lookup_order', 'search_knowledge', 'transfer_call', 'end_conversation']),
+      );
+
+      const call = await terminalCall(acme, target);
+      expect(call.attributes.status).toBe('completed');
+      // The waiting line was said (an agent transcript line marked with its tool) before the reply.
+      const said = await t.db
+        .selectFrom('call_transcripts')
+        .select(['speaker', 'content', 'metadata', 'content_index'])
+        .where('call_id', '=', call.id)
+        .orderBy('content_index')
+        .execute();
+      const waiting = said.find((l) => l.content === WAITING);
+      expect(waiting, JSON.stringify(said)).toBeDefined();
+      expect(waiting).toMatchObject({ speaker: 'agent', metadata: { say_while_waiting: 'lookup_order', spoken: true } });
+      const reply = said.find((l) => l.content === 'Order 42 has shipped. Goodbye.');
+      expect(reply).toBeDefined();
+      expect(reply!.content_index).toBeGreaterThan(waiting!.content_index);
+
+      // The conversation: tool items, the reply citing the document, closed by end_conversation, then analysed.
+      const conversationId = call.attributes.conversation_id as string;
+      const items = await acme.admin.get(`/api/conversations/${conversationId}/conversation_items?sort=content_index`);
+      expect(items.status, JSON.stringify(items.body)).toBe(200);
+      const rows = items.body.data.map((i: { attributes: Record<string, unknown> }) => i.attributes) as {
+        role: string;
+        content: string;
+        metadata: Record<string, unknown>;
+      }[];
+      expect(rows.filter((i) => i.role === 'tool').map((i) => (i.metadata.tool as { name: string; ok: boolean }).name)).toEqual([
+        'search_knowledge',
+        'lookup_order',
+        'end_conversation',
+      ]);
+      const answer = rows.find((i) => i.role === 'assistant')!;
+      expect(answer.metadata.sources).toEqual([{ document_id: doc.body.data.id, title: 'Returns', chunk: 0 }]);
+      const analysed = await until(
+        async () => {
+          const c = await acme.admin.get(`/api/conversations/${conversationId}`);
+          return c.body.data.attributes.analysis ? c.body.data.attributes : undefined;
+        },
+        'the analysis of the call',
+        30_000,
+      );
+      expect(analysed.status).toBe('closed');
+      expect(analysed.analysis).toMatchObject({ summary: 'The caller asked about an order.', success: true, data: { topic: 'shipping' } });
+      // The analysis request carried the call's transcript and the workflow's schema.
+      const analysisRequest = model.requests
+        .slice(seen)
+        .find(
+          (r) =>
+            r.body.messages.some((m) => m.content?.includes('Order 42 has shipped')) &&
+            (r.body.tools ?? []).some((x) => x.function.name === 'record_analysis'),
+        );
+      expect(analysisRequest).toBeDefined();
+      expect(JSON.stringify(analysisRequest!.body.tools)).toContain('"shipping"');
+    } finally {
+      receiver.closeAllConnections();
+      await new Promise<void>((resolve) => receiver.close(() => resolve()));
+    }
+  }, 150_000);
+
+  it('transfer_call sends the caller to a SIP user of the organisation: REFER through the edge, the phone rings and answers, the Call has its leg', async () => {
+    const created = await acme.admin.post(
+      '/api/ai_agents',
+      resourceDocument('AiAgent', { name: 'Switchboard', published: true, languages: ['en'] }),
+    );
+    expect(created.status).toBe(201);
+    const switchboardId = created.body.data.id as string;
+    // The target: a SIP user of the organisation (no operator), registered and answering.
+    const sales = await sipUser(acme);
+    const salesPort = await freeUdpPort();
+    expect((await register(stack, sales.name, sales.password, salesPort, undefined, acme.domain)).code).toBe(0);
+    const phone = sipp('callee_answer', undefined, { localPort: salesPort, keys: { domain: acme.domain }, timeoutSeconds: 60 });
+    model.script({
+      text: 'Putting you through to sales.',
+      toolCalls: [{ name: 'transfer_call', arguments: { to: sales.name, reason: 'A sales question.' } }],
+    });
+
+    const caller = await sipUser(acme);
+    const callerPort = await freeUdpPort();
+    expect((await register(stack, caller.name, caller.password, callerPort, undefined, acme.domain)).code).toBe(0);
+    const recorder = await startRecorder();
+    const target = `agent-${switchboardId}`;
+    const transferee = sipp('agent_transfer_caller', stack.port, {
+      localPort: callerPort,
+      keys: { from: caller.name, domain: acme.domain, rtp: String(recorder.port) },
+      args: ['-s', target, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 90,
+    });
+    let ended: { errors: string } | undefined;
+    void transferee.then((r) => (ended = r));
+    const referTo = `sip:${sales.name}@${acme.domain}`;
+    await until(
+      async () => {
+        if (ended) throw new Error(`the caller ended before the REFER: ${ended.errors}`);
+        return voice.transfers().find((x) => x.target === referTo);
+      },
+      'the REFER',
+      40_000,
+    );
+    // The caller follows the REFER: its new call to the Refer-To target goes through the edge.
+    const followed = await sipp('caller_call', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain: acme.domain },
+      args: ['-s', sales.name, '-au', caller.name, '-ap', caller.password, '-d', '1500'],
+      timeoutSeconds: 30,
+    });
+    expect(followed.errors, followed.errors).toBe('');
+    const first = await transferee;
+    await recorder.close();
+    expect(first.errors, first.errors).toBe('');
+    expect(first.logs).toContain(`user: ${sales.name}`);
+    expect((await phone).code).toBe(0);
+
+    // One Call: the caller, the agent (who left after the REFER), and the SIP user the call was transferred to.
+    const call = await terminalCall(acme, target);
+    expect(call.attributes.status).toBe('completed');
+    const parties = await legs(acme, call.id);
+    expect(parties.map((p) => [p.role, p.member_uuid])).toEqual([
+      ['caller', caller.id],
+      ['agent', switchboardId],
+      ['callee', sales.id],
+    ]);
+    expect(parties.every((p) => p.left_at)).toBe(true);
+    // The conversation records the call (its target on the tool item), and closed with the Call: no operator queue.
+    const conversationId = call.attributes.conversation_id as string;
+    const tool = await t.db
+      .selectFrom('conversation_items')
+      .select('metadata')
+      .where('conversation_id', '=', conversationId)
+      .where('role', '=', 'tool')
+      .executeTakeFirstOrThrow();
+    expect(tool.metadata).toMatchObject({
+      tool: {
+        name: 'transfer_call',
+        ok: true,
+        transfer: { kind: 'sip_user', to: sales.name, sip_user_id: sales.id, reason: 'A sales question.' },
+      },
+    });
+    const conversation = await acme.admin.get(`/api/conversations/${conversationId}`);
+    expect(conversation.body.data.attributes.status).toBe('closed');
+    const queued = await sql<{
+      n: number;
+    }>`SELECT count(*)::int AS n FROM agent_handoffs WHERE conversation_id = ${conversationId}`.execute(t.db);
+    expect(queued.rows[0].n).toBe(0);
+    const said = (await lines(acme, call.id)).map((l) => l.content);
+    expect(said).toContain('Putting you through to sales.');
+    // The end of the call closed the conversation, which queued its analysis.
+    const analysed = await until(
+      async () => (await acme.admin.get(`/api/conversations/${conversationId}`)).body.data.attributes.analysis ?? undefined,
+      'the analysis of the transferred call',
+      30_000,
+    );
+    expect(analysed).toMatchObject({ summary: 'The caller asked about an order.', success: true, data: { topic: 'shipping' } });
+  }, 150_000);
+
+  it('a transfer_call whose target does not answer hands the call off (transfer_failed); with no operator the agent says so and hangs up', async () => {
+    // Globex has no operator available (the handoff that follows finds no one to REFER the caller to).
+    const busy = await sipUser(globex);
+    const created = await globex.admin.post(
+      '/api/ai_agents',
+      resourceDocument('AiAgent', { name: 'Relay', published: true, languages: ['en'] }),
+    );
+    expect(created.status).toBe(201);
+    model.script({ text: 'Transferring you.', toolCalls: [{ name: 'transfer_call', arguments: { to: busy.name } }] });
+    const caller = await sipUser(globex);
+    const port = await freeUdpPort();
+    expect((await register(stack, caller.name, caller.password, port, undefined, globex.domain)).code).toBe(0);
+    const recorder = await startRecorder();
+    const target = `agent-${created.body.data.id}`;
+    const placing = await sipp('agent_transfer_failed_caller', stack.port, {
+      localPort: port,
+      keys: { from: caller.name, domain: globex.domain, rtp: String(recorder.port) },
+      args: ['-s', target, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 90,
+    });
+    await recorder.close();
+    expect(realErrors(placing.errors), placing.errors).toBe('');
+    expect(placing.logs).toContain(`user: ${busy.name}`);
+
+    // The Call: not awaited to its end here. The edge saw the REFER accepted, so after the agent's BYE it keeps the
+    // Call open for the transferee's new call, which never comes (docs/agents.md, "Not done yet").
+    const call = await until(
+      async () => (await globex.admin.get(`/api/calls?filter[to_number]=${encodeURIComponent(target)}`)).body.data[0],
+      `the call to ${target}`,
+    );
+    // No leg for the target: its call never happened.
+    expect((await legs(globex, call.id)).map((p) => p.role)).toEqual(['caller', 'agent']);
+    const said = (await lines(globex, call.id)).map((l) => l.content);
+    expect(said).toContain('Transferring you.');
+    expect(said).toContain(NO_OPERATOR_TEXT);
+    // Queued for an operator, saying which transfer failed.
+    const conversationId = call.attributes.conversation_id as string;
+    const conversation = await globex.admin.get(`/api/conversations/${conversationId}`);
+    expect(conversation.body.data.attributes.status).toBe('pending');
+    const note = await t.db
+      .selectFrom('conversation_items')
+      .select(['content', 'metadata'])
+      .where('conversation_id', '=', conversationId)
+      .where('role', '=', 'system')
+      .executeTakeFirstOrThrow();
+    expect(note.content).toBe(`Handed to an operator: The transfer to ${busy.name} did not go through.`);
+    expect(note.metadata).toMatchObject({ handoff: { rule: 'transfer_failed', transfer: { kind: 'sip_user', to: busy.name } } });
+  }, 150_000);
 
   it('the runtime answers no one but the edge: an INVITE sent to it directly gets 403', async () => {
     const socket = dgram.createSocket('udp4');
