@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import type { NgAnswer } from '../../src/sip/rtpengine.js';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildServer } from '../../src/http/server.js';
@@ -29,7 +30,10 @@ import {
   trackPeerConnections,
   writeToneWav,
 } from './browser.js';
-import { freeUdpPort, sipp, sipSkipReason, startSipStack, until, type SipStack } from './harness.js';
+import { freeUdpPort, register, sipp, sipSkipReason, startSipStack, until, type SipStack } from './harness.js';
+
+/** The operator's desk phone's password (the stored `sip_password`; the browser never sees it). */
+const DESK_PASSWORD = 'operator-desk-secret-1';
 
 const skip = sipSkipReason() ?? browserSkipReason();
 if (skip) console.warn(`softphone media tests skipped: ${skip}`);
@@ -53,7 +57,10 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
     t = await startTestApp({ SIP_WS_URL: `ws://127.0.0.1:${wsPort}` });
     tenant = await seedTenant(t, 'Softphone media');
     admin = client(t.app, tenant.admin.token);
-    const op = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'op.media', user_id: tenant.operator.id }));
+    const op = await admin.post(
+      '/api/sip_users',
+      resourceDocument('SipUser', { sip_username: 'op.media', sip_password: DESK_PASSWORD, user_id: tenant.operator.id }),
+    );
     operatorSip = { id: op.body.data.id, name: 'op.media' };
     const password = 'caller-media-secret-1';
     const desk = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: 'desk.media', sip_password: password }));
@@ -83,6 +90,42 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
+  /**
+   * Audio both ways between the answered browser and the phone whose audio is `phoneAudio`: RTP (PCMU, the
+   * phone's only codec) from the browser's microphone arrives at the phone's socket from rtpengine's range, and
+   * the phone's RTP shows in the browser's inbound-rtp stats over a connected DTLS transport.
+   */
+  async function audioBothWays(phoneAudio: Awaited<ReturnType<typeof audioSocket>>) {
+    const before = (await inboundAudio(tab))?.packetsReceived ?? 0;
+    // The browser's microphone reaches the phone: rtpengine's RTP (PCMU, the phone's only codec) at its socket.
+    await until(async () => (phoneAudio.received.length >= 25 ? true : undefined), 'RTP from the browser at the phone', 15_000);
+    const first = phoneAudio.received[0];
+    expect(first.address).toBe('127.0.0.1');
+    expect(first.data[0] >> 6).toBe(2); // RTP version 2
+    expect(first.data[1] & 0x7f).toBe(0); // PCMU
+    const rtpenginePorts = stack.edge.rtpengine.media;
+    expect(first.port).toBeGreaterThanOrEqual(rtpenginePorts.min);
+    expect(first.port).toBeLessThanOrEqual(rtpenginePorts.max);
+    // The fake microphone's tone is not silence: mu-law silence is 0xff/0x7f throughout.
+    const payloads = phoneAudio.received.slice(5).map((p) => p.data.subarray(12));
+    expect(payloads.some((p) => p.some((b) => b !== 0xff && b !== 0x7f))).toBe(true);
+
+    // The phone talks (symmetric RTP, RFC 4961: to the port rtpengine sends from): the browser receives it.
+    for (let i = 0; i < 150; i++) {
+      phoneAudio.send(first.port, toneFrame(i * 160));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const inbound = await until(async () => {
+      const stats = await inboundAudio(tab);
+      return stats && stats.packetsReceived >= before + 50 ? stats : undefined;
+    }, 'inbound-rtp packets in the browser');
+    expect(inbound.dtls).toBe('connected');
+    expect(inbound.ice).toBe('succeeded');
+    console.log(
+      `softphone media: browser got ${inbound.packetsReceived} packets (${inbound.codec}), phone got ${phoneAudio.received.length}`,
+    );
+  }
+
   it('a phone calls the operator: the browser answers, audio flows both ways through rtpengine, the Call completes with both legs', async () => {
     const phoneAudio = await audioSocket();
     try {
@@ -100,33 +143,7 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
         .getByText(/In call/)
         .waitFor({ timeout: 15_000 });
 
-      // The browser's microphone reaches the phone: rtpengine's RTP (PCMU, the phone's only codec) at its socket.
-      await until(async () => (phoneAudio.received.length >= 25 ? true : undefined), 'RTP from the browser at the phone', 15_000);
-      const first = phoneAudio.received[0];
-      expect(first.address).toBe('127.0.0.1');
-      expect(first.data[0] >> 6).toBe(2); // RTP version 2
-      expect(first.data[1] & 0x7f).toBe(0); // PCMU
-      const rtpenginePorts = stack.edge.rtpengine.media;
-      expect(first.port).toBeGreaterThanOrEqual(rtpenginePorts.min);
-      expect(first.port).toBeLessThanOrEqual(rtpenginePorts.max);
-      // The fake microphone's tone is not silence: mu-law silence is 0xff/0x7f throughout.
-      const payloads = phoneAudio.received.slice(5).map((p) => p.data.subarray(12));
-      expect(payloads.some((p) => p.some((b) => b !== 0xff && b !== 0x7f))).toBe(true);
-
-      // The phone talks (symmetric RTP, RFC 4961: to the port rtpengine sends from): the browser receives it.
-      for (let i = 0; i < 150; i++) {
-        phoneAudio.send(first.port, toneFrame(i * 160));
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-      const inbound = await until(async () => {
-        const stats = await inboundAudio(tab);
-        return stats && stats.packetsReceived >= 50 ? stats : undefined;
-      }, 'inbound-rtp packets in the browser');
-      expect(inbound.dtls).toBe('connected');
-      expect(inbound.ice).toBe('succeeded');
-      console.log(
-        `softphone media: browser got ${inbound.packetsReceived} packets (${inbound.codec}), phone got ${phoneAudio.received.length}`,
-      );
+      await audioBothWays(phoneAudio);
 
       const result = await placing;
       expect(result.errors).toBe('');
@@ -134,7 +151,7 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
       await tab.getByRole('region', { name: 'Call' }).waitFor({ state: 'detached', timeout: 15_000 });
 
       const record = await until(async () => {
-        const found = (await admin.get(`/api/calls?filter[to_number]=${operatorSip.name}`)).body.data[0];
+        const found = (await admin.get(`/api/calls?filter[to_number]=${operatorSip.name}&sort=-started_at`)).body.data[0];
         return found?.attributes.status === 'completed' ? found : undefined;
       }, 'the call to complete');
       expect(record.attributes).toMatchObject({ status: 'completed', from_number: caller.name, to_number: operatorSip.name });
@@ -149,4 +166,112 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
       await phoneAudio.close();
     }
   }, 120_000);
+
+  /** The operator's desk phone, registered with the stored password beside the browser: a call forks to both. */
+  async function deskPhone() {
+    const port = await freeUdpPort();
+    expect((await register(stack, operatorSip.name, DESK_PASSWORD, port, undefined, domain)).code).toBe(0);
+    return port;
+  }
+
+  it('a desk phone and the browser of one operator ring together (mixed fork); the browser answers: audio both ways, the desk phone is cancelled', async () => {
+    const deskPort = await deskPhone();
+    const phoneAudio = await audioSocket();
+    try {
+      const ringing = sipp('callee_ring', undefined, { localPort: deskPort, keys: { domain }, timeoutSeconds: 40 });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const placing = sipp('media_caller', stack.port, {
+        localPort: await freeUdpPort(),
+        keys: { from: caller.name, domain, mport: String(phoneAudio.port) },
+        args: ['-s', operatorSip.name, '-au', caller.name, '-ap', caller.password, '-d', '8000'],
+        timeoutSeconds: 45,
+      });
+      const panel = tab.getByRole('region', { name: 'Incoming call' });
+      await panel.waitFor({ timeout: 20_000 });
+      await panel.getByRole('button', { name: 'Answer' }).click();
+      await tab
+        .getByRole('region', { name: 'Call' })
+        .getByText(/In call/)
+        .waitFor({ timeout: 15_000 });
+      // The desk phone's branch is cancelled (RFC 3261 section 16.7): callee_ring ends well only after a CANCEL.
+      const desk = await ringing;
+      expect(desk.errors).toBe('');
+      expect(desk.code).toBe(0);
+
+      await audioBothWays(phoneAudio);
+      const placed = await placing;
+      expect(placed.errors).toBe('');
+      expect(placed.code).toBe(0);
+      await tab.getByRole('region', { name: 'Call' }).waitFor({ state: 'detached', timeout: 15_000 });
+    } finally {
+      await phoneAudio.close();
+    }
+  }, 120_000);
+
+  it('the same fork answered by the desk phone: plain RTP between the two phones, the browser stops ringing', async () => {
+    const deskPort = await deskPhone();
+    const phoneAudio = await audioSocket();
+    const deskAudio = await audioSocket();
+    try {
+      const panel = tab.getByRole('region', { name: 'Incoming call' });
+      const answering = sipp('media_callee', undefined, {
+        localPort: deskPort,
+        keys: { domain, mport: String(deskAudio.port) },
+        timeoutSeconds: 40,
+      });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const placing = sipp('media_caller', stack.port, {
+        localPort: await freeUdpPort(),
+        keys: { from: caller.name, domain, mport: String(phoneAudio.port) },
+        args: ['-s', operatorSip.name, '-au', caller.name, '-ap', caller.password, '-d', '5000'],
+        timeoutSeconds: 45,
+      });
+      // Both ring; the desk phone answers (after 300 ms) and the browser's branch is cancelled.
+      await panel.waitFor({ timeout: 20_000 });
+      await panel.waitFor({ state: 'detached', timeout: 15_000 });
+
+      // Each phone talks to the port rtpengine sends to it from (learnt from the first packet, since each SDP
+      // named rtpengine): both hear the other, in PCMU, through rtpengine.
+      const session = await until(async () => {
+        const call = (await admin.get(`/api/calls?filter[to_number]=${operatorSip.name}&sort=-started_at`)).body.data[0];
+        if (call?.attributes.status !== 'in_progress') return undefined;
+        const answer = await stack.edge.rtpengine.ng('query', { 'call-id': call.attributes.call_uuid as string });
+        return answer.result === 'ok' ? answer : undefined;
+      }, 'the answered call in rtpengine');
+      const ports = portsFacing(session);
+      const towardsCaller = ports.get(phoneAudio.port);
+      const towardsDesk = ports.get(deskAudio.port);
+      expect(towardsCaller, JSON.stringify(session)).toBeDefined();
+      expect(towardsDesk, JSON.stringify(session)).toBeDefined();
+      for (let i = 0; i < 50; i++) {
+        phoneAudio.send(towardsCaller!, toneFrame(i * 160));
+        deskAudio.send(towardsDesk!, toneFrame(i * 160, 660));
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await until(
+        async () => (phoneAudio.received.length >= 40 && deskAudio.received.length >= 40 ? true : undefined),
+        'RTP between the caller and the desk phone',
+      );
+      expect(deskAudio.received.every((p) => p.port === towardsDesk && (p.data[1] & 0x7f) === 0)).toBe(true);
+      expect(phoneAudio.received.every((p) => p.port === towardsCaller && (p.data[1] & 0x7f) === 0)).toBe(true);
+
+      const [placed, answered] = await Promise.all([placing, answering]);
+      expect(placed.errors + answered.errors).toBe('');
+      expect(placed.code).toBe(0);
+      expect(answered.code).toBe(0);
+    } finally {
+      await phoneAudio.close();
+      await deskAudio.close();
+    }
+  }, 120_000);
 });
+
+/** rtpengine's local port facing each remote endpoint port of a session (ng `query`). */
+function portsFacing(answer: NgAnswer): Map<number, number> {
+  const ports = new Map<number, number>();
+  const tags = (answer.tags ?? {}) as Record<string, { medias?: { streams?: { 'local port': number; endpoint?: { port: number } }[] }[] }>;
+  for (const tag of Object.values(tags))
+    for (const media of tag.medias ?? [])
+      for (const stream of media.streams ?? []) if (stream.endpoint) ports.set(stream.endpoint.port, stream['local port']);
+  return ports;
+}
