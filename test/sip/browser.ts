@@ -114,11 +114,13 @@ export interface InboundAudio {
 
 /** The newest peer connection's `inbound-rtp` audio stats (W3C webrtc-stats), or undefined without one. */
 export async function inboundAudio(page: Page): Promise<InboundAudio | undefined> {
+  // Runs in the page (DOM types are not the server's): the stats as plain records.
   return page.evaluate(async () => {
-    const pcs = (window as unknown as { __peerConnections: RTCPeerConnection[] }).__peerConnections;
+    type Peer = { getStats(): Promise<Map<string, Record<string, unknown>>> };
+    const pcs = (globalThis as unknown as { __peerConnections: Peer[] }).__peerConnections;
     const pc = pcs[pcs.length - 1];
     if (!pc) return undefined;
-    const stats = [...(await pc.getStats()).values()] as Record<string, unknown>[];
+    const stats = [...(await pc.getStats()).values()];
     const inbound = stats.find((s) => s.type === 'inbound-rtp' && s.kind === 'audio');
     const codec = inbound && stats.find((s) => s.type === 'codec' && s.id === inbound.codecId);
     const transport = stats.find((s) => s.type === 'transport');

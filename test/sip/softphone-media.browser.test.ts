@@ -7,7 +7,7 @@
  * both participants. PostgreSQL, Kamailio (with its websocket module), rtpengine, SIPp and Chromium needed;
  * skipped, saying why, without.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -16,6 +16,7 @@ import type { NgAnswer } from '../../src/sip/rtpengine.js';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildServer } from '../../src/http/server.js';
+import { systemActor } from '../../src/jsonapi/actor.js';
 import { client, resourceDocument, type Client } from '../helpers/http.js';
 import { freePort } from '../helpers/ports.js';
 import { startTestApp, type TestApp } from '../support/app.js';
@@ -34,6 +35,8 @@ import { freeUdpPort, register, sipp, sipSkipReason, startSipStack, until, type 
 
 /** The operator's desk phone's password (the stored `sip_password`; the browser never sees it). */
 const DESK_PASSWORD = 'operator-desk-secret-1';
+
+const SCREENSHOTS = path.resolve(process.env.UPDATE_SCREENSHOTS === '1' ? 'docs/screenshots' : 'test-results/screenshots');
 
 const skip = sipSkipReason() ?? browserSkipReason();
 if (skip) console.warn(`softphone media tests skipped: ${skip}`);
@@ -75,6 +78,7 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
     dir = mkdtempSync(path.join(tmpdir(), 'parley-softphone-media-'));
     const wav = path.join(dir, 'microphone.wav');
     writeToneWav(wav);
+    mkdirSync(SCREENSHOTS, { recursive: true });
     context = await launchConsoleBrowser(path.join(dir, 'profile'), wav);
     tab = context.pages()[0] ?? (await context.newPage());
     await trackPeerConnections(tab);
@@ -264,6 +268,156 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
       await deskAudio.close();
     }
   }, 120_000);
+
+  /** A SIP user of the organisation (a desk phone with its stored password). */
+  async function sipUser(name: string) {
+    const password = `${name}-secret-1`;
+    const created = await admin.post('/api/sip_users', resourceDocument('SipUser', { sip_username: name, sip_password: password }));
+    expect(created.status).toBe(201);
+    return { id: created.body.data.id as string, name, password };
+  }
+
+  /** A phone of `user` registered on its own port, then running `scenario` as the UAS. */
+  async function phone(user: { name: string; password: string }, scenario: string, keys: Record<string, string> = {}) {
+    const port = await freeUdpPort();
+    expect((await register(stack, user.name, user.password, port, undefined, domain)).code).toBe(0);
+    const done = sipp(scenario, undefined, { localPort: port, keys: { domain, ...keys }, timeoutSeconds: 40 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    return { done };
+  }
+
+  async function legsOf(callRowId: string) {
+    return (await admin.get(`/api/call_participants?filter[call_id]=${callRowId}&sort=joined_at`)).body.data.map(
+      (p: { attributes: Record<string, unknown> }) => p.attributes,
+    ) as Record<string, unknown>[];
+  }
+
+  it("the operator transfers the call to a colleague from the softphone (REFER): the caller calls them, one Call with the colleague's leg", async () => {
+    const colleague = await sipUser('op.colleague');
+    const target = await phone(colleague, 'callee_answer');
+    const transferee = sipp('caller_transferee', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain },
+      args: ['-s', operatorSip.name, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 40,
+    });
+    const panel = tab.getByRole('region', { name: 'Incoming call' });
+    await panel.waitFor({ timeout: 20_000 });
+    await panel.getByRole('button', { name: 'Answer' }).click();
+    const inCall = tab.getByRole('region', { name: 'Call' });
+    await inCall.getByText(/In call/).waitFor({ timeout: 15_000 });
+    await inCall.getByRole('button', { name: 'Transfer' }).click();
+    await inCall.getByLabel(/Transfer to/).fill('not a target!');
+    await inCall.getByRole('button', { name: 'Transfer call' }).click();
+    await inCall.getByRole('alert').filter({ hasText: "Enter a colleague's SIP user name" }).waitFor();
+    await inCall.getByLabel(/Transfer to/).fill(colleague.name);
+    await inCall.getByRole('button', { name: 'Transfer call' }).click();
+
+    // The caller got the REFER for the colleague (relayed by the edge, RFC 3515), accepted it, and the console
+    // hung up after its NOTIFY: the call panel goes.
+    const followed = await transferee;
+    expect(followed.errors).toBe('');
+    expect(followed.code).toBe(0);
+    expect(followed.logs).toContain(`REFER received, Refer-To: <sip:${colleague.name}@${domain}>`);
+    await inCall.waitFor({ state: 'detached', timeout: 15_000 });
+
+    const placed = await sipp('caller_referred', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain, referrer: operatorSip.name },
+      args: ['-s', colleague.name, '-au', caller.name, '-ap', caller.password, '-d', '1000'],
+      timeoutSeconds: 40,
+    });
+    expect(placed.errors).toBe('');
+    expect((await target.done).code).toBe(0);
+
+    const record = await until(async () => {
+      const call = (await admin.get(`/api/calls?filter[to_number]=${operatorSip.name}&sort=-started_at`)).body.data[0];
+      return call?.attributes.status === 'completed' ? call : undefined;
+    }, 'the transferred call to complete');
+    const legs = await legsOf(record.id);
+    expect(legs.map((l) => [l.member_uuid, l.role, l.left_at !== null])).toEqual([
+      [caller.id, 'caller', true],
+      [operatorSip.id, 'callee', true],
+      [colleague.id, 'callee', true],
+    ]);
+    // The transfer's new call is a leg of this Call, not a Call of its own.
+    expect((await admin.get(`/api/calls?filter[to_number]=${colleague.name}`)).body.data).toEqual([]);
+  }, 150_000);
+
+  it("a call handed to the browser by a voice agent (a transfer) shows the agent's handoff summary and the live transcript", async () => {
+    // The agent's side is a SIP phone here that answers and REFERs the caller to the operator, as the voice
+    // runtime does (docs/voice.md, "Handoff on a call"); its transcript and handoff are written as it writes them.
+    const agent = await sipUser('agent.standin');
+    const agentPhone = await phone(agent, 'callee_transfer', { target: operatorSip.name, target_domain: domain });
+    const transferee = await sipp('caller_transferee', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain },
+      args: ['-s', agent.name, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 40,
+    });
+    expect(transferee.errors).toBe('');
+    expect((await agentPhone.done).code).toBe(0);
+    const call = await until(async () => {
+      const found = (await admin.get(`/api/calls?filter[to_number]=${agent.name}&sort=-started_at`)).body.data[0];
+      return found?.attributes.conversation_id ? found : undefined;
+    }, "the agent's call");
+    const conversationId = call.attributes.conversation_id as string;
+    const records = t.services.records!;
+    const line = (speaker: 'caller' | 'agent', content: string, index: number) =>
+      records.create(systemActor(tenant.organisationId, 'sip'), 'CallTranscript', {
+        call_id: call.id,
+        speaker,
+        content,
+        item_id: `voice_test_${index}`,
+        content_index: index,
+        occurred_at: new Date(),
+      });
+    await line('agent', 'Hello, this is Ava. How can I help?', 0);
+    await line('caller', 'My parcel never arrived, order 4417.', 1);
+    const handoff = await admin.post(
+      `/api/conversations/${conversationId}/hand_off`,
+      resourceDocument('Conversation', { reason: 'Lost parcel, order 4417: the caller wants a refund' }, conversationId),
+    );
+    expect(handoff.status).toBeLessThan(300);
+
+    // The caller follows the REFER: its new call to the operator rings the browser, named as a leg of the
+    // agent's call (Parley-Call-ID), so the panel shows that call's handoff and transcript.
+    const placing = sipp('caller_referred', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain, referrer: agent.name },
+      args: ['-s', operatorSip.name, '-au', caller.name, '-ap', caller.password, '-d', '5000'],
+      timeoutSeconds: 45,
+    });
+    const panel = tab.getByRole('region', { name: 'Incoming call' });
+    await panel.waitFor({ timeout: 20_000 });
+    await panel.getByText("Agent's handoff summary: Lost parcel, order 4417: the caller wants a refund").waitFor({ timeout: 10_000 });
+    const transcript = panel.getByRole('list', { name: 'Live transcript' });
+    await transcript.getByText('Agent: Hello, this is Ava. How can I help?').waitFor();
+    await transcript.getByText('Caller: My parcel never arrived, order 4417.').waitFor();
+    // A line written while it rings arrives through the event stream (CallTranscript.created).
+    await line('agent', 'Let me put you through to a colleague.', 2);
+    await transcript.getByText('Agent: Let me put you through to a colleague.').waitFor({ timeout: 10_000 });
+    await tab.screenshot({ path: path.join(SCREENSHOTS, 'softphone-handoff.png') });
+
+    await panel.getByRole('button', { name: 'Answer' }).click();
+    const inCall = tab.getByRole('region', { name: 'Call' });
+    await inCall.getByText(/In call/).waitFor({ timeout: 15_000 });
+    // Beside the call, the transcript stays and keeps growing.
+    await line('caller', 'Thanks.', 3);
+    await inCall.getByRole('list', { name: 'Live transcript' }).getByText('Caller: Thanks.').waitFor({ timeout: 10_000 });
+
+    expect((await placing).errors).toBe('');
+    await inCall.waitFor({ state: 'detached', timeout: 15_000 });
+    const done = await until(async () => {
+      const found = (await admin.get(`/api/calls/${call.id}`)).body.data;
+      return found.attributes.status === 'completed' ? found : undefined;
+    }, 'the handed-over call to complete');
+    expect((await legsOf(done.id)).map((l) => [l.member_uuid, l.role])).toEqual([
+      [caller.id, 'caller'],
+      [agent.id, 'callee'],
+      [operatorSip.id, 'callee'],
+    ]);
+  }, 150_000);
 });
 
 /** rtpengine's local port facing each remote endpoint port of a session (ng `query`). */

@@ -254,7 +254,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           <Calls api={api} state={state} dispatch={dispatch} sipUsername={sipUser?.username} />
         )}
       </main>
-      <Softphone api={api} sipUserId={sipUser?.id} />
+      <Softphone api={api} sipUserId={sipUser?.id} state={state} dispatch={dispatch} />
     </div>
   );
 }

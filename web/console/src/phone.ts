@@ -179,8 +179,13 @@ export class Phone {
         name: identity.display_name || undefined,
         number: identity.uri.user ?? '',
         callId: (event.request as { call_id: string }).call_id,
+        recordCallId:
+          event.originator === 'remote'
+            ? ((event.request as { getHeader(name: string): string | undefined }).getHeader('Parley-Call-ID') ?? undefined)
+            : undefined,
         muted: false,
         held: false,
+        transferTo: undefined,
         answeredAt: undefined,
         ended: undefined,
       },
@@ -245,6 +250,45 @@ export class Phone {
 
   hangUp() {
     this.session?.terminate();
+  }
+
+  /**
+   * Blind transfer (RFC 3515; RFC 5589 section 6): a REFER in the call's dialog asks the other party to call
+   * `input` (a colleague's SIP user or a number of the organisation), which the SIP edge relays only inside its
+   * dialogs and only to the organisation's own domain (docs/sip.md, "Transfers"). This side hangs up once the
+   * other party reports that it is calling (its first NOTIFY), or 3 s after the REFER's 202 without one; the
+   * edge records the new call as a leg of this Call. False when the target is not one or no call is up.
+   */
+  transfer(input: string): boolean {
+    const target = dialTarget(input);
+    const session = this.session;
+    if (!target || !this.credential || !session?.isEstablished()) return false;
+    this.set({ callError: undefined });
+    this.setCall({ transferTo: target });
+    let over = false;
+    const hangUp = () => {
+      if (over) return;
+      over = true;
+      if (this.session === session) session.terminate();
+    };
+    const refused = (why: string) => {
+      if (over) return;
+      over = true;
+      this.setCall({ transferTo: undefined });
+      this.set({ callError: why });
+    };
+    session.refer(`sip:${target}@${this.credential.domain}`, {
+      eventHandlers: {
+        requestSucceeded: () => setTimeout(hangUp, 3000),
+        requestFailed: (e: { cause?: string }) => refused(`The transfer was refused (${e.cause ?? 'no answer'}); the call goes on.`),
+        // After JsSIP has answered the NOTIFY (200), which it does once these handlers return.
+        trying: () => setTimeout(hangUp),
+        progress: () => setTimeout(hangUp),
+        accepted: () => setTimeout(hangUp),
+        failed: () => refused('The transfer failed; the call goes on.'),
+      },
+    });
+    return true;
   }
 
   toggleMute() {
