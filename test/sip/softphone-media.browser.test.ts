@@ -418,6 +418,68 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
       [operatorSip.id, 'callee'],
     ]);
   }, 150_000);
+
+  it("a session revoked mid-call ends the call; the tab's registration, left behind, is no longer called", async () => {
+    // The admin takes calls in a tab of their own; the owner signs them out everywhere during a call.
+    const adminSip = await admin.post(
+      '/api/sip_users',
+      resourceDocument('SipUser', { sip_username: 'admin.web', user_id: tenant.admin.id }),
+    );
+    expect(adminSip.status).toBe(201);
+    const page = await context.newPage();
+    await signIn(page, apiUrl, tenant.publishableKey, tenant.admin);
+    await page.getByRole('status').filter({ hasText: 'Phone ready' }).waitFor({ timeout: 20_000 });
+
+    const waiting = sipp('caller_hold', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain },
+      args: ['-s', 'admin.web', '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 40,
+    });
+    const panel = page.getByRole('region', { name: 'Incoming call' });
+    await panel.waitFor({ timeout: 20_000 });
+    await panel.getByRole('button', { name: 'Answer' }).click();
+    await page
+      .getByRole('region', { name: 'Call' })
+      .getByText(/In call/)
+      .waitFor({ timeout: 15_000 });
+
+    const owner = client(t.app, tenant.owner.token);
+    const revoked = await owner.patch(`/api/users/${tenant.admin.id}`, resourceDocument('User', { revoke_tokens: true }, tenant.admin.id));
+    expect(revoked.status).toBe(200);
+    // The event stream ends with the credential, its reconnection gets 401: the console signs out, which hangs
+    // up (BYE: caller_hold ends well only on the callee's BYE).
+    await page.getByText(/session expired or was revoked/i).waitFor({ timeout: 20_000 });
+    const ended = await waiting;
+    expect(ended.errors).toBe('');
+    expect(ended.code).toBe(0);
+    const record = await until(async () => {
+      const call = (await owner.get('/api/calls?filter[to_number]=admin.web')).body.data[0];
+      return call?.attributes.status === 'completed' ? call : undefined;
+    }, 'the call ended by the revocation to be recorded');
+    const legs = (await owner.get(`/api/call_participants?filter[call_id]=${record.id}&sort=joined_at`)).body.data.map(
+      (p: { attributes: Record<string, unknown> }) => [p.attributes.member_uuid, p.attributes.left_at !== null],
+    );
+    expect(legs).toEqual([
+      [caller.id, true],
+      [adminSip.body.data.id, true],
+    ]);
+
+    // Signing out tried to unregister, with the revoked credential: refused, so the tab's contact is still in
+    // the location table until it expires. Calls are no longer sent to it.
+    const contacts = await t.db.selectFrom('sip_locations').select('contact').where('username', '=', 'admin.web').execute();
+    expect(contacts.length).toBeGreaterThan(0);
+    const refused = await sipp('caller_refused', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain },
+      args: ['-s', 'admin.web', '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 20,
+    });
+    expect(refused.errors).toBe('');
+    expect(refused.code).toBe(0);
+    expect(stack.kamailioLog.join('\n')).toMatch(/registered with credential admin\.web~\S+, which no longer stands: not called/);
+    await page.close();
+  }, 150_000);
 });
 
 /** rtpengine's local port facing each remote endpoint port of a session (ng `query`). */
