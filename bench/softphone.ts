@@ -32,6 +32,7 @@ import {
   audioSocket,
   browserSkipReason,
   launchConsoleBrowser,
+  noteRings,
   signIn,
   toneFrame,
   trackPeerConnections,
@@ -112,14 +113,7 @@ async function main() {
   const openTab = async () => {
     const tab = await context.newPage();
     await trackPeerConnections(tab);
-    // The time each "Incoming call" panel appears.
-    await tab.addInitScript(`(() => {
-      window.__rings = [];
-      new MutationObserver(() => {
-        const shown = document.querySelector('[aria-label="Incoming call"]');
-        if (shown && !shown.__seen) { shown.__seen = true; window.__rings.push(performance.timeOrigin + performance.now()); }
-      }).observe(document, { subtree: true, childList: true });
-    })()`);
+    await noteRings(tab);
     await signIn(tab, apiUrl, tenant.publishableKey, tenant.operator);
     await tab.getByRole('status').filter({ hasText: 'Phone ready' }).waitFor({ timeout: 30_000 });
     return tab;

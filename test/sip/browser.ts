@@ -103,6 +103,26 @@ export async function trackPeerConnections(page: Page) {
   })()`);
 }
 
+/**
+ * Notes in `window.__rings` the time (`performance.timeOrigin + performance.now()`) each "Incoming call" panel
+ * appears, so a ring too short for a locator to see is still counted.
+ */
+export async function noteRings(page: Page) {
+  await page.addInitScript(`(() => {
+    window.__rings = [];
+    new MutationObserver(() => {
+      const shown = document.querySelector('[aria-label="Incoming call"]');
+      if (shown && !shown.__seen) { shown.__seen = true; window.__rings.push(performance.timeOrigin + performance.now()); }
+    }).observe(document, { subtree: true, childList: true });
+  })()`);
+}
+
+/** SIPp's error log without its own overload warnings (its scheduler running late on a loaded machine). */
+export function sippErrors(errors: string): string {
+  const lines = errors.split('\n').filter((line) => line.trim() && !/Overload warning: the minor watchdog timer/.test(line));
+  return lines.length === 1 && lines[0].startsWith('The following events occurred') ? '' : lines.join('\n');
+}
+
 export interface InboundAudio {
   packetsReceived: number;
   bytesReceived: number;
