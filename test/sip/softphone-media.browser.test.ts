@@ -444,6 +444,50 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
     ]);
   }, 150_000);
 
+  it('the WebSocket dropping mid-call: the call is ended cleanly over the new connection (BYE) and recorded completed', async () => {
+    const page = await context.newPage();
+    // The page's WebSockets within reach (JsSIP's is the only one: the event stream is a fetch).
+    await page.addInitScript(`(() => {
+      const Native = window.WebSocket;
+      window.__sockets = [];
+      window.WebSocket = class extends Native {
+        constructor(...args) { super(...args); window.__sockets.push(this); }
+      };
+    })()`);
+    await signIn(page, apiUrl, tenant.publishableKey, tenant.operator);
+    await page.getByRole('status').filter({ hasText: 'Phone ready' }).waitFor({ timeout: 20_000 });
+    const waiting = sipp('caller_hold', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain },
+      args: ['-s', operatorSip.name, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 40,
+    });
+    const panel = page.getByRole('region', { name: 'Incoming call' });
+    await panel.waitFor({ timeout: 20_000 });
+    await panel.getByRole('button', { name: 'Answer' }).click();
+    const inCall = page.getByRole('region', { name: 'Call' });
+    await inCall.getByText(/In call/).waitFor({ timeout: 15_000 });
+
+    await page.evaluate('window.__sockets.forEach((socket) => socket.close())');
+    // JsSIP reconnects; the console ends the call over the new connection and says why.
+    await page
+      .getByRole('alert')
+      .filter({ hasText: 'connection to the phone server was lost, so the call was ended' })
+      .waitFor({ timeout: 20_000 });
+    expect(await inCall.count()).toBe(0);
+    // The caller got the BYE through the edge (caller_hold ends well only on the callee's BYE).
+    const ended = await waiting;
+    expect(sippErrors(ended.errors), ended.errors).toBe('');
+    expect(ended.code).toBe(0);
+    const record = await until(async () => {
+      const call = (await admin.get(`/api/calls?filter[to_number]=${operatorSip.name}&sort=-started_at`)).body.data[0];
+      return call?.attributes.status === 'completed' ? call : undefined;
+    }, 'the call to be recorded completed');
+    expect((await legsOf(record.id)).every((leg) => leg.left_at !== null)).toBe(true);
+    await page.getByRole('status').filter({ hasText: 'Phone ready' }).waitFor({ timeout: 20_000 });
+    await page.close();
+  }, 120_000);
+
   it("a session revoked mid-call ends the call; the tab's registration, left behind, is no longer called", async () => {
     // The admin takes calls in a tab of their own; the owner signs them out everywhere during a call.
     const adminSip = await admin.post(

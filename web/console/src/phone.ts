@@ -129,9 +129,23 @@ export class Phone {
     });
     this.ua = ua;
     ua.on('connecting', () => this.set({ registration: 'connecting' }));
-    ua.on('disconnected', () =>
-      this.set({ registration: 'connecting', problem: 'The connection to the phone server was lost; reconnecting…' }),
-    );
+    let dropped = false;
+    ua.on('disconnected', () => {
+      dropped = true;
+      this.set({ registration: 'connecting', problem: 'The connection to the phone server was lost; reconnecting…' });
+    });
+    ua.on('connected', () => {
+      // A call that outlived its WebSocket is ended cleanly over the new one: the edge reaches this tab only over
+      // the connection the dialog was set up on (its Contact's alias, docs/sip.md), so the other party's BYE or a
+      // re-INVITE could no longer arrive, and the edge's keep-alive would end the dialog without telling this tab.
+      // The BYE goes through the edge (the dialog's route set), which records the end. Resuming the call instead
+      // (an ICE restart in a re-INVITE) is not done.
+      if (dropped && this.session?.isEstablished()) {
+        this.session.terminate();
+        this.set({ callError: 'The connection to the phone server was lost, so the call was ended. Call back if needed.' });
+      }
+      dropped = false;
+    });
     ua.on('registered', () => this.set({ registration: 'registered', problem: undefined }));
     ua.on('unregistered', () => this.set({ registration: 'unregistered' }));
     ua.on('registrationFailed', (event) =>
