@@ -112,6 +112,13 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
   alertSettingsRef.current = alertSettings;
   context.current = { openId, mySipUserId: sipUser?.id, me: session.userId };
 
+  // The event stream ends when the session is revoked (sign-out elsewhere, revoke_tokens, removal) and its
+  // reconnection gets 401. One API request confirms it, and its 401 signs the console out at once (which stops
+  // the phone: a call in progress is hung up), instead of waiting for the operator's next action.
+  useEffect(() => {
+    if (stream === 'unauthorized') void api.GET('/api/operator_statuses', { params: { query: { filter: { user_id: session.userId } } } });
+  }, [api, stream, session.userId]);
+
   // The session's end, scheduled: the token stops working at token_expires_at.
   useEffect(() => {
     const ms = Date.parse(session.expiresAt) - Date.now();
@@ -254,7 +261,7 @@ function Workspace({ api, session, onSignOut }: { api: Api; session: Session; on
           <Calls api={api} state={state} dispatch={dispatch} sipUsername={sipUser?.username} />
         )}
       </main>
-      <Softphone api={api} sipUserId={sipUser?.id} />
+      <Softphone api={api} sipUserId={sipUser?.id} state={state} dispatch={dispatch} />
     </div>
   );
 }

@@ -5,6 +5,7 @@
 import type {
   CallParticipantResource,
   CallResource,
+  CallTranscriptResource,
   ConversationItemResource,
   ConversationResource,
   OperatorAvailability,
@@ -21,6 +22,8 @@ export interface LiveState {
   latest: Map<string, ConversationItemResource>;
   calls: Map<string, CallResource>;
   participants: Map<string, CallParticipantResource>;
+  /** Transcript lines by call id, for the calls the softphone shows (loaded, then CallTranscript.created). */
+  transcripts: Map<string, Map<string, CallTranscriptResource>>;
   myStatus?: OperatorAvailability;
   /** Who is typing in each conversation (Conversation.typing signals; docs/events.md, "Typing"). */
   typing: Map<string, Typist[]>;
@@ -42,6 +45,7 @@ export const emptyState = (): LiveState => ({
   latest: new Map(),
   calls: new Map(),
   participants: new Map(),
+  transcripts: new Map(),
   typing: new Map(),
 });
 
@@ -54,6 +58,7 @@ export type Action =
   | { kind: 'calls'; calls: CallResource[]; participants: CallParticipantResource[] }
   | { kind: 'call'; record: CallResource }
   | { kind: 'participant'; record: CallParticipantResource }
+  | { kind: 'transcript'; callId: string; list: CallTranscriptResource[] }
   | { kind: 'status'; status: OperatorAvailability | undefined }
   | { kind: 'typing'; conversationId: string; typist: Typist };
 
@@ -120,6 +125,11 @@ export function reduce(state: LiveState, action: Action): LiveState {
       return { ...state, calls: copy(state.calls).set(action.record.id, action.record) };
     case 'participant':
       return { ...state, participants: copy(state.participants).set(action.record.id, action.record) };
+    case 'transcript': {
+      const lines = copy(state.transcripts.get(action.callId) ?? new Map<string, CallTranscriptResource>());
+      for (const line of action.list) lines.set(line.id, line);
+      return { ...state, transcripts: copy(state.transcripts).set(action.callId, lines) };
+    }
     case 'status':
       return { ...state, myStatus: action.status };
     case 'typing': {
@@ -147,6 +157,10 @@ export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUs
     case 'CallParticipant.created':
     case 'CallParticipant.updated':
       return { kind: 'participant', record: data };
+    case 'CallTranscript.created': {
+      const line = event.data as unknown as CallTranscriptResource;
+      return line.attributes.call_id ? { kind: 'transcript', callId: line.attributes.call_id, list: [line] } : undefined;
+    }
     case 'OperatorStatus.created':
     case 'OperatorStatus.updated': {
       const attributes = (event.data.attributes ?? {}) as {

@@ -29,8 +29,15 @@ export interface CallView {
   number: string;
   /** The SIP Call-ID: the Call record's `call_uuid`. */
   callId: string;
+  /**
+   * The Call-ID of the Call this call is a leg of, when the SIP edge says so (`Parley-Call-ID`: a transferred
+   * call, such as a voice agent's handoff, whose record is the original call's).
+   */
+  recordCallId: string | undefined;
   muted: boolean;
   held: boolean;
+  /** A blind transfer asked for (REFER sent) to this SIP user or number. */
+  transferTo: string | undefined;
   answeredAt: number | undefined;
   /** Why the call ended, in words (when it did not end normally). */
   ended: string | undefined;

@@ -129,9 +129,23 @@ export class Phone {
     });
     this.ua = ua;
     ua.on('connecting', () => this.set({ registration: 'connecting' }));
-    ua.on('disconnected', () =>
-      this.set({ registration: 'connecting', problem: 'The connection to the phone server was lost; reconnecting…' }),
-    );
+    let dropped = false;
+    ua.on('disconnected', () => {
+      dropped = true;
+      this.set({ registration: 'connecting', problem: 'The connection to the phone server was lost; reconnecting…' });
+    });
+    ua.on('connected', () => {
+      // A call that outlived its WebSocket is ended cleanly over the new one: the edge reaches this tab only over
+      // the connection the dialog was set up on (its Contact's alias, docs/sip.md), so the other party's BYE or a
+      // re-INVITE could no longer arrive, and the edge's keep-alive would end the dialog without telling this tab.
+      // The BYE goes through the edge (the dialog's route set), which records the end. Resuming the call instead
+      // (an ICE restart in a re-INVITE) is not done.
+      if (dropped && this.session?.isEstablished()) {
+        this.session.terminate();
+        this.set({ callError: 'The connection to the phone server was lost, so the call was ended. Call back if needed.' });
+      }
+      dropped = false;
+    });
     ua.on('registered', () => this.set({ registration: 'registered', problem: undefined }));
     ua.on('unregistered', () => this.set({ registration: 'unregistered' }));
     ua.on('registrationFailed', (event) =>
@@ -179,8 +193,13 @@ export class Phone {
         name: identity.display_name || undefined,
         number: identity.uri.user ?? '',
         callId: (event.request as { call_id: string }).call_id,
+        recordCallId:
+          event.originator === 'remote'
+            ? ((event.request as { getHeader(name: string): string | undefined }).getHeader('Parley-Call-ID') ?? undefined)
+            : undefined,
         muted: false,
         held: false,
+        transferTo: undefined,
         answeredAt: undefined,
         ended: undefined,
       },
@@ -245,6 +264,45 @@ export class Phone {
 
   hangUp() {
     this.session?.terminate();
+  }
+
+  /**
+   * Blind transfer (RFC 3515; RFC 5589 section 6): a REFER in the call's dialog asks the other party to call
+   * `input` (a colleague's SIP user or a number of the organisation), which the SIP edge relays only inside its
+   * dialogs and only to the organisation's own domain (docs/sip.md, "Transfers"). This side hangs up once the
+   * other party reports that it is calling (its first NOTIFY), or 3 s after the REFER's 202 without one; the
+   * edge records the new call as a leg of this Call. False when the target is not one or no call is up.
+   */
+  transfer(input: string): boolean {
+    const target = dialTarget(input);
+    const session = this.session;
+    if (!target || !this.credential || !session?.isEstablished()) return false;
+    this.set({ callError: undefined });
+    this.setCall({ transferTo: target });
+    let over = false;
+    const hangUp = () => {
+      if (over) return;
+      over = true;
+      if (this.session === session) session.terminate();
+    };
+    const refused = (why: string) => {
+      if (over) return;
+      over = true;
+      this.setCall({ transferTo: undefined });
+      this.set({ callError: why });
+    };
+    session.refer(`sip:${target}@${this.credential.domain}`, {
+      eventHandlers: {
+        requestSucceeded: () => setTimeout(hangUp, 3000),
+        requestFailed: (e: { cause?: string }) => refused(`The transfer was refused (${e.cause ?? 'no answer'}); the call goes on.`),
+        // After JsSIP has answered the NOTIFY (200), which it does once these handlers return.
+        trying: () => setTimeout(hangUp),
+        progress: () => setTimeout(hangUp),
+        accepted: () => setTimeout(hangUp),
+        failed: () => refused('The transfer failed; the call goes on.'),
+      },
+    });
+    return true;
   }
 
   toggleMute() {
