@@ -36,6 +36,7 @@ import { idleBenchmark, idleChecks } from './idle.js';
 import { recreateDatabase } from './database.js';
 import { serveNodeFlags } from './serve-flags.js';
 import { streamsBenchmark, streamsChecks } from './streams.js';
+import { voiceBenchmark, voiceChecks } from './voice.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -601,7 +602,7 @@ if (!args.only || args.only === 'idle') {
   });
   console.log(idleChecks(idle).join('\n'));
 }
-if (args.only !== 'events' && args.only !== 'streams' && args.only !== 'idle') {
+if (args.only !== 'events' && args.only !== 'streams' && args.only !== 'idle' && args.only !== 'voice') {
   const data = await prepareData();
   await postgresScenarios(data);
   if (!args['no-embedded']) await embeddedScenarios();
@@ -622,6 +623,11 @@ if (!args.only || args.only === 'streams') {
   // Live streams at scale: 10,000 GET /api/events streams on one process (bench/streams.ts).
   console.log('\nLive streams at scale:');
   console.log(streamsChecks(await streamsBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_streams'))).join('\n'));
+}
+if (!args.only || args.only === 'voice') {
+  // Voice agents: voice-to-voice overhead, RTP send jitter at 50 calls, calls per core, CPU (bench/voice.ts).
+  console.log('\nVoice agents:');
+  console.log(voiceChecks(await voiceBenchmark(databaseUrl.replace(/\/[^/]+$/, '/parley_bench_voice'))).join('\n'));
 }
 console.log(
   `\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`,
