@@ -41,6 +41,7 @@ import { idleBenchmark, idleChecks } from './idle.js';
 import { recreateDatabase } from './database.js';
 import { serveNodeFlags } from './serve-flags.js';
 import { streamsBenchmark, streamsChecks } from './streams.js';
+import { voiceBenchmark, voiceChecks } from './voice.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -85,7 +86,7 @@ const only = args.only
   .filter(Boolean);
 const selected = (name: string) => !only || only.some((part) => name.includes(part));
 /** The sections run apart from the HTTP scenarios; `--only "first page,streams"` runs one scenario and the streams. */
-const SECTIONS = ['idle', 'events', 'streams'];
+const SECTIONS = ['idle', 'events', 'streams', 'voice'];
 const section = (name: string) => !only || only.includes(name);
 const httpScenarios = !only || only.some((part) => !SECTIONS.includes(part));
 const shape = (args.shape === 'agent-bound' ? 'agents' : args.shape) as BenchShape;
@@ -753,6 +754,11 @@ if (section('streams')) {
   // Live streams at scale: 10,000 GET /api/events streams on one process (bench/streams.ts).
   console.log('\nLive streams at scale:');
   console.log(streamsChecks(await streamsBenchmark(`${baseUrl}_streams`)).join('\n'));
+}
+if (section('voice')) {
+  // Voice agents: voice-to-voice overhead, RTP send jitter at 50 calls, calls per core, CPU (bench/voice.ts).
+  console.log('\nVoice agents:');
+  console.log(voiceChecks(await voiceBenchmark(`${baseUrl}_voice`)).join('\n'));
 }
 console.log(
   `\nBenchmark finished in ${((Date.now() - started) / 60_000).toFixed(1)} minutes on ${os.cpus().length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`,

@@ -100,59 +100,123 @@ export function parseTelephoneEvent(payload: Uint8Array): { digit: string; end: 
 }
 
 /**
- * A drift-free frame clock. Each tick is scheduled against the absolute time the stream started
- * (`start + n * period`, from `performance.now()`), not relative to the previous tick, so timer lateness
- * never accumulates: a tick that fires late is followed by one that comes early enough to catch up.
- * setTimeout only resolves to about a millisecond and may fire late under load, so the last stretch
- * before a due time is waited with `setImmediate` turns (a short, bounded spin on the event loop that
- * still lets I/O in). Ticks that were missed entirely (a long pause of the process) are reported as
- * `late` so that the caller can send them back to back or drop them, as it prefers.
+ * The process's frame grid: one timer for every stream with the same frame period, instead of one per call.
+ * Ticks are due at `origin + k * period` (from `performance.now()`), never relative to the previous tick, so
+ * timer lateness does not accumulate. setTimeout only resolves to about a millisecond and fires late under
+ * load, so the last `spinMs` before a due time are waited in `setImmediate` turns (a short spin that still
+ * lets I/O in). With one timer per call that spin was paid per call, at every call's own phase: at 50
+ * calls 50 x 2 ms of every 20 ms was spent spinning, and the calls' ticks queued behind each other's spins
+ * and behind their own setTimeout callbacks. One grid spins once per period whatever the number of calls,
+ * and sends every call's frame in one turn of the event loop (measured: `bench/voice.ts`,
+ * docs/benchmarks.md). Ticks missed entirely (a pause of the whole process) are run back to back, each with
+ * its own due time, so each stream's RTP timestamps stay whole.
+ */
+export class FrameGrid {
+  private static readonly grids = new Map<number, FrameGrid>();
+  /** The shared grid of this period (one per process). */
+  static of(periodMs: number): FrameGrid {
+    let grid = FrameGrid.grids.get(periodMs);
+    if (!grid) {
+      grid = new FrameGrid(periodMs);
+      FrameGrid.grids.set(periodMs, grid);
+    }
+    return grid;
+  }
+
+  private readonly members = new Set<(due: number, now: number) => void>();
+  private timer?: NodeJS.Timeout | NodeJS.Immediate;
+  private origin = 0;
+  private k = 0;
+
+  constructor(
+    readonly periodMs: number,
+    /** How long before a due time to stop sleeping and start polling (ms). */
+    private readonly spinMs = 2,
+  ) {}
+
+  /** Joins the grid; returns the due time of the member's first tick (the grid's next one). */
+  join(onTick: (due: number, now: number) => void): number {
+    if (this.members.size === 0) {
+      this.origin = performance.now();
+      this.k = 0;
+      this.members.add(onTick);
+      this.schedule();
+      return this.origin;
+    }
+    this.members.add(onTick);
+    return this.origin + this.k * this.periodMs;
+  }
+
+  leave(onTick: (due: number, now: number) => void): void {
+    this.members.delete(onTick);
+    if (this.members.size > 0 || !this.timer) return;
+    clearTimeout(this.timer as NodeJS.Timeout);
+    clearImmediate(this.timer as NodeJS.Immediate);
+    this.timer = undefined;
+  }
+
+  private schedule(): void {
+    this.timer = undefined;
+    if (this.members.size === 0) return;
+    const due = this.origin + this.k * this.periodMs;
+    const wait = due - performance.now();
+    if (wait > this.spinMs) this.timer = setTimeout(() => this.schedule(), wait - this.spinMs);
+    else if (wait > 0) this.timer = setImmediate(() => this.schedule());
+    else {
+      this.k++;
+      // A member that joins during this loop is not in the snapshot: its first tick is the next one.
+      for (const member of [...this.members]) {
+        if (!this.members.has(member)) continue;
+        try {
+          member(due, performance.now());
+        } catch (error) {
+          // One stream's failure is thrown as a timer callback's would be, after the other streams' frames.
+          process.nextTick(() => {
+            throw error;
+          });
+        }
+      }
+      this.schedule();
+    }
+  }
+}
+
+/**
+ * One stream's frame clock on the process's grid (`FrameGrid`): tick `n` is due at `dueTime(n)`, exact
+ * multiples of the period from the stream's first tick, whatever the lateness of earlier ticks. Ticks that
+ * were missed (a long pause of the process) come back to back, each reported with its own due time, so that
+ * the caller can send them or drop them, as it prefers.
  */
 export class FrameClock {
-  private timer?: NodeJS.Timeout | NodeJS.Immediate;
-  private running = false;
   private origin = 0;
   private n = 0;
+  private readonly member = (due: number, now: number) => {
+    const index = this.n++;
+    this.onTick({ index, due, now });
+  };
+  private running = false;
 
   constructor(
     private readonly periodMs: number,
     private readonly onTick: (tick: { index: number; due: number; now: number }) => void,
-    /** How long before a due time to stop sleeping and start polling (ms). */
-    private readonly spinMs = 2,
+    private readonly grid = FrameGrid.of(periodMs),
   ) {}
 
   start(): void {
     if (this.running) return;
     this.running = true;
-    this.origin = performance.now();
     this.n = 0;
-    this.schedule();
+    this.origin = this.grid.join(this.member);
   }
 
   stop(): void {
+    if (!this.running) return;
     this.running = false;
-    if (this.timer) {
-      clearTimeout(this.timer as NodeJS.Timeout);
-      clearImmediate(this.timer as NodeJS.Immediate);
-    }
-    this.timer = undefined;
+    this.grid.leave(this.member);
   }
 
   /** When tick `n` is due, in performance.now() milliseconds. */
   dueTime(n: number): number {
     return this.origin + n * this.periodMs;
-  }
-
-  private schedule(): void {
-    if (!this.running) return;
-    const due = this.dueTime(this.n);
-    const wait = due - performance.now();
-    if (wait > this.spinMs) this.timer = setTimeout(() => this.schedule(), wait - this.spinMs);
-    else if (wait > 0) this.timer = setImmediate(() => this.schedule());
-    else {
-      const index = this.n++;
-      this.onTick({ index, due, now: performance.now() });
-      this.schedule();
-    }
   }
 }

@@ -19,7 +19,7 @@ import {
   toWav,
   ulawToLinear,
 } from '../../src/voice/codecs.js';
-import { buildRtp, FrameClock, parseRtp, parseTelephoneEvent, RtpSender } from '../../src/voice/rtp.js';
+import { buildRtp, FrameClock, FrameGrid, parseRtp, parseTelephoneEvent, RtpSender } from '../../src/voice/rtp.js';
 import { buildAnswer, negotiate, parseOffer, SdpError } from '../../src/voice/sdp.js';
 import { latencyOf, unspokenRest } from '../../src/voice/session.js';
 import { cseqOf, parseSip, SipParseError, tagOf, uriOf, userOf } from '../../src/voice/sip-message.js';
@@ -261,6 +261,29 @@ describe('RTP', () => {
     });
     // After the stall the clock catches up: tick 12 is due at origin + 240 whatever happened before.
     expect(clock.dueTime(12) - origin).toBeCloseTo(240, 6);
+  });
+
+  it('puts every stream on one grid: clocks started apart tick in the same turn, on multiples of 20 ms from each other', async () => {
+    const grid = new FrameGrid(20);
+    const seen: { clock: number; due: number; now: number }[] = [];
+    const a = new FrameClock(20, ({ due, now }) => seen.push({ clock: 0, due, now }), grid);
+    const b = new FrameClock(20, ({ due, now }) => seen.push({ clock: 1, due, now }), grid);
+    a.start();
+    await new Promise((r) => setTimeout(r, 30));
+    b.start();
+    const offset = b.dueTime(0) - a.dueTime(0);
+    expect(offset).toBeGreaterThan(0);
+    expect(offset / 20).toBeCloseTo(Math.round(offset / 20), 6);
+    for (let waited = 0; seen.filter((s) => s.clock === 1).length < 5 && waited < 5000; waited += 20)
+      await new Promise((r) => setTimeout(r, 20));
+    a.stop();
+    b.stop();
+    // Each tick of b comes with a's tick of the same due time (one timer for both).
+    for (const t of seen.filter((s) => s.clock === 1)) expect(seen.some((s) => s.clock === 0 && s.due === t.due)).toBe(true);
+    // Stopped clocks leave the grid: nothing more is ticked.
+    const count = seen.length;
+    await new Promise((r) => setTimeout(r, 60));
+    expect(seen.length).toBe(count);
   });
 });
 
