@@ -168,12 +168,13 @@ describe.skipIf(skip !== undefined)('call transfer (REFER) through the SIP edge'
     const carol = await sipUser(acme);
     // Carol answers two calls: bob's consultation, then alice's call that replaces it.
     const target = await phone(acme, carol, 'callee_answer', {}, { args: ['-m', '2'], timeoutSeconds: 60 });
-    // 1. Bob consults carol (the consultation call, a Call of its own), and stays in that call for a while.
+    // 1. Bob consults carol (the consultation call, a Call of its own), and stays in that call for 14 s: long
+    // enough for the transfer below, and short of the 20 s carol's scenario waits for a BYE (callee_answer.xml).
     const consultation = `consult-${Date.now().toString(36)}-${n++}@${acme.domain}`;
     const consulting = sipp('caller_call', stack.port, {
       localPort: await freeUdpPort(),
       keys: { from: bob.name, domain: acme.domain },
-      args: ['-s', carol.name, '-au', bob.name, '-ap', bob.password, '-d', '20000', '-cid_str', consultation],
+      args: ['-s', carol.name, '-au', bob.name, '-ap', bob.password, '-d', '14000', '-cid_str', consultation],
       timeoutSeconds: 60,
     });
     // Its tags, as a Replaces header names the dialog (RFC 3891 section 3): from the dialog Kamailio keeps.
