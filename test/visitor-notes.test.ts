@@ -1,7 +1,8 @@
 /**
  * The visitor never sees the service's notes to operators (docs/console.md, "The visitor widget"): `system`
  * items, such as a handoff's note with its internal reason, are outside a visitor's reads and event stream; so
- * is the conversation's `analysis` (docs/agents.md, "Analysis") and its `Conversation.analysed` event.
+ * is the conversation's `analysis` (docs/agents.md, "Analysis") and its `Conversation.analysed` event, and the
+ * handoff's internal reason (`metadata.handoff_reason`).
  */
 import type net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -108,5 +109,35 @@ describe("a visitor and the service's notes", () => {
     expect(sparse.body.data.attributes).toEqual({ status: 'closed' });
     // Members read it.
     expect((await admin.get(`/api/conversations/${id}`)).body.data.attributes.analysis).toEqual(analysis);
+  });
+
+  it("reads its conversation's metadata without the handoff's internal reason, through the API and its stream", async () => {
+    const session = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
+    const id = session.body.data.id as string;
+    const token = session.body.meta.token as string;
+    const visitor = client(t.app, token);
+    const admin = client(t.app, tenant.admin.token);
+    const visitorStream = await openSse(baseUrl, '/api/events?filter[type]=Conversation.updated', token);
+    streams.push(visitorStream);
+    expect(visitorStream.status).toBe(200);
+    // The named action the agent runtime and the console use to hand a conversation to the operators.
+    const handOff = await admin.post(
+      `/api/conversations/${id}/hand_off`,
+      resourceDocument('Conversation', { reason: 'VIP churn risk rule 7' }, id),
+    );
+    expect(handOff.status).toBeLessThan(300);
+    const stored = (await admin.get(`/api/conversations/${id}`)).body.data.attributes.metadata;
+    expect(stored.handoff_reason).toBe('VIP churn risk rule 7');
+
+    await visitorStream.waitFor(1);
+    for (const m of visitorStream.messages) {
+      expect(JSON.parse(m.data).data.attributes.metadata).toBeDefined();
+      expect(m.data).not.toContain('churn risk');
+    }
+    const one = await visitor.get(`/api/conversations/${id}`);
+    expect(one.status).toBe(200);
+    expect(one.body.data.attributes.metadata).toEqual(Object.fromEntries(Object.entries(stored).filter(([k]) => k !== 'handoff_reason')));
+    const included = await visitor.get(`/api/conversation_items?filter[conversation_id]=${id}&include=conversation`);
+    expect(JSON.stringify(included.body)).not.toContain('churn risk');
   });
 });

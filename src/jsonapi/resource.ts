@@ -39,9 +39,10 @@ export interface AttributeDef {
   writeOnly?: boolean;
   /**
    * Left out of what a website visitor reads, through the API and its event stream (a conversation's `analysis`:
-   * what the organisation concluded about the visitor is the organisation's).
+   * what the organisation concluded about the visitor is the organisation's). A list of keys hides only those keys
+   * of an object attribute (a conversation's `metadata.handoff_reason`: the widget shows a friendly line instead).
    */
-  hiddenFromVisitors?: boolean;
+  hiddenFromVisitors?: boolean | readonly string[];
   /**
    * Made by the create action and shown only in the response that creates the
    * record (API key tokens, webhook secrets); `null` in every later rendering.

@@ -71,8 +71,9 @@ export function renderResource(
   const revealed = ctx.revealed?.get(id);
   const visitor = ctx.principal?.role === 'visitor';
   for (const [name, def] of Object.entries(resource.attributes)) {
-    if (def.writeOnly || !show(name) || (visitor && def.hiddenFromVisitors)) continue;
-    attributes[name] = renderValue(def, def.revealedOnCreate ? revealed?.[name] : row[name]);
+    if (def.writeOnly || !show(name) || (visitor && def.hiddenFromVisitors === true)) continue;
+    const value = renderValue(def, def.revealedOnCreate ? revealed?.[name] : row[name]);
+    attributes[name] = visitor ? withoutHiddenKeys(def, value) : value;
   }
 
   const relationships: Record<string, unknown> = {};
@@ -143,8 +144,22 @@ export const hidesFromVisitors = (resource: ResourceDef) => Object.values(resour
 export function forVisitors(resource: ResourceDef, eventJson: string): string {
   if (!hidesFromVisitors(resource)) return eventJson;
   const event = JSON.parse(eventJson) as { data?: { attributes?: Record<string, unknown> } };
-  for (const [name, def] of Object.entries(resource.attributes)) if (def.hiddenFromVisitors) delete event.data?.attributes?.[name];
+  const attributes = event.data?.attributes;
+  if (!attributes) return eventJson;
+  for (const [name, def] of Object.entries(resource.attributes)) {
+    if (def.hiddenFromVisitors === true) delete attributes[name];
+    else if (name in attributes) attributes[name] = withoutHiddenKeys(def, attributes[name]);
+  }
   return JSON.stringify(event);
+}
+
+/** An object attribute's value without the keys its declaration hides from visitors (`hiddenFromVisitors: [...]`). */
+function withoutHiddenKeys(def: AttributeDef, value: unknown): unknown {
+  const keys = def.hiddenFromVisitors;
+  if (!Array.isArray(keys) || value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+  const copy = { ...(value as Record<string, unknown>) };
+  for (const key of keys) delete copy[key];
+  return copy;
 }
 
 function compileResourceJson(resource: ResourceDef): ResourceJson {

@@ -28,6 +28,8 @@ export default defineResource({
       sortable: true,
       filterable: true,
       maxBytes: CONVERSATION_METADATA_MAX_BYTES,
+      // Why the agent handed off is the organisation's note (docs/agents.md); the widget says it in friendly words.
+      hiddenFromVisitors: ['handoff_reason'],
       default: () => ({}),
     }),
     ai_agent_id: attr.uuid({ create: true, update: true, nullable: true, sortable: true, filterable: true, references: 'AiAgent' }),
