@@ -25,7 +25,7 @@ export async function sipServe(): Promise<void> {
     db: database.db,
     records: services.records!,
     listen: (channel, onNotify, onResumed) => database.listen(channel, onNotify, onResumed),
-    runDir: process.env.SIP_RUN_DIR || undefined,
+    runDir: config.sipRunDir,
     log,
     onKamailioLog: (line) => console.error(line),
     onRtpengineLog: (line) => console.error(`rtpengine ${line}`),
