@@ -13,6 +13,6 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
-    globalSetup: ['test/support/web-build.ts'],
+    globalSetup: ['test/support/web-build.ts', 'test/support/database-template.ts'],
   },
 });

@@ -13,6 +13,6 @@ export default defineConfig({
     hookTimeout: 120_000,
     pool: 'forks',
     fileParallelism: false,
-    globalSetup: ['test/support/web-build.ts'],
+    globalSetup: ['test/support/web-build.ts', 'test/support/database-template.ts'],
   },
 });

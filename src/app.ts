@@ -2,15 +2,13 @@
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
-import { agentTestsService } from './agents/suite.js';
-import { AgentRuntime } from './agents/runtime.js';
+import type { AgentRuntime } from './agents/runtime.js';
 import { loadSigningKey } from './auth/signing-key.js';
 import type { Config } from './config/index.js';
 import { openDatabase, type DatabaseHandle } from './db/connection.js';
 import { migrate } from './db/migrate.js';
 import { isEmpty, seedDemo, type DemoResult } from './demo/demo.js';
-import { EventPruner, WebhookWorker } from './events/webhooks.js';
-import { buildServer } from './http/server.js';
+import type { WebhookWorker } from './events/webhooks.js';
 import { createRecords } from './jsonapi/records.js';
 import { buildRegistry } from './jsonapi/routes.js';
 import type { AppServices } from './jsonapi/services.js';
@@ -40,7 +38,10 @@ export function connectRedis(url: string | undefined): Redis | undefined {
 export async function createServices(database: DatabaseHandle, config: Config, redis?: Redis): Promise<AppServices> {
   const services: AppServices = { config, signingKey: await loadSigningKey(database.db, config), redis };
   services.records = createRecords({ db: database.db, registry: buildRegistry(resources), services });
-  services.agentTests = agentTestsService(database.db, services, config);
+  // The agent modules (and the model's client) load when a suite first runs: a command that only needs the
+  // records service does not load them (src/cli/).
+  services.agentTests = async (organisationId, agentId, suite) =>
+    (await import('./agents/suite.js')).agentTestsService(database.db, services, config)(organisationId, agentId, suite);
   return services;
 }
 
@@ -63,6 +64,12 @@ export async function assertPortFree(port: number, host: string): Promise<void> 
 }
 
 export async function startApp(config: Config): Promise<RunningApp> {
+  // Imported here rather than at the top: the administration commands import this module for createServices.
+  const [{ AgentRuntime }, { EventPruner, WebhookWorker }, { buildServer }] = await Promise.all([
+    import('./agents/runtime.js'),
+    import('./events/webhooks.js'),
+    import('./http/server.js'),
+  ]);
   const database = await openDatabase(config, { shareLocally: true });
   await migrate(database.db);
   const services = await createServices(database, config, connectRedis(config.redisUrl));

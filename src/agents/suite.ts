@@ -11,7 +11,7 @@
  * line and column before anything runs.
  */
 import { randomUUID } from 'node:crypto';
-import { Ajv } from 'ajv';
+import { Ajv, type ValidateFunction } from 'ajv';
 import { LineCounter, parseDocument } from 'yaml';
 import type { Config } from '../config/index.js';
 import type { Db } from '../db/schema.js';
@@ -125,11 +125,14 @@ const SUITE_SCHEMA = {
     },
   },
 };
-const validateSuite = new Ajv({ allErrors: true, strict: false }).compile(SUITE_SCHEMA);
+/** Compiled on first use, not when the module loads (the server loads it; few processes check a suite). */
+let compiledSuite: ValidateFunction | undefined;
+const suiteValidator = (): ValidateFunction => (compiledSuite ??= new Ajv({ allErrors: true, strict: false }).compile(SUITE_SCHEMA));
 
 /** The problems of a suite's value, each at its path (`cases.0.turns.1.expect.handoff`). */
 function suiteProblems(value: unknown): { path: string[]; message: string }[] {
   const found: { path: string[]; message: string }[] = [];
+  const validateSuite = suiteValidator();
   if (!validateSuite(value)) {
     for (const e of validateSuite.errors ?? []) {
       const path = e.instancePath.split('/').slice(1);

@@ -61,6 +61,8 @@ export interface Config {
   sipWsUrl: string | undefined;
   /** Lifetime of a softphone's SIP credential, in seconds (docs/sip.md, "Softphone credentials"). */
   sipCredentialTtlSeconds: number;
+  /** The folder `parley sip serve` renders Kamailio's configuration and control sockets into (SIP_RUN_DIR); unset: a new temporary one. */
+  sipRunDir: string | undefined;
   /** Lifetime of a visitor credential (the chat widget's), in seconds. */
   visitorTokenTtlSeconds: number;
   /** Requests per minute one visitor credential may make. */
@@ -278,6 +280,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     sipAllowPrivateGateways: text(env, 'SIP_ALLOW_PRIVATE_GATEWAYS') === 'true',
     sipWsUrl: wsUrl(text(env, 'SIP_WS_URL')),
     sipCredentialTtlSeconds: Math.max(60, int(env, 'SIP_CREDENTIAL_TTL_SECONDS', 600)),
+    sipRunDir: text(env, 'SIP_RUN_DIR'),
     visitorTokenTtlSeconds: int(env, 'VISITOR_TOKEN_TTL_SECONDS', 2 * 3600),
     visitorRateLimitPerMinute: int(env, 'VISITOR_RATE_LIMIT_PER_MINUTE', 60),
     visitorAddressRateLimitPerMinute: int(env, 'VISITOR_ADDRESS_RATE_LIMIT_PER_MINUTE', 600),

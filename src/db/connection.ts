@@ -5,7 +5,7 @@ import pg from 'pg';
 import type { Config } from '../config/index.js';
 import { exposeLocally, sharedLocally } from './local-socket.js';
 import { Mutex, PGliteDialect } from './pglite-dialect.js';
-import { clusterTemplate } from './pglite-template.js';
+import { clusterTemplate, tarballTemplate } from './pglite-template.js';
 import { preparedStatementsPool } from './prepared.js';
 
 /** The engine queries tables named by resource definitions, so the schema type stays open. */
@@ -239,11 +239,14 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
   }
   let stopSharing = async () => {};
   try {
-    // First start: the build's initialised and migrated cluster, copied, instead of initdb (see pglite-template).
-    const template = inMemory || fs.existsSync(path.join(config.dataDir, 'PG_VERSION')) ? undefined : clusterTemplate();
+    // First start (always, in memory): an initialised and migrated cluster instead of initdb and the migrations
+    // (see pglite-template): the build's directory copied, else the tarball loaded.
+    const fresh = inMemory || !fs.existsSync(path.join(config.dataDir, 'PG_VERSION'));
+    const template = fresh && !inMemory ? clusterTemplate() : undefined;
     if (template) fs.cpSync(template, config.dataDir, { recursive: true });
     const pglite = await PGlite.create({
       dataDir: config.dataDir,
+      loadDataDir: fresh && !template ? await tarballTemplate() : undefined,
       // PGlite keeps PostgreSQL's shared buffers in its WebAssembly memory, all of it resident once touched:
       // 32 MB (PostgreSQL's default is 128 MB) bounds the process's memory; the data files are read through
       // Node's file system, cached by the operating system.

@@ -61,6 +61,9 @@ const migrations: Record<string, { up: string }> = {
   '0026_open_calls': openCalls,
 };
 
+/** Every migration's name and SQL, in order (a template cluster is named after their digest: pglite-template). */
+export const migrationList = (): Array<[name: string, sql: string]> => Object.entries(migrations).map(([name, m]) => [name, m.up]);
+
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */
 export const schemaSql = (): string =>
   Object.values(migrations)

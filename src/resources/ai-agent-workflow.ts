@@ -4,7 +4,7 @@
  * create and update; the agent runtime (src/agents/workflow.ts) interprets it.
  * An empty object is the default: no scripted steps, model turns only.
  */
-import { Ajv, type ErrorObject as AjvError } from 'ajv';
+import { Ajv, type ErrorObject as AjvError, type ValidateFunction } from 'ajv';
 import { ApiError, errorObject } from '../jsonapi/index.js';
 
 const id = { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A name for the step, unique in the workflow.' };
@@ -186,7 +186,9 @@ export function compileAnalysisSchema(schema: object) {
     analysisAjv.removeSchema(schema);
   }
 }
-const validate = ajv.compile(WORKFLOW_SCHEMA);
+/** Compiled on first use, not when the module loads: a process that never checks a workflow (most commands) does not pay for it. */
+let compiledWorkflow: ValidateFunction | undefined;
+const workflowValidator = (): ValidateFunction => (compiledWorkflow ??= ajv.compile(WORKFLOW_SCHEMA));
 
 /** The failing schema branches of `if/then` repeat their error as "must match then schema": only the specific ones are kept. */
 function problems(errors: AjvError[]): { pointer: string; detail: string }[] {
@@ -222,6 +224,7 @@ export interface WorkflowRules {
 
 /** Problems of a workflow value, each with the JSON pointer inside it (`/steps/2/type`); empty when valid. */
 export function workflowProblems(workflow: unknown, rules: WorkflowRules = {}): { pointer: string; detail: string }[] {
+  const validate = workflowValidator();
   const found = validate(workflow) ? [] : problems(validate.errors ?? []);
   const steps = (workflow as Workflow | null)?.steps;
   const tools = (workflow as Workflow | null)?.tools;

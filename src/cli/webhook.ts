@@ -1,0 +1,53 @@
+/** `parley webhook`: create and list webhook endpoints (docs/events.md). */
+import { sql } from 'kysely';
+import { systemActor } from '../jsonapi/actor.js';
+import { withDatabase } from './database.js';
+
+export const webhookCreate = (o: { org: string; url: string; eventTypes?: string; description?: string; json?: boolean }) =>
+  withDatabase(!!o.json, async (_db, records) => {
+    const values: Record<string, unknown> = { url: o.url };
+    if (o.eventTypes !== undefined)
+      values.event_types = o.eventTypes
+        .split(',')
+        .map((t) => t.trim())
+        .filter(Boolean);
+    if (o.description !== undefined) values.description = o.description;
+    const { id, record } = await records.create(systemActor(o.org, 'cli'), 'WebhookEndpoint', values);
+    const attributes = record.attributes as Record<string, unknown>;
+    const created = { id, ...attributes, organisation_id: o.org };
+    const types = (attributes.event_types as string[]).join(', ') || 'every type';
+    return {
+      result: created,
+      text: `webhook endpoint ${id} -> ${o.url} (${types}); signing secret, shown once:\n${attributes.secret}`,
+    };
+  });
+
+export const webhookList = (o: { org: string; json?: boolean }) =>
+  withDatabase(!!o.json, async (db) => {
+    const { rows } = await sql<{
+      id: string;
+      url: string;
+      event_types: string[];
+      enabled: boolean;
+      description: string | null;
+      consecutive_failures: number;
+      disabled_reason: string | null;
+      pending: number;
+      failed: number;
+      succeeded: number;
+    }>`
+      SELECT w.id, w.url, w.event_types, w.enabled, w.description, w.consecutive_failures, w.disabled_reason,
+        (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_endpoint_id = w.id AND d.status = 'pending') AS pending,
+        (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_endpoint_id = w.id AND d.status = 'failed') AS failed,
+        (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_endpoint_id = w.id AND d.status = 'succeeded') AS succeeded
+      FROM webhook_endpoints w WHERE w.organisation_id = ${o.org} ORDER BY w.id`.execute(db);
+    const lines = rows.map((w) => {
+      const state = w.enabled ? 'enabled' : `DISABLED${w.disabled_reason ? ` (${w.disabled_reason})` : ''}`;
+      const types = w.event_types.join(',') || '*';
+      return `${w.id}  ${w.url}  ${types}  ${state}  deliveries: ${w.succeeded} succeeded, ${w.pending} pending, ${w.failed} failed`;
+    });
+    return {
+      result: { organisation_id: o.org, webhook_endpoints: rows },
+      text: lines.length ? lines.join('\n') : 'no webhook endpoints',
+    };
+  });
