@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, resourceDocument, type Client } from '../helpers/http.js';
 import { startTestApp, type TestApp } from '../support/app.js';
 import { seedTenant, type Tenant } from '../support/seed.js';
-import { DOMAIN, freeUdpPort, register, sipp, sipSkipReason, startSipStack, until, type SipStack } from './harness.js';
+import { DOMAIN, freeUdpPort, freeUdpTcpPort, register, sipp, sipSkipReason, startSipStack, until, type SipStack } from './harness.js';
 import { authorization, branch, listener, send, tag } from './raw.js';
 
 const skip = sipSkipReason();
@@ -492,7 +492,7 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       const caller = await sipUser(acme);
       const callee = await sipUser(acme);
       const overTcp = await sipp('register', stack.port, {
-        localPort: await freeUdpPort(),
+        localPort: await freeUdpTcpPort(), // SIPp binds this number for TCP (-t t1)
         keys: { domain: acme.domain },
         args: ['-t', 't1', '-s', caller.name, '-au', caller.name, '-ap', caller.password],
       });
@@ -502,7 +502,7 @@ describe.skipIf(skip !== undefined)('SIP edge routing (Kamailio + SIPp)', () => 
       expect(registered.body.data.attributes.registered).toBe(true);
       const answering = await phoneThen(acme, callee);
       const placing = await sipp('caller_call', stack.port, {
-        localPort: await freeUdpPort(),
+        localPort: await freeUdpTcpPort(), // SIPp binds this number for TCP (-t t1)
         keys: { from: caller.name, domain: acme.domain },
         args: ['-t', 't1', '-s', callee.name, '-au', caller.name, '-ap', caller.password, '-d', '300'],
       });
