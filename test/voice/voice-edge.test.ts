@@ -750,11 +750,15 @@ describe.skipIf(skip !== undefined)('agent calls through the SIP edge (SIPp -> K
     expect(realErrors(placing.errors), placing.errors).toBe('');
     expect(placing.logs).toContain(`user: ${busy.name}`);
 
-    // The Call: not awaited to its end here. The edge saw the REFER accepted, so after the agent's BYE it keeps the
-    // Call open for the transferee's new call, which never comes (docs/agents.md, "Not done yet").
+    // The Call ends with the agent's BYE: the caller's NOTIFY told the edge the transfer failed, so it awaits no other
+    // (reconciliation, which would end it too, is off in these tests: SIP_RECONCILE_INTERVAL_MS).
     const call = await until(
-      async () => (await globex.admin.get(`/api/calls?filter[to_number]=${encodeURIComponent(target)}`)).body.data[0],
-      `the call to ${target}`,
+      async () => {
+        const found = (await globex.admin.get(`/api/calls?filter[to_number]=${encodeURIComponent(target)}`)).body.data[0];
+        return found?.attributes.status === 'completed' ? found : undefined;
+      },
+      `the call to ${target} completed`,
+      20_000,
     );
     // No leg for the target: its call never happened.
     expect((await legs(globex, call.id)).map((p) => p.role)).toEqual(['caller', 'agent']);
