@@ -140,4 +140,32 @@ describe("a visitor and the service's notes", () => {
     const included = await visitor.get(`/api/conversation_items?filter[conversation_id]=${id}&include=conversation`);
     expect(JSON.stringify(included.body)).not.toContain('churn risk');
   });
+
+  it('cannot confirm a guess of the handoff reason with a filter on metadata: a right guess and a wrong one answer alike', async () => {
+    const session = await client(t.app, tenant.publishableKey).post('/api/visitor_sessions', resourceDocument('Conversation', {}));
+    const id = session.body.data.id as string;
+    const visitor = client(t.app, session.body.meta.token as string);
+    const admin = client(t.app, tenant.admin.token);
+    const reason = 'Refund above limit 42';
+    const handOff = await admin.post(`/api/conversations/${id}/hand_off`, resourceDocument('Conversation', { reason }, id));
+    expect(handOff.status).toBeLessThan(300);
+    const stored = (await admin.get(`/api/conversations/${id}`)).body.data.attributes.metadata as Record<string, unknown>;
+    const found = async (who: ReturnType<typeof client>, query: string) => {
+      const response = await who.get(`/api/conversations?filter[id]=${id}&${query}`);
+      expect(response.status).toBe(200);
+      return (response.body.data as unknown[]).length;
+    };
+    const contains = (value: unknown) => `filter[metadata][contains]=${encodeURIComponent(JSON.stringify(value))}`;
+    const equals = (value: unknown) => `filter[metadata]=${encodeURIComponent(JSON.stringify(value))}`;
+    // A member's filter sees the reason: the guess distinguishes.
+    expect(await found(admin, contains({ handoff_reason: reason }))).toBe(1);
+    expect(await found(admin, contains({ handoff_reason: 'wrong guess' }))).toBe(0);
+    // A visitor's does not, with containment or equality, while its other keys still filter.
+    expect(await found(visitor, contains({ handoff_reason: reason }))).toBe(0);
+    expect(await found(visitor, contains({ handoff_reason: 'wrong guess' }))).toBe(0);
+    expect(await found(visitor, equals(stored))).toBe(0);
+    const visible = Object.fromEntries(Object.entries(stored).filter(([k]) => k !== 'handoff_reason'));
+    expect(await found(visitor, equals(visible))).toBe(1);
+    expect(await found(visitor, contains({}))).toBe(1);
+  });
 });

@@ -39,9 +39,14 @@ export function filterSql(resource: ResourceDef, node: FilterNode, principal?: P
   }
 }
 
-/** The column behind an attribute, or a computed attribute's expression (parenthesised) for filters. */
+/**
+ * The column behind an attribute, or a computed attribute's expression (parenthesised) for filters. A visitor
+ * filters an object without the keys hidden from it, so no operator (`contains`, `eq`) confirms a guessed value.
+ */
 function filterOperand(resource: ResourceDef, attribute: string, principal: Principal | undefined): RawBuilder<unknown> {
   const def = attributeOf(resource, attribute);
+  const hidden = principal?.role === 'visitor' ? def.hiddenFromVisitors : undefined;
+  if (Array.isArray(hidden)) return sql`(${column(resource, attribute)} - ARRAY[${sql.join(hidden.map((key) => sql`${key}::text`))}])`;
   if (!def.expression) return column(resource, attribute);
   if (!principal) throw new Error(`filter on computed ${resource.type}.${attribute} needs the principal`);
   return sql`(${def.expression(principal)})`;
