@@ -46,11 +46,26 @@ class Ringer {
   private audio: AudioContext | undefined;
   private timer: ReturnType<typeof setInterval> | undefined;
 
+  /**
+   * Opens the audio output when the phone starts, suspended until a call rings: opening it blocks the page for
+   * tens to hundreds of milliseconds on a busy machine (measured about 300 ms at load 22, docs/benchmarks.md), which
+   * in the ring path delayed the first ringing panel; resuming is asynchronous.
+   */
+  prepare() {
+    try {
+      this.audio ??= new AudioContext();
+      void this.audio.suspend();
+    } catch {
+      /* no audio output: calls still show */
+    }
+  }
+
   start() {
     if (this.timer) return;
     const ring = () => {
       try {
         this.audio ??= new AudioContext();
+        void this.audio.resume();
         const start = this.audio.currentTime + 0.02;
         for (const offset of [0, 0.5]) {
           const tone = this.audio.createOscillator();
@@ -73,6 +88,7 @@ class Ringer {
   stop() {
     clearInterval(this.timer);
     this.timer = undefined;
+    void this.audio?.suspend();
   }
 }
 
@@ -105,6 +121,7 @@ export class Phone {
   }
 
   async start(): Promise<void> {
+    this.ringer.prepare();
     let credential: SipCredential;
     try {
       credential = await this.options.credential();
