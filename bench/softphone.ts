@@ -222,7 +222,9 @@ async function main() {
     }
     console.log(`INVITE (edge receipt) to the browser ringing: ${summary(ringing)}`);
     console.log(`  of which edge receipt to the INVITE on the page's WebSocket: ${summary(toPage)}`);
-    console.log(`  and the page's WebSocket to the panel (JsSIP, the console): ${summary(toPanel)}; the first call ${toPanel[0]?.toFixed(1)} ms`);
+    console.log(
+      `  and the page's WebSocket to the panel (JsSIP, the console): ${summary(toPanel)}; the first call ${toPanel[0]?.toFixed(1)} ms`,
+    );
 
     // 2. Mouth to ear, phone to browser.
     const phone = await audioSocket();
