@@ -167,31 +167,45 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
   const attributes = Object.entries(resource.attributes)
     .filter(([, def]) => !def.writeOnly)
     .map(([name, def], i) => ({ name, def, key: `${i === 0 ? '' : ','}${JSON.stringify(name)}:` }));
+  const related = Boolean(resource.operations.get);
+  // The links are `${baseUrl}/api/${path}/${id}` (and `/${relationship}` after it): the JSON text of that
+  // prefix is worked out once per base URL (the last one: a Host header may be anything), the id's is the
+  // "id" member's, so a row adds no JSON.stringify of its own for them. Escaping is per character, so the
+  // text of a concatenation is the concatenation of the texts (the prefix ends in `/`, no surrogate half).
+  let base: string | undefined;
+  let prefix = '';
+  const prefixOf = (baseUrl: string) => {
+    if (baseUrl !== base) {
+      base = baseUrl;
+      prefix = JSON.stringify(`${baseUrl}/api/${resource.path}/`).slice(0, -1);
+    }
+    return prefix;
+  };
   const relationships = Object.entries(resource.relationships).map(([name, relationship], i) => {
     const key = `${i === 0 ? '' : ','}${JSON.stringify(name)}:`;
     if (relationship.cardinality === 'one') {
       const column = linkageColumn(name);
       const relatedType = JSON.stringify(relationship.type);
       return (row: Row, ctx: RenderContext) => {
-        const related = relationship.resolve ? relationship.resolve(ctx.principal) : row[column];
-        return `${key}{"data":${related ? `{"id":${JSON.stringify(String(related))},"type":${relatedType},"meta":{}}` : 'null'}}`;
+        const id = relationship.resolve ? relationship.resolve(ctx.principal) : row[column];
+        return `${key}{"data":${id ? `{"id":${JSON.stringify(String(id))},"type":${relatedType},"meta":{}}` : 'null'}}`;
       };
     }
-    return (row: Row, ctx: RenderContext) => {
-      const related = relatedLink(resource, String(row.id), name, ctx.baseUrl);
-      return `${key}${related ? `{"links":{"related":${JSON.stringify(related)}},"meta":{}}` : '{"meta":{}}'}`;
-    };
+    const tail = `${JSON.stringify(`/${name}`).slice(1)}},"meta":{}}`;
+    return resource.path && related
+      ? (_row: Row, _ctx: RenderContext, links: string, idJson: string) => `${key}{"links":{"related":${links}${idJson.slice(1, -1)}${tail}`
+      : () => `${key}{"meta":{}}`;
   });
   return (row, ctx) => {
-    const id = String(row.id);
-    let json = `{"id":${JSON.stringify(id)},"type":${typeJson},"attributes":{`;
+    const idJson = JSON.stringify(String(row.id));
+    const links = resource.path ? prefixOf(ctx.baseUrl) : '';
+    let json = `{"id":${idJson},"type":${typeJson},"attributes":{`;
     for (const { name, def, key } of attributes)
       json += key + JSON.stringify(renderValue(def, def.revealedOnCreate ? undefined : row[name]));
     json += '},"relationships":{';
-    for (const relationship of relationships) json += relationship(row, ctx);
+    for (const relationship of relationships) json += relationship(row, ctx, links, idJson);
     json += '}';
-    const self = selfLink(resource, id, ctx.baseUrl);
-    if (self) json += `,"links":{"self":${JSON.stringify(self)}}`;
+    if (resource.path) json += `,"links":{"self":${links}${idJson.slice(1)}}`;
     return `${json},"meta":{}}`;
   };
 }
