@@ -26,16 +26,12 @@ export function genericPlan<T>(statement: RawBuilder<T>): RawBuilder<T> {
 }
 
 /**
- * A read that runs as a named statement in PostgreSQL's default plan mode (`auto`): parsed once per
- * connection, planned for its values on its first five runs, then with a generic plan only if PostgreSQL
- * estimates that plan no costlier than those (PostgreSQL: PREPARE, "plan_cache_mode"). For a page filtered
- * by equality in id order, whose plan is a range of the (organisation_id, attribute, id) index for any value:
- * parsing and planning it were 60% of PostgreSQL's CPU for the request (docs/benchmarks.md, 2026-11-28).
+ * A read run as a named statement in PostgreSQL's default plan mode (`auto`): parsed once per connection,
+ * planned for its values five times, then generic only if PostgreSQL estimates that no costlier (PREPARE).
+ * For a page in id order filtered by equality, parsing and planning were 60% of PostgreSQL's CPU for the
+ * request (docs/benchmarks.md, 2026-11-28).
  */
-export function preparedPlan<T>(statement: RawBuilder<T>): RawBuilder<T> {
-  return sql<T>`${sql.raw(PREPARED_MARK)} ${statement}`;
-}
-
+export const preparedPlan = <T>(statement: RawBuilder<T>): RawBuilder<T> => sql<T>`${sql.raw(PREPARED_MARK)} ${statement}`;
 const PREPARED_MARK = '/* prepared */';
 
 type PlanMode = 'auto' | 'generic';

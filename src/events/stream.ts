@@ -271,16 +271,8 @@ export class EventHub {
 
 const message = (row: EventRow, json: string) => `id: ${row.id}\nevent: ${row.type}\ndata: ${json}\n\n`;
 const messages = new WeakMap<EventRow, Buffer>();
-
 /** A row's message as every member stream shows it, encoded once for all of them (rows are shared). */
-function messageBytes(row: EventRow): Buffer {
-  let bytes = messages.get(row);
-  if (!bytes) {
-    bytes = Buffer.from(message(row, row.json));
-    messages.set(row, bytes);
-  }
-  return bytes;
-}
+const messageBytes = (row: EventRow) => messages.get(row) ?? messages.set(row, Buffer.from(message(row, row.json))).get(row)!;
 
 /** The resource type of an event type (`ConversationItem.created` -> `ConversationItem`). */
 const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));

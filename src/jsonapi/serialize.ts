@@ -27,10 +27,6 @@ export interface IncludeLimits {
 
 export const identifier = (type: string, id: string): Identifier => ({ id, type, meta: {} });
 
-function selfLink(resource: ResourceDef, id: string, baseUrl: string): string | undefined {
-  return resource.path ? `${baseUrl}/api/${resource.path}/${id}` : undefined;
-}
-
 /** RFC 3986 unreserved characters only: the text qs's own encoder gives, without its per-character loop. */
 const UNRESERVED = /^[A-Za-z0-9._~-]*$/;
 
@@ -91,8 +87,7 @@ export function renderResource(
   }
 
   const object: Record<string, unknown> = { id, type: resource.type, attributes, relationships };
-  const self = selfLink(resource, id, ctx.baseUrl);
-  if (self) object.links = { self };
+  if (resource.path) object.links = { self: `${ctx.baseUrl}/api/${resource.path}/${id}` };
   object.meta = {};
   return object;
 }
@@ -168,19 +163,11 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
     .filter(([, def]) => !def.writeOnly)
     .map(([name, def], i) => ({ name, def, key: `${i === 0 ? '' : ','}${JSON.stringify(name)}:` }));
   const related = Boolean(resource.operations.get);
-  // The links are `${baseUrl}/api/${path}/${id}` (and `/${relationship}` after it): the JSON text of that
-  // prefix is worked out once per base URL (the last one: a Host header may be anything), the id's is the
-  // "id" member's, so a row adds no JSON.stringify of its own for them. Escaping is per character, so the
-  // text of a concatenation is the concatenation of the texts (the prefix ends in `/`, no surrogate half).
+  // Links are `${baseUrl}/api/${path}/${id}` (then `/${relationship}`): the JSON text of the prefix is made once
+  // per base URL (the last one: a Host header may be anything), the id's is the "id" member's. Escaping is per
+  // character, so the text of a concatenation is the texts' (the prefix ends in `/`, no surrogate half).
   let base: string | undefined;
   let prefix = '';
-  const prefixOf = (baseUrl: string) => {
-    if (baseUrl !== base) {
-      base = baseUrl;
-      prefix = JSON.stringify(`${baseUrl}/api/${resource.path}/`).slice(0, -1);
-    }
-    return prefix;
-  };
   const relationships = Object.entries(resource.relationships).map(([name, relationship], i) => {
     const key = `${i === 0 ? '' : ','}${JSON.stringify(name)}:`;
     if (relationship.cardinality === 'one') {
@@ -198,14 +185,14 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
   });
   return (row, ctx) => {
     const idJson = JSON.stringify(String(row.id));
-    const links = resource.path ? prefixOf(ctx.baseUrl) : '';
+    if (ctx.baseUrl !== base) [base, prefix] = [ctx.baseUrl, JSON.stringify(`${ctx.baseUrl}/api/${resource.path}/`).slice(0, -1)];
     let json = `{"id":${idJson},"type":${typeJson},"attributes":{`;
     for (const { name, def, key } of attributes)
       json += key + JSON.stringify(renderValue(def, def.revealedOnCreate ? undefined : row[name]));
     json += '},"relationships":{';
-    for (const relationship of relationships) json += relationship(row, ctx, links, idJson);
+    for (const relationship of relationships) json += relationship(row, ctx, prefix, idJson);
     json += '}';
-    if (resource.path) json += `,"links":{"self":${links}${idJson.slice(1)}}`;
+    if (resource.path) json += `,"links":{"self":${prefix}${idJson.slice(1)}}`;
     return `${json},"meta":{}}`;
   };
 }
