@@ -198,9 +198,9 @@ async function write(url: string, token: string, conversations: string[], rate: 
         conversations: conversations.filter((_, i) => i % writers === w),
         rate: rate / writers,
         seconds,
-        // Enough connections to keep the rate when each write takes a while on a loaded machine (autocannon
-        // waits for an answer before a connection's next request).
-        connections: Math.ceil(64 / writers),
+        // A connection waits for its answer before its next write (autocannon): one connection per write a
+        // second keeps offering the rate while a write takes up to a second (64 in all reached 50-67/s loaded).
+        connections: Math.ceil(Math.max(64, rate) / writers),
       });
       return done;
     }),
