@@ -162,7 +162,6 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
   const attributes = Object.entries(resource.attributes)
     .filter(([, def]) => !def.writeOnly)
     .map(([name, def], i) => ({ name, def, key: `${i === 0 ? '' : ','}${JSON.stringify(name)}:` }));
-  const related = Boolean(resource.operations.get);
   // Links are `${baseUrl}/api/${path}/${id}` (then `/${relationship}`): the JSON text of the prefix is made once
   // per base URL (the last one: a Host header may be anything), the id's is the "id" member's. Escaping is per
   // character, so the text of a concatenation is the texts' (the prefix ends in `/`, no surrogate half).
@@ -179,7 +178,7 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
       };
     }
     const tail = `${JSON.stringify(`/${name}`).slice(1)}},"meta":{}}`;
-    return resource.path && related
+    return resource.path && resource.operations.get
       ? (_row: Row, _ctx: RenderContext, links: string, idJson: string) => `${key}{"links":{"related":${links}${idJson.slice(1, -1)}${tail}`
       : () => `${key}{"meta":{}}`;
   });
