@@ -13,16 +13,15 @@
  * The fan-out cost is independent of visitors' streams when phase 3's statements per write equal phase 1's.
  * Latency is arrival - the event's occurred_at (stamped before COMMIT, so it slightly overstates).
  * Targets: 10,000 streams open; p99 <= 250 ms at 200 writes/s. Run alone:
- *   npx tsx bench/streams.ts [--visitors 9900] [--members 100] [--rate 200] [--duration 20]
+ *   npx tsx bench/streams.ts [--visitors 9900] [--members 100] [--rate 200] [--duration 20] [--writers 2]
  * or `npm run bench -- --only streams` (BENCH_STREAMS_DATABASE_URL, default
  * postgres://postgres@127.0.0.1:5432/parley_bench_streams, recreated). The server is started with its open
  * file limit raised to the hard limit (`ulimit -n`); this process needs one descriptor per stream too.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { fork, spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import autocannon from 'autocannon';
 import { createServices } from '../src/app.js';
 import { createOrganisation, createUserInOrganisation } from '../src/auth/accounts.js';
 import { createApiKey } from '../src/auth/api-keys.js';
@@ -73,7 +72,11 @@ const summary = (values: number[]) => {
 };
 
 async function startServer(databaseUrl: string, port: number, statsPort: number, streams: number): Promise<ChildProcess> {
-  const node = [process.execPath, ...serveNodeFlags(), '--import', 'tsx', 'bench/streams-server.ts'].map((a) => `'${a}'`).join(' ');
+  // BENCH_CPU_PROF=1 writes the server's CPU profile to bench/profiles/, as in bench/run.ts.
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench', 'profiles')] : [];
+  const node = [process.execPath, ...serveNodeFlags(), ...profile, '--import', 'tsx', 'bench/streams-server.ts']
+    .map((a) => `'${a}'`)
+    .join(' ');
   // One descriptor per stream: raise the soft limit to the hard one (a shell builtin; Node cannot).
   const child = spawn('sh', ['-c', `ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec ${node}`], {
     cwd: root,
@@ -177,32 +180,34 @@ class Streams {
   }
 }
 
-/** Creates items at `rate` per second for `seconds`, round robin over `conversations`. */
-async function write(url: string, token: string, conversations: string[], rate: number, seconds: number): Promise<number> {
-  let n = 0;
-  const result = await autocannon({
-    url,
-    // Enough connections to keep the rate when each write takes a while on a loaded machine (autocannon
-    // waits for an answer before a connection's next request).
-    connections: 64,
-    overallRate: rate,
-    duration: seconds,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/vnd.api+json' },
-    requests: [
-      {
-        setupRequest: (request: autocannon.Request) => {
-          const conversation_id = conversations[n++ % conversations.length];
-          const body = JSON.stringify({
-            data: { type: 'ConversationItem', attributes: { conversation_id, role: 'user', content: 'Benchmark message' } },
-          });
-          return { ...request, method: 'POST', path: '/api/conversation_items', body } as autocannon.Request;
-        },
-      },
-    ],
-  });
-  const errors = result.errors + result.timeouts + result.non2xx;
+/**
+ * Creates items at `rate` per second for `seconds`, round robin over `conversations`, from `writers` processes of
+ * their own (bench/streams-writer.mjs), each offering its share of the rate over its share of the conversations.
+ */
+async function write(url: string, token: string, conversations: string[], rate: number, seconds: number, writers: number): Promise<number> {
+  const results = await Promise.all(
+    Array.from({ length: writers }, (_, w) => {
+      const child = fork(path.join(root, 'bench', 'streams-writer.mjs'), { stdio: 'inherit' });
+      const done = new Promise<{ written: number; errors: number }>((resolve, reject) => {
+        child.once('message', (message) => resolve(message as { written: number; errors: number }));
+        child.once('exit', (code) => reject(new Error(`streams writer exited with ${code}`)));
+      });
+      child.send({
+        url,
+        token,
+        conversations: conversations.filter((_, i) => i % writers === w),
+        rate: rate / writers,
+        seconds,
+        // A connection waits for its answer before its next write (autocannon): one connection per write a
+        // second keeps offering the rate while a write takes up to a second (64 in all reached 50-67/s loaded).
+        connections: Math.ceil(Math.max(64, rate) / writers),
+      });
+      return done;
+    }),
+  );
+  const errors = results.reduce((sum, r) => sum + r.errors, 0);
   if (errors > 0) console.log(`    (${errors} write errors)`);
-  return result.requests.total - result.non2xx;
+  return results.reduce((sum, r) => sum + r.written, 0);
 }
 
 async function phase(
@@ -213,10 +218,11 @@ async function phase(
   rate: number,
   seconds: number,
   members: Streams,
+  writers: number,
 ): Promise<StreamsPhase> {
   members.latencies = [];
   const before = await stats(statsPort);
-  const writes = await write(url, token, conversations, rate, seconds);
+  const writes = await write(url, token, conversations, rate, seconds, writers);
   await sleep(1500);
   const after = await stats(statsPort);
   return {
@@ -232,9 +238,9 @@ async function phase(
 
 export async function streamsBenchmark(
   databaseUrl: string,
-  options: { visitors?: number; members?: number; rate?: number; duration?: number } = {},
+  options: { visitors?: number; members?: number; rate?: number; duration?: number; writers?: number } = {},
 ): Promise<StreamsBenchResult> {
-  const { visitors = 9900, members = 100, rate = 200, duration = 20 } = options;
+  const { visitors = 9900, members = 100, rate = 200, duration = 20, writers = 2 } = options;
   await recreateDatabase(databaseUrl);
   const config = loadConfig({ ...process.env, DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', PASSWORD_HASH_COST_LOG2: '10' });
   const database = await openDatabase(config);
@@ -283,7 +289,7 @@ export async function streamsBenchmark(
   try {
     await memberStreams.open(Array.from({ length: members }, () => token));
     await sleep(500);
-    const membersOnly = await phase(url, statsPort, token, quiet, rate, duration, memberStreams);
+    const membersOnly = await phase(url, statsPort, token, quiet, rate, duration, memberStreams, writers);
     console.log(
       `  ${members} member streams, ${membersOnly.writesPerSecond.toFixed(0)} writes/s: p50 ${membersOnly.latency.p50} ms, p99 ${membersOnly.latency.p99} ms, ${membersOnly.statementsPerWrite.toFixed(2)} statements and ${membersOnly.cpuUsPerWrite.toFixed(0)} us CPU per write`,
     );
@@ -300,7 +306,7 @@ export async function streamsBenchmark(
     );
 
     visitorStreams.latencies = [];
-    const withVisitors = await phase(url, statsPort, token, conversations, rate, duration, memberStreams);
+    const withVisitors = await phase(url, statsPort, token, conversations, rate, duration, memberStreams, writers);
     const visitorLatency = summary(visitorStreams.latencies);
     console.log(
       `  ${members + visitorStreams.opened} streams, ${withVisitors.writesPerSecond.toFixed(0)} writes/s: members p50 ${withVisitors.latency.p50} ms, p99 ${withVisitors.latency.p99} ms; visitors p50 ${visitorLatency.p50} ms, p99 ${visitorLatency.p99} ms (${visitorStreams.latencies.length} messages); ${withVisitors.statementsPerWrite.toFixed(2)} statements and ${withVisitors.cpuUsPerWrite.toFixed(0)} us CPU per write`,
@@ -345,6 +351,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       members: { type: 'string', default: '100' },
       rate: { type: 'string', default: '200' },
       duration: { type: 'string', default: '20' },
+      writers: { type: 'string', default: '2' },
     },
   });
   const url = process.env.BENCH_STREAMS_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench_streams';
@@ -353,6 +360,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     members: Number(values.members),
     rate: Number(values.rate),
     duration: Number(values.duration),
+    writers: Number(values.writers),
   });
   console.log(streamsChecks(result).join('\n'));
 }

@@ -1,7 +1,8 @@
 /**
  * Reads whose plan does not depend on their values (by primary key; an organisation's page in an indexed
- * order, unfiltered) run as named statements with a generic plan, planned once per connection; filtered
- * lists stay unnamed and are planned for their values; a transaction always runs in PostgreSQL's default
+ * order, unfiltered) run as named statements with a generic plan, planned once per connection; a page in id
+ * order filtered by equality is named in PostgreSQL's default plan mode; other filtered lists stay unnamed
+ * and are planned for their values; a transaction always runs in PostgreSQL's default
  * plan mode (src/db/prepared.ts). PostgreSQL only: the embedded database has no prepared-statement cache
  * of this kind to inspect. One pool connection, so that every request's statements are on the session the
  * test inspects.
@@ -40,7 +41,7 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('plans of prepared reads'
 
   const planMode = async () => (await sql<{ plan_cache_mode: string }>`SHOW plan_cache_mode`.execute(t.db)).rows[0].plan_cache_mode;
 
-  it('an unfiltered page and a read by id are planned once and reused; a filtered page is planned for its values', async () => {
+  it('an unfiltered page and a read by id are planned once and reused; a filtered page is prepared or planned for its values', async () => {
     const api = client(t.app, tenant.owner.token);
     for (let i = 0; i < 8; i++) {
       const page = await api.get('/api/conversations?page[limit]=2');
@@ -52,6 +53,9 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('plans of prepared reads'
       const filtered = await api.get('/api/conversations?filter[channel]=sms');
       expect(filtered.status).toBe(200);
       expect(filtered.body.data.map((c: { attributes: { channel: string } }) => c.attributes.channel)).toEqual(['sms']);
+      const ranged = await api.get('/api/conversations?filter[channel][in]=sms&sort=-created_at');
+      expect(ranged.status).toBe(200);
+      expect(ranged.body.data).toHaveLength(1);
     }
     const { rows } = await sql<Prepared>`
       SELECT statement, generic_plans::text, custom_plans::text FROM pg_prepared_statements
@@ -65,9 +69,14 @@ describe.runIf(process.env.DATABASE_URL !== undefined)('plans of prepared reads'
     // which keep PostgreSQL's default mode and may plan it for its values there.)
     expect(Number(page[0].custom_plans), page[0].statement).toBe(0);
     for (const row of [...byId, ...page]) expect(Number(row.generic_plans), row.statement).toBeGreaterThanOrEqual(8);
-    // The filtered list was never named: nothing but the two marked reads is prepared for conversations.
+    // The page filtered by equality was named, without the generic mark (PostgreSQL's default plan mode) and
+    // run once per request; the one filtered by `in` and sorted otherwise was never named.
+    const equal = rows.filter((row) => row.statement.includes('"channel" = $'));
+    expect(equal, JSON.stringify(rows)).toHaveLength(1);
+    expect(equal[0].statement.startsWith('/* prepared */')).toBe(true);
+    expect(Number(equal[0].generic_plans) + Number(equal[0].custom_plans)).toBe(8);
     expect(
-      rows.filter((row) => row.statement.includes('"channel" = $')),
+      rows.filter((row) => row.statement.includes('"channel" IN (')),
       JSON.stringify(rows),
     ).toEqual([]);
   });

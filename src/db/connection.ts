@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { Kysely, PostgresDialect, sql } from 'kysely';
+import { CompiledQuery, Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import type { Config } from '../config/index.js';
 import { exposeLocally, sharedLocally } from './local-socket.js';
@@ -158,12 +158,13 @@ export interface DatabaseHandle {
     options?: ListenOptions,
   ): Promise<() => Promise<void>>;
   /**
-   * PostgreSQL only: runs a short read without parameters on a connection of its own, outside the pool, for a
-   * statement that requests wait for before their own (the credential epoch, src/auth/plugin.ts). Through the
-   * pool it queued behind the requests' statements: with 32 requests in flight and 10 connections, each request
-   * waited for a connection twice. While that connection cannot be had, the read goes through the pool.
+   * PostgreSQL only: runs a short read on a connection of its own, outside the pool, for a statement that
+   * requests wait for before their own (the credential epoch, src/auth/plugin.ts) or that delivers what they
+   * wrote (the event streams' read of new events, src/events/stream.ts). Through the pool it queued behind the
+   * requests' statements: with 32 requests in flight and 10 connections, each request waited for a connection
+   * twice. While that connection cannot be had, the read goes through the pool.
    */
-  readAside?<R>(text: string): Promise<R[]>;
+  readAside?<R>(text: string, values?: unknown[]): Promise<R[]>;
   close(): Promise<void>;
 }
 
@@ -209,7 +210,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     return {
       db,
       kind: 'postgres',
-      readAside: (text) => aside.read(text),
+      readAside: (text, values) => aside.read(text, values),
       listen: async (channel, onNotify, onResumed, options = {}) => {
         const unlisten = await listener.listen(channel, onNotify, onResumed, options.onLost);
         const unpool = options.ownStatementsFirst ? pooled.listen(channel, onNotify) : () => {};
@@ -434,16 +435,16 @@ class AsideConnection {
     private readonly db: Database,
   ) {}
 
-  async read<R>(text: string): Promise<R[]> {
+  async read<R>(text: string, values: unknown[] = []): Promise<R[]> {
     if (!this.closed) {
       try {
         const client = this.client ?? (await this.connect());
-        return (await client.query(text)).rows as R[];
+        return (await client.query(text, values)).rows as R[];
       } catch {
         this.drop();
       }
     }
-    return (await sql.raw<R>(text).execute(this.db)).rows;
+    return (await this.db.executeQuery<R>(CompiledQuery.raw(text, values))).rows;
   }
 
   private connect(): Promise<pg.Client> {

@@ -18,12 +18,21 @@ const GENERIC_PLAN_MARK = '/* generic plan */';
  * estimated cost for that organisation's rows is lower than the generic plan's, which assumes an average
  * organisation, although both plans are the same index scan. Measured on the benchmark's list of
  * conversations, planning was over half of PostgreSQL's CPU time for the request (docs/benchmarks.md).
- * A read whose best plan depends on the values (a filter on a status, a sort over what a filter leaves)
+ * A read whose best plan depends on the values (a filter on a range, a sort over what a filter leaves)
  * stays unmarked and is planned for its values on every call.
  */
 export function genericPlan<T>(statement: RawBuilder<T>): RawBuilder<T> {
   return sql<T>`${sql.raw(GENERIC_PLAN_MARK)} ${statement}`;
 }
+
+/**
+ * A read run as a named statement in PostgreSQL's default plan mode (`auto`): parsed once per connection,
+ * planned for its values five times, then generic only if PostgreSQL estimates that no costlier (PREPARE).
+ * For a page in id order filtered by equality, parsing and planning were 60% of PostgreSQL's CPU for the
+ * request (docs/benchmarks.md, 2026-11-28).
+ */
+export const preparedPlan = <T>(statement: RawBuilder<T>): RawBuilder<T> => sql<T>`${sql.raw(PREPARED_MARK)} ${statement}`;
+const PREPARED_MARK = '/* prepared */';
 
 type PlanMode = 'auto' | 'generic';
 
@@ -75,7 +84,7 @@ export function preparedStatementsPool(pool: pg.Pool): PostgresPool {
           if (typeof text !== 'string') return client.query(text, parameters as unknown[]);
           const values = (parameters ?? []) as unknown[];
           const marked = values.length > 0 && text.startsWith(GENERIC_PLAN_MARK);
-          const named = marked || (values.length > 0 && WRITES.test(text));
+          const named = values.length > 0 && (marked || text.startsWith(PREPARED_MARK) || WRITES.test(text));
           if (!state.chosen) {
             state.chosen = true;
             const wanted: PlanMode = marked ? 'generic' : 'auto';

@@ -13,7 +13,7 @@
  * Last-Event-ID), never buffered without bound.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { sql } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObject } from '../jsonapi/errors.js';
@@ -51,12 +51,10 @@ const SWEEP_MS = 5000;
  * id than those returned can commit later.
  */
 export async function readEvents(db: Db, organisationId: string, after: string | undefined, limit = PAGE): Promise<EventRow[]> {
-  const { rows } = await sql<EventRow>`
-    SELECT id, type, organisation_id, event_json AS json FROM parley_read_events(${organisationId}::uuid, ${after ?? null}::uuid, ${limit}::integer)`.execute(
-    db,
-  );
-  return rows;
+  return (await db.executeQuery<EventRow>(CompiledQuery.raw(READ_EVENTS, [organisationId, after ?? null, limit]))).rows;
 }
+
+const READ_EVENTS = 'SELECT id, type, organisation_id, event_json AS json FROM parley_read_events($1::uuid, $2::uuid, $3::integer)';
 
 /** The id of the organisation's last event, under the same lock as `readEvents` (undefined when none). */
 async function lastEventId(db: Db, organisationId: string): Promise<string | undefined> {
@@ -240,7 +238,11 @@ export class EventHub {
       let rows: EventRow[];
       do {
         state.again = false;
-        rows = await readEvents(this.database.db, organisationId, state.cursor);
+        // On a connection of its own where there is one: through the pool, the read of what a write committed
+        // queued behind the writes that followed it (readAside).
+        rows = this.database.readAside
+          ? await this.database.readAside<EventRow>(READ_EVENTS, [organisationId, state.cursor ?? null, PAGE])
+          : await readEvents(this.database.db, organisationId, state.cursor);
         for (const row of rows) {
           state.cursor = row.id;
           for (const listener of state.listeners) listener.offer(row);
@@ -266,6 +268,11 @@ export class EventHub {
     if (unlisten) await (await unlisten.catch(() => async () => {}))();
   }
 }
+
+const message = (row: EventRow, json: string) => `id: ${row.id}\nevent: ${row.type}\ndata: ${json}\n\n`;
+const messages = new WeakMap<EventRow, Buffer>();
+/** A row's message as every member stream shows it, encoded once for all of them (rows are shared). */
+const messageBytes = (row: EventRow) => messages.get(row) ?? messages.set(row, Buffer.from(message(row, row.json))).get(row)!;
 
 /** The resource type of an event type (`ConversationItem.created` -> `ConversationItem`). */
 const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
@@ -628,7 +635,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       raw.end();
     };
     /** Writes one chunk; a client whose unread bytes pass the bound is disconnected (it resumes with Last-Event-ID). */
-    const write = (chunk: string) => {
+    const write = (chunk: string | Buffer) => {
       if (ended) return;
       raw.write(chunk);
       if (raw.writableLength > limits.streamBufferBytes) {
@@ -639,8 +646,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     const send = (row: EventRow) => {
       // A visitor's copy leaves out the attributes hidden from visitors (a conversation's `analysis`).
       const resource = principal.role === 'visitor' ? options.registry.get(resourceTypeOf(row.type)) : undefined;
-      const json = resource ? forVisitors(resource, row.json) : row.json;
-      write(`id: ${row.id}\nevent: ${row.type}\ndata: ${json}\n\n`);
+      write(resource ? message(row, forVisitors(resource, row.json)) : messageBytes(row));
     };
     const wanted = (row: EventRow) => !types || types.has(row.type);
     const stream: OpenStream = {

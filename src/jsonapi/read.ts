@@ -1,10 +1,10 @@
 /** Reading records: by id, by list query, and the records a request includes. */
 import { sql, type RawBuilder } from 'kysely';
 import type { Database } from '../db/connection.js';
-import { genericPlan } from '../db/prepared.js';
+import { genericPlan, preparedPlan } from '../db/prepared.js';
 import type { Registry } from './query/parse.js';
 import { cursorSelectSql, filterSql, keysetSql, orderBySql } from './query/sql.js';
-import type { IncludeTree, ParsedQuery } from './query/types.js';
+import type { FilterNode, IncludeTree, ParsedQuery } from './query/types.js';
 import type { Principal } from './principal.js';
 import { columnOf, type RelationshipDef, type ResourceDef } from './resource.js';
 import { rowScope, mayPerform } from './scope.js';
@@ -39,6 +39,10 @@ async function fetchByIds(reader: Reader, resource: ResourceDef, ids: string[]):
 export async function fetchById(reader: Reader, resource: ResourceDef, id: string): Promise<Row | undefined> {
   return (await fetchByIds(reader, resource, [id]))[0];
 }
+
+/** Whether a filter is conditions of equality joined by AND. */
+const equalities = (node: FilterNode): boolean =>
+  node.kind === 'and' ? node.children.every(equalities) : node.kind === 'condition' && node.operator === 'eq';
 
 interface ListResult {
   rows: Row[];
@@ -105,8 +109,12 @@ export async function listRows(
       LIMIT ${sql.lit(Math.trunc(page.limit) + 1)}${offset > 0 ? sql` OFFSET ${offset}` : sql``}
     ) t
     ORDER BY ${order}`;
-  const planStable = offset === 0 && !filter && !within && !resource.access.visible?.(reader.principal, 't');
-  const { rows } = await (planStable ? genericPlan(statement) : statement).execute(reader.db);
+  // A page in id order filtered by equality alone is a range of an (organisation_id, attribute, id) index for
+  // any value: it is prepared, and PostgreSQL decides after five runs whether to keep planning it (preparedPlan).
+  const plain = offset === 0 && !within && !resource.access.visible?.(reader.principal, 't');
+  const prepared = plain && query.filter !== undefined && sort.length === 1 && equalities(query.filter);
+  const marked = plain && !filter ? genericPlan(statement) : prepared ? preparedPlan(statement) : statement;
+  const { rows } = await marked.execute(reader.db);
 
   const hasMore = rows.length > page.limit;
   if (hasMore) rows.pop();

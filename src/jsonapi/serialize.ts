@@ -27,10 +27,6 @@ export interface IncludeLimits {
 
 export const identifier = (type: string, id: string): Identifier => ({ id, type, meta: {} });
 
-function selfLink(resource: ResourceDef, id: string, baseUrl: string): string | undefined {
-  return resource.path ? `${baseUrl}/api/${resource.path}/${id}` : undefined;
-}
-
 /** RFC 3986 unreserved characters only: the text qs's own encoder gives, without its per-character loop. */
 const UNRESERVED = /^[A-Za-z0-9._~-]*$/;
 
@@ -91,8 +87,7 @@ export function renderResource(
   }
 
   const object: Record<string, unknown> = { id, type: resource.type, attributes, relationships };
-  const self = selfLink(resource, id, ctx.baseUrl);
-  if (self) object.links = { self };
+  if (resource.path) object.links = { self: `${ctx.baseUrl}/api/${resource.path}/${id}` };
   object.meta = {};
   return object;
 }
@@ -167,31 +162,36 @@ function compileResourceJson(resource: ResourceDef): ResourceJson {
   const attributes = Object.entries(resource.attributes)
     .filter(([, def]) => !def.writeOnly)
     .map(([name, def], i) => ({ name, def, key: `${i === 0 ? '' : ','}${JSON.stringify(name)}:` }));
+  // Links are `${baseUrl}/api/${path}/${id}` (then `/${relationship}`): the JSON text of the prefix is made once
+  // per base URL (the last one: a Host header may be anything), the id's is the "id" member's. Escaping is per
+  // character, so the text of a concatenation is the texts' (the prefix ends in `/`, no surrogate half).
+  let base: string | undefined;
+  let prefix = '';
   const relationships = Object.entries(resource.relationships).map(([name, relationship], i) => {
     const key = `${i === 0 ? '' : ','}${JSON.stringify(name)}:`;
     if (relationship.cardinality === 'one') {
       const column = linkageColumn(name);
       const relatedType = JSON.stringify(relationship.type);
       return (row: Row, ctx: RenderContext) => {
-        const related = relationship.resolve ? relationship.resolve(ctx.principal) : row[column];
-        return `${key}{"data":${related ? `{"id":${JSON.stringify(String(related))},"type":${relatedType},"meta":{}}` : 'null'}}`;
+        const id = relationship.resolve ? relationship.resolve(ctx.principal) : row[column];
+        return `${key}{"data":${id ? `{"id":${JSON.stringify(String(id))},"type":${relatedType},"meta":{}}` : 'null'}}`;
       };
     }
-    return (row: Row, ctx: RenderContext) => {
-      const related = relatedLink(resource, String(row.id), name, ctx.baseUrl);
-      return `${key}${related ? `{"links":{"related":${JSON.stringify(related)}},"meta":{}}` : '{"meta":{}}'}`;
-    };
+    const tail = `${JSON.stringify(`/${name}`).slice(1)}},"meta":{}}`;
+    return resource.path && resource.operations.get
+      ? (_row: Row, _ctx: RenderContext, links: string, idJson: string) => `${key}{"links":{"related":${links}${idJson.slice(1, -1)}${tail}`
+      : () => `${key}{"meta":{}}`;
   });
   return (row, ctx) => {
-    const id = String(row.id);
-    let json = `{"id":${JSON.stringify(id)},"type":${typeJson},"attributes":{`;
+    const idJson = JSON.stringify(String(row.id));
+    if (ctx.baseUrl !== base) [base, prefix] = [ctx.baseUrl, JSON.stringify(`${ctx.baseUrl}/api/${resource.path}/`).slice(0, -1)];
+    let json = `{"id":${idJson},"type":${typeJson},"attributes":{`;
     for (const { name, def, key } of attributes)
       json += key + JSON.stringify(renderValue(def, def.revealedOnCreate ? undefined : row[name]));
     json += '},"relationships":{';
-    for (const relationship of relationships) json += relationship(row, ctx);
+    for (const relationship of relationships) json += relationship(row, ctx, prefix, idJson);
     json += '}';
-    const self = selfLink(resource, id, ctx.baseUrl);
-    if (self) json += `,"links":{"self":${JSON.stringify(self)}}`;
+    if (resource.path) json += `,"links":{"self":${prefix}${idJson.slice(1)}}`;
     return `${json},"meta":{}}`;
   };
 }
