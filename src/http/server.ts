@@ -55,7 +55,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   refuseUnauthenticated(app);
   const registry = registerResources(app, resources, options);
   registerEventStream(app, { ...options, registry });
-  await registerDocs(app, resources, options);
+  await registerDocs(app, resources, config.publicUrl);
   await registerWebAssets(app, undefined, { sipWsUrl: config.sipWsUrl });
   return app;
 }
