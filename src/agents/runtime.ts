@@ -888,7 +888,7 @@ export class AgentRuntime {
           },
         });
         // The cursor may pass the reply itself when no user or operator item came in between (saves a round).
-        const replyIndex = (written.record.attributes as { content_index: number }).content_index;
+        const replyIndex = written.record.attributes.content_index;
         const between = await sql`SELECT 1 FROM conversation_items WHERE conversation_id = ${conversation.id}
           AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex} AND role IN ('user', 'operator') LIMIT 1`.execute(
           trx,

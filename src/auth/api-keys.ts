@@ -16,15 +16,15 @@ export async function createApiKey(
     name: input.name,
     expires_at: input.expiresAt,
   });
-  const attributes = record.attributes as Record<string, unknown>;
+  const { attributes } = record;
   return {
     id,
     token: String(attributes.token),
     key_type: input.keyType,
-    name: String(attributes.name),
+    name: attributes.name,
     organisation_id: input.organisationId,
     user_id: input.userId,
-    expires_at: attributes.expires_at as string | null,
+    expires_at: attributes.expires_at,
   };
 }
 
