@@ -81,6 +81,8 @@ export interface AttributeDef {
    * (a member's `role` lives in the membership, not the user row). The engine never writes it to a column.
    */
   storedByHook?: boolean;
+  /** No column of the type's table: the hooks make it from or store it in other columns (a user's `password`). */
+  virtual?: boolean;
   description?: string;
 }
 

@@ -275,6 +275,7 @@ export default defineResource({
       create: true,
       update: true,
       writeOnly: true,
+      virtual: true,
       minLength: MIN_PASSWORD_LENGTH,
       maxLength: 1024,
       description: "A new user's password (generated when omitted), or your own new password (with current_password).",
@@ -282,6 +283,7 @@ export default defineResource({
     current_password: attr.string({
       update: true,
       writeOnly: true,
+      virtual: true,
       minLength: 1,
       maxLength: 1024,
       description: 'Your current password, required to set a new one.',
@@ -289,6 +291,7 @@ export default defineResource({
     revoke_tokens: attr.boolean({
       update: true,
       writeOnly: true,
+      virtual: true,
       description:
         "true: ends the member's sessions (user tokens) in this organisation at once; your own token making the request stays valid. " +
         'Owners and admins for any member (owners only for owners), every user for themselves. API keys are revoked one by one.',
