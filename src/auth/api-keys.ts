@@ -1,5 +1,5 @@
 /** Issuing and revoking API keys, through the records service with the system as actor. */
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 
@@ -29,7 +29,7 @@ export async function createApiKey(
 }
 
 /** Revokes a key at once; returns whether an active key was revoked. */
-export async function revokeApiKey(db: Database, records: Records, id: string): Promise<boolean> {
+export async function revokeApiKey(db: Db, records: Records, id: string): Promise<boolean> {
   const key = await db.selectFrom('api_keys').select(['organisation_id', 'revoked_at']).where('id', '=', id).executeTakeFirst();
   if (!key || key.revoked_at !== null) return false;
   await records.update(systemActor(key.organisation_id, 'cli'), 'ApiKey', id, { revoked_at: new Date() });

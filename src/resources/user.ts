@@ -4,7 +4,7 @@ import { uuidv7 } from 'uuidv7';
 import { acceptInvitation } from '../auth/invitations.js';
 import { countRefusedLogin, login, LOGIN_BODY_LIMIT_BYTES } from '../auth/login.js';
 import { hashPassword, verifyPassword } from '../auth/passwords.js';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import {
   type ActionContext,
   type ActionResult,
@@ -35,7 +35,7 @@ const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
  * for each other instead of deadlocking, and the second sees the first's change (READ COMMITTED re-reads a
  * locked row, and one no longer an owner drops out), so the organisation always keeps an owner.
  */
-async function lockMembership(db: Database, organisationId: string, userId: string) {
+async function lockMembership(db: Db, organisationId: string, userId: string) {
   const { rows } = await sql<{ user_id: string; role: Role }>`
     SELECT user_id, role FROM memberships
     WHERE organisation_id = ${organisationId} AND (role = 'owner' OR user_id = ${userId})
@@ -105,7 +105,7 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
   }
   await db
     .insertInto('memberships')
-    .values({ organisation_id: principal.organisationId, user_id: id, role: values.role, created_at: now, updated_at: now })
+    .values({ organisation_id: principal.organisationId, user_id: id, role: values.role as string, created_at: now, updated_at: now })
     .execute();
   return { id, status: 201, revealed };
 }
