@@ -46,6 +46,17 @@ async function lockMembership(db: Db, organisationId: string, userId: string) {
   };
 }
 
+/** The user's role in the organisation; undefined for a non-member. */
+const roleIn = async (db: Db, organisationId: string, userId: string) =>
+  (
+    await db
+      .selectFrom('memberships')
+      .select('role')
+      .where('organisation_id', '=', organisationId)
+      .where('user_id', '=', userId)
+      .executeTakeFirst()
+  )?.role;
+
 const lastOwner = (pointer?: string) =>
   ApiError.of('conflict', "This is the organisation's last owner; make another member an owner first.", pointer ? at(pointer) : undefined);
 
@@ -80,13 +91,8 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
         at('email'),
       );
     }
-    const member = await db
-      .selectFrom('memberships')
-      .select('role')
-      .where('organisation_id', '=', principal.organisationId)
-      .where('user_id', '=', id)
-      .executeTakeFirst();
-    if (member) throw ApiError.of('conflict', `${email} is a member of this organisation already`, at('email'));
+    if (await roleIn(db, principal.organisationId, id))
+      throw ApiError.of('conflict', `${email} is a member of this organisation already`, at('email'));
   } else {
     const password = values.password === undefined ? newInitialPassword() : String(values.password);
     if (values.password === undefined) revealed = { initial_password: password };
@@ -154,13 +160,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
     if (!system && !self) {
       if (!ADMINS.includes(principal.role as Role))
         throw ApiError.of('forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
-      const target = await db
-        .selectFrom('memberships')
-        .select('role')
-        .where('organisation_id', '=', principal.organisationId)
-        .where('user_id', '=', id)
-        .executeTakeFirst();
-      requireOwnerFor(ctx, target?.role === 'owner', 'revoke_tokens');
+      requireOwnerFor(ctx, (await roleIn(db, principal.organisationId, id)) === 'owner', 'revoke_tokens');
     }
     // Sessions in this organisation; a user signing themselves out elsewhere keeps the token making the request.
     let sessions = db
