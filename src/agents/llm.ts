@@ -53,20 +53,6 @@ export class ModelFailure extends Error {
 
 class EmptyAnswer extends Error {}
 
-export const HANDOFF_TOOL: ChatCompletionTool = {
-  type: 'function',
-  function: {
-    name: 'handoff_to_operator',
-    description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
-    parameters: {
-      type: 'object',
-      properties: { reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } },
-      required: ['reason'],
-      additionalProperties: false,
-    },
-  },
-};
-
 /** Whether the configuration names a model endpoint at all. */
 export const modelConfigured = (config: Config) => config.llmBaseUrl !== undefined || config.llmApiKey !== undefined;
 

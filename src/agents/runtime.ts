@@ -384,12 +384,7 @@ export class AgentRuntime {
         if (last.outcome !== 'more') break;
       }
       if (this.dead) return;
-      await this.db
-        .updateTable('agent_turns')
-        .set({ lease_until: null, lease_token: null, attempts: 0, updated_at: sql`now()` })
-        .where('conversation_id', '=', conversationId)
-        .where('lease_token', '=', token)
-        .execute();
+      await this.release(conversationId, token);
       await this.settle(conversationId, last.outcome, last.version);
     } catch (error) {
       if (error instanceof LeaseLost) return;
@@ -420,15 +415,20 @@ export class AgentRuntime {
         'agent runtime: a turn failed on every attempt; handing the conversation to an operator',
       );
       await this.giveUp(conversationId, token, error.item, failures);
-      await this.db
-        .updateTable('agent_turns')
-        .set({ lease_until: null, lease_token: null, attempts: 0, updated_at: sql`now()` })
-        .where('conversation_id', '=', conversationId)
-        .where('lease_token', '=', token)
-        .execute();
+      await this.release(conversationId, token);
     } finally {
       clearInterval(renew);
     }
+  }
+
+  /** Lets the lease go (and resets its attempts): the conversation is caught up or handed over. */
+  private async release(conversationId: string, token: string): Promise<void> {
+    await this.db
+      .updateTable('agent_turns')
+      .set({ lease_until: null, lease_token: null, attempts: 0, updated_at: sql`now()` })
+      .where('conversation_id', '=', conversationId)
+      .where('lease_token', '=', token)
+      .execute();
   }
 
   /**
@@ -462,13 +462,18 @@ export class AgentRuntime {
    */
   private async settle(conversationId: string, outcome: Outcome, version: string | null): Promise<void> {
     if (version === null) return;
-    if (outcome === 'park') {
-      await sql`UPDATE agent_work SET parked = true WHERE conversation_id = ${conversationId} AND version = ${version}::bigint`.execute(
-        this.db,
-      );
-    } else {
-      await sql`DELETE FROM agent_work WHERE conversation_id = ${conversationId} AND version = ${version}::bigint`.execute(this.db);
-    }
+    const at = { conversation_id: conversationId, version };
+    if (outcome === 'park')
+      await this.db
+        .updateTable('agent_work')
+        .set({ parked: true })
+        .where((w) => w.and(at))
+        .execute();
+    else
+      await this.db
+        .deleteFrom('agent_work')
+        .where((w) => w.and(at))
+        .execute();
   }
 
   private async load(conversationId: string) {
@@ -888,7 +893,7 @@ export class AgentRuntime {
           },
         });
         // The cursor may pass the reply itself when no user or operator item came in between (saves a round).
-        const replyIndex = (written.record.attributes as { content_index: number }).content_index;
+        const replyIndex = written.record.attributes.content_index;
         const between = await sql`SELECT 1 FROM conversation_items WHERE conversation_id = ${conversation.id}
           AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex} AND role IN ('user', 'operator') LIMIT 1`.execute(
           trx,

@@ -6,8 +6,7 @@ import type { Records } from '../jsonapi/records.js';
 
 export async function createOrganisation(records: Records, input: { name: string }) {
   const { id, record } = await records.create(systemActor(uuidv7(), 'cli'), 'Organisation', { name: input.name?.trim() });
-  const attributes = record.attributes as { name: string };
-  return { id, name: attributes.name };
+  return { id, name: record.attributes.name };
 }
 
 /** A new user who is a member of one organisation with the given role. */
@@ -21,6 +20,6 @@ export async function createUserInOrganisation(
     full_name: input.fullName?.trim() ?? '',
     role: input.role,
   });
-  const attributes = record.attributes as { email: string; full_name: string };
-  return { id, email: attributes.email, full_name: attributes.full_name, organisation_id: input.organisationId, role: input.role };
+  const { email, full_name } = record.attributes;
+  return { id, email, full_name, organisation_id: input.organisationId, role: input.role };
 }

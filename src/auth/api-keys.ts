@@ -1,5 +1,5 @@
 /** Issuing and revoking API keys, through the records service with the system as actor. */
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 
@@ -16,20 +16,20 @@ export async function createApiKey(
     name: input.name,
     expires_at: input.expiresAt,
   });
-  const attributes = record.attributes as Record<string, unknown>;
+  const { attributes } = record;
   return {
     id,
     token: String(attributes.token),
     key_type: input.keyType,
-    name: String(attributes.name),
+    name: attributes.name,
     organisation_id: input.organisationId,
     user_id: input.userId,
-    expires_at: attributes.expires_at as string | null,
+    expires_at: attributes.expires_at,
   };
 }
 
 /** Revokes a key at once; returns whether an active key was revoked. */
-export async function revokeApiKey(db: Database, records: Records, id: string): Promise<boolean> {
+export async function revokeApiKey(db: Db, records: Records, id: string): Promise<boolean> {
   const key = await db.selectFrom('api_keys').select(['organisation_id', 'revoked_at']).where('id', '=', id).executeTakeFirst();
   if (!key || key.revoked_at !== null) return false;
   await records.update(systemActor(key.organisation_id, 'cli'), 'ApiKey', id, { revoked_at: new Date() });

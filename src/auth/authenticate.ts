@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import { unauthenticated } from '../jsonapi/errors.js';
 import type { Principal, Role } from '../jsonapi/principal.js';
 import type { AppServices } from '../jsonapi/services.js';
@@ -13,12 +13,7 @@ import { tokenHash, verifyToken, type TokenClaims } from './tokens.js';
  * whose role applies (for a key, capped at its issuer's role), in one query, unless `cache` holds them from a recent
  * request (see CredentialCache for why that stays exact). Any failure is the same 401.
  */
-export async function authenticate(
-  db: Database,
-  services: AppServices,
-  header: string | undefined,
-  cache?: CredentialCache,
-): Promise<Principal> {
+export async function authenticate(db: Db, services: AppServices, header: string | undefined, cache?: CredentialCache): Promise<Principal> {
   const match = /^Bearer +([A-Za-z0-9_\-.]{1,4096})$/.exec(header ?? '');
   if (!match) throw unauthenticated();
   const token = match[1];
@@ -64,7 +59,7 @@ export async function authenticate(
  * A visitor credential (issued to the chat widget with a publishable key) lives as long as its JWT, the
  * publishable key that issued it (not revoked, not expired, its user still a member) and its conversation.
  */
-async function authenticateVisitor(db: Database, claims: TokenClaims): Promise<Principal> {
+async function authenticateVisitor(db: Db, claims: TokenClaims): Promise<Principal> {
   const { rows } = await sql<{ ok: number }>`
     SELECT 1 AS ok FROM api_keys k
     JOIN memberships m ON m.organisation_id = k.organisation_id AND m.user_id = k.user_id

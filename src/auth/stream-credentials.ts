@@ -5,7 +5,7 @@
  */
 import { sql } from 'kysely';
 import { decodeJwt } from 'jose';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import type { Principal } from '../jsonapi/principal.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { authenticate } from './authenticate.js';
@@ -25,7 +25,7 @@ export function visitorIssuer(token: string, organisationId: string): string {
  * Whether a member's credential still stands with the same role: the full check of a request (no cache), so
  * that a stream is judged exactly as its next request would be. False for a refused credential or another role.
  */
-export async function memberCredentialStands(db: Database, services: AppServices, token: string, principal: Principal): Promise<boolean> {
+export async function memberCredentialStands(db: Db, services: AppServices, token: string, principal: Principal): Promise<boolean> {
   try {
     const now = await authenticate(db, services, `Bearer ${token}`);
     return now.role === principal.role && now.userId === principal.userId && now.organisationId === principal.organisationId;
@@ -41,7 +41,7 @@ export async function memberCredentialStands(db: Database, services: AppServices
  * src/auth/authenticate.ts, less its conversation, which no credential change touches). One statement for
  * every visitor stream of the process, however many.
  */
-export async function standingPublishableKeys(db: Database, keys: Iterable<string>): Promise<Set<string>> {
+export async function standingPublishableKeys(db: Db, keys: Iterable<string>): Promise<Set<string>> {
   const ids: string[] = [];
   const organisations: string[] = [];
   for (const key of keys) {

@@ -1,10 +1,10 @@
 import { uuidv7 } from 'uuidv7';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { signToken } from './tokens.js';
 
 /** A user access token for one organisation, backed by a user_sessions row (for revocation). */
-export async function issueUserToken(db: Database, services: AppServices, input: { organisationId: string; userId: string }) {
+export async function issueUserToken(db: Db, services: AppServices, input: { organisationId: string; userId: string }) {
   const sessionId = uuidv7();
   const expiresAt = new Date(Date.now() + services.config.userTokenTtlSeconds * 1000);
   expiresAt.setUTCMilliseconds(0);
@@ -21,7 +21,7 @@ export async function issueUserToken(db: Database, services: AppServices, input:
 }
 
 /** Revokes every live token of a user (in one organisation, or all); returns how many. */
-export async function revokeUserTokens(db: Database, input: { userId: string; organisationId?: string }): Promise<number> {
+export async function revokeUserTokens(db: Db, input: { userId: string; organisationId?: string }): Promise<number> {
   let query = db
     .updateTable('user_sessions')
     .set({ revoked_at: new Date() })

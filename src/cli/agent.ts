@@ -88,6 +88,6 @@ export async function agentTest(o: { agent: string; file: string; junit?: string
 export const agentCreate = (o: { org: string; name: string; json?: boolean }) =>
   withDatabase(!!o.json, async (_db, records) => {
     const { id, record } = await records.create(systemActor(o.org, 'cli'), 'AiAgent', { name: o.name });
-    const created = { id, ...(record.attributes as Record<string, unknown>), organisation_id: o.org };
+    const created = { id, ...record.attributes, organisation_id: o.org };
     return { result: created, text: `agent ${id} (${o.name})` };
   });

@@ -5,20 +5,19 @@ import { withDatabase } from './database.js';
 
 export const webhookCreate = (o: { org: string; url: string; eventTypes?: string; description?: string; json?: boolean }) =>
   withDatabase(!!o.json, async (_db, records) => {
-    const values: Record<string, unknown> = { url: o.url };
-    if (o.eventTypes !== undefined)
-      values.event_types = o.eventTypes
-        .split(',')
+    const { id, record } = await records.create(systemActor(o.org, 'cli'), 'WebhookEndpoint', {
+      url: o.url,
+      event_types: o.eventTypes
+        ?.split(',')
         .map((t) => t.trim())
-        .filter(Boolean);
-    if (o.description !== undefined) values.description = o.description;
-    const { id, record } = await records.create(systemActor(o.org, 'cli'), 'WebhookEndpoint', values);
-    const attributes = record.attributes as Record<string, unknown>;
-    const created = { id, ...attributes, organisation_id: o.org };
-    const types = (attributes.event_types as string[]).join(', ') || 'every type';
+        .filter(Boolean),
+      description: o.description,
+    });
+    const created = { id, ...record.attributes, organisation_id: o.org };
+    const types = record.attributes.event_types.join(', ') || 'every type';
     return {
       result: created,
-      text: `webhook endpoint ${id} -> ${o.url} (${types}); signing secret, shown once:\n${attributes.secret}`,
+      text: `webhook endpoint ${id} -> ${o.url} (${types}); signing secret, shown once:\n${record.attributes.secret}`,
     };
   });
 

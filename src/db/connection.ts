@@ -7,10 +7,9 @@ import { exposeLocally, sharedLocally } from './local-socket.js';
 import { Mutex, PGliteDialect } from './pglite-dialect.js';
 import { clusterTemplate, tarballTemplate } from './pglite-template.js';
 import { preparedStatementsPool } from './prepared.js';
+import type { Database } from './schema.js';
 
-/** The engine queries tables named by resource definitions, so the schema type stays open. */
-// biome-ignore lint/suspicious/noExplicitAny: the engine names tables at run time.
-export type Database = Kysely<any>;
+export type { Database } from './schema.js';
 
 /** Runs `work` in a transaction, or in the caller's when `db` is one already (Kysely does not nest them). */
 export function inTransaction<T>(db: Database, work: (trx: Database) => Promise<T>): Promise<T> {

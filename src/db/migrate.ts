@@ -1,5 +1,5 @@
 import { type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
-import type { Database } from './connection.js';
+import type { Database } from './schema.js';
 import * as initial from './migrations/0001_initial.js';
 import * as gatewayRealmCase from './migrations/0002_gateway_realm_case.js';
 import * as sipEdge from './migrations/0005_sip_edge.js';

@@ -84,13 +84,13 @@ async function demoPhone(records: Records, org: string, agentId: string, sipUser
   const actor = systemActor(org, 'demo');
   const password = randomBytes(12).toString('base64url');
   const written = sipUserId
-    ? await records.update<{ attributes: { sip_uri: string } }>(actor, 'SipUser', sipUserId, { sip_password: password })
-    : await records.create<{ attributes: { sip_uri: string } }>(actor, 'SipUser', {
+    ? await records.update(actor, 'SipUser', sipUserId, { sip_password: password })
+    : await records.create(actor, 'SipUser', {
         sip_username: DEMO_PHONE_USER,
         sip_password: password,
       });
   // `sip:demo-phone@<the organisation's domain>`, under the SIP_DOMAIN `sip serve` last started with.
-  const uri = (written.record as unknown as { attributes: { sip_uri: string } }).attributes.sip_uri;
+  const uri = String(written.record.attributes.sip_uri);
   return {
     sip_username: DEMO_PHONE_USER,
     sip_password: password,

@@ -369,7 +369,7 @@ interface StreamOptions extends AppServices {
 }
 
 /** The query of GET /api/events: filter[type] and page[after] (Last-Event-ID wins: it is where a reconnecting client is). */
-function parseStreamQuery(request: FastifyRequest): { types?: Set<string>; after?: string } {
+function parseStreamQuery(request: FastifyRequest, registry: Registry): { types?: Set<string>; after?: string } {
   const query = (request.query ?? {}) as Record<string, unknown>;
   const errors: ErrorObject[] = [];
   const bad = (parameter: string, detail: string, code: ErrorCode = 'invalid_parameter') =>
@@ -388,7 +388,7 @@ function parseStreamQuery(request: FastifyRequest): { types?: Set<string>; after
           continue;
         }
         const names = raw.split(',').map((t) => t.trim());
-        const unknown = names.filter((t) => !eventTypes().has(t) && t !== TYPING_EVENT);
+        const unknown = names.filter((t) => !eventTypes(registry).has(t) && t !== TYPING_EVENT);
         if (unknown.length > 0) bad('filter[type]', `Unknown event types: ${unknown.join(', ')}.`, 'invalid_filter');
         types = new Set(names);
       }
@@ -580,7 +580,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
   app.get('/api/events', { config: { allowVisitor: true } }, async (request: FastifyRequest, reply: FastifyReply) => {
     const principal = request.principal;
     if (!principal) throw ApiError.of('unauthenticated', 'A valid bearer token is required.');
-    const { types, after } = parseStreamQuery(request);
+    const { types, after } = parseStreamQuery(request, options.registry);
     const token = /^Bearer +(\S+)$/.exec(request.headers.authorization ?? '')![1];
     const expiresAt = tokenExpiryMs(token);
     // The caps: per credential, per user across all of their credentials, per organisation and per client

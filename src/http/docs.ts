@@ -4,11 +4,10 @@ import type { FastifyInstance } from 'fastify';
 import { buildOpenApi } from '../jsonapi/openapi.js';
 import type { ResourceDef } from '../jsonapi/resource.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
-import type { ServerOptions } from './server.js';
 
 /** GET /api/open_api (OpenAPI 3.1 from the resource definitions) and GET /docs (its interactive reference). */
-export async function registerDocs(app: FastifyInstance, resources: ResourceDef[], options: ServerOptions): Promise<void> {
-  const document = buildOpenApi(resources, { serverUrl: options.config.publicUrl });
+export async function registerDocs(app: FastifyInstance, resources: ResourceDef[], serverUrl: string | undefined): Promise<void> {
+  const document = buildOpenApi(resources, { serverUrl });
   app.get('/api/open_api', { config: { public: true } }, async (_request, reply) => {
     reply.header('Content-Type', 'application/vnd.oai.openapi+json');
     return document;

@@ -5,7 +5,8 @@ import { sql } from 'kysely';
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 import { errorDocument, errorObject } from '../jsonapi/errors.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
-import type { ServerOptions } from './server.js';
+import type { Config } from '../config/index.js';
+import type { DatabaseHandle } from '../db/connection.js';
 
 const digest = (value: string) => createHash('sha256').update(value).digest();
 
@@ -27,7 +28,7 @@ function mayReadMetrics(request: FastifyRequest, token: string | undefined): boo
 }
 
 /** Liveness and readiness (the database answers) need no credential; Prometheus metrics are protected. */
-export async function registerOps(app: FastifyInstance, options: ServerOptions): Promise<void> {
+export async function registerOps(app: FastifyInstance, options: { database: DatabaseHandle; config: Config }): Promise<void> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   // One histogram serves both request counts (its _count series, per status) and latencies per route.

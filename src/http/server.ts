@@ -11,6 +11,7 @@ import { registerOps } from './ops.js';
 import { registerResources } from '../jsonapi/routes.js';
 import { registerEventStream } from '../events/stream.js';
 import { verifyResources } from '../jsonapi/verify.js';
+import { verifySchema } from '../jsonapi/verify-schema.js';
 import { schemaSql } from '../db/migrate.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { resources } from '../resources/index.js';
@@ -52,10 +53,11 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(authPlugin, options);
   await registerRateLimit(app, config, options.redis);
   verifyResources(resources, { schemaSql: schemaSql() });
+  verifySchema(resources);
   refuseUnauthenticated(app);
   const registry = registerResources(app, resources, options);
   registerEventStream(app, { ...options, registry });
-  await registerDocs(app, resources, options);
+  await registerDocs(app, resources, config.publicUrl);
   await registerWebAssets(app, undefined, { sipWsUrl: config.sipWsUrl });
   return app;
 }

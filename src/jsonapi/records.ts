@@ -20,6 +20,7 @@ import { mayPerform, requirePermission, rowScope } from './scope.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './services.js';
 import { validateAttributes } from './validate.js';
+import type { Rendered, WriteValues } from './typed-writes.js';
 import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
 
 /** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
@@ -46,8 +47,20 @@ export interface Deleted {
 }
 
 export interface Records {
-  create<T = Row>(actor: Actor, type: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
-  update<T = Row>(actor: Actor, type: string, id: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
+  /** Typed by resource when `type` is a literal (typed-writes.ts); `T` the record `render` makes. */
+  create<T = never, K extends string = string>(
+    actor: Actor,
+    type: K,
+    values: WriteValues<K>,
+    options?: WriteOptions<T>,
+  ): Promise<Written<Rendered<T, K>>>;
+  update<T = never, K extends string = string>(
+    actor: Actor,
+    type: K,
+    id: string,
+    values: WriteValues<K>,
+    options?: WriteOptions<T>,
+  ): Promise<Written<Rendered<T, K>>>;
   delete(actor: Actor, type: string, id: string): Promise<Deleted>;
   /**
    * Runs the type's custom action `name` (on record `id` for a member action). `input` may be a function, called
@@ -121,13 +134,13 @@ function bind(options: RecordsOptions, db: Database): Records {
   };
 
   const records: Records = {
-    async create<T>(actor: Actor, type: string, input: Record<string, unknown>, opts: WriteOptions<T> = {}) {
+    async create<T, K extends string>(actor: Actor, type: K, input: WriteValues<K>, opts: WriteOptions<T> = {}) {
       const resource = resourceOf(type);
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'create');
       const { accepted, required } = acceptedAttributes(resource.attributes, 'create', system);
-      const values = validateAttributes(input, accepted, required);
+      const values = validateAttributes(input as Record<string, unknown>, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
         const provided = new Set(Object.keys(values));
@@ -157,11 +170,11 @@ function bind(options: RecordsOptions, db: Database): Records {
         const same = !opts.render && actor.kind === 'system' && !result.revealed;
         if (!result.unchanged && !result.evented)
           await emit(trx, actor, resource, result.status === 201 ? 'created' : 'updated', result.id, same ? (record as Row) : undefined);
-        return { id: result.id, status: result.status, record };
+        return { id: result.id, status: result.status, record: record as Rendered<T, K> };
       });
     },
 
-    async update<T>(actor: Actor, type: string, id: string, input: Record<string, unknown>, opts: WriteOptions<T> = {}) {
+    async update<T, K extends string>(actor: Actor, type: K, id: string, input: WriteValues<K>, opts: WriteOptions<T> = {}) {
       const resource = resourceOf(type);
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
@@ -173,7 +186,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         // 404 before 403: a record the caller cannot see is not revealed by the refusal.
         if (!system) requirePermission(resource, principal, 'update');
         if (!system) await assertWritable(trx, resource, principal, id);
-        const values = validateAttributes(input, accepted, []);
+        const values = validateAttributes(input as Record<string, unknown>, accepted, []);
         const provided = new Set(Object.keys(values));
         const ctx: ActionContext = {
           db: trx,
@@ -204,7 +217,7 @@ function bind(options: RecordsOptions, db: Database): Records {
           if (!resource.extraEvents?.includes(opts.event)) throw new Error(`records: ${resource.type} has no event ${opts.event}`);
           await emit(trx, actor, resource, opts.event, id, same);
         }
-        return { id, status: 200 as const, record };
+        return { id, status: 200 as const, record: record as Rendered<T, K> };
       });
     },
 

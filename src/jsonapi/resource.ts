@@ -5,7 +5,7 @@
  * from that alone.
  */
 import type { RawBuilder } from 'kysely';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import type { Actor } from './actor.js';
 import type { Registry } from './query/parse.js';
 import type { Records } from './records.js';
@@ -81,6 +81,8 @@ export interface AttributeDef {
    * (a member's `role` lives in the membership, not the user row). The engine never writes it to a column.
    */
   storedByHook?: boolean;
+  /** No column of the type's table: the hooks make it from or store it in other columns (a user's `password`). */
+  virtual?: boolean;
   description?: string;
 }
 
@@ -133,7 +135,7 @@ export interface AccessRules {
 
 /** What a custom action receives. */
 export interface ActionContext {
-  db: Database;
+  db: Db;
   services: AppServices;
   /** The principal the engine scopes by (for a system actor: the organisation, with no user). */
   principal: Principal;

@@ -47,9 +47,9 @@ async function issueKey(ctx: ActionContext): Promise<ActionResult> {
     .values({
       id,
       organisation_id: principal.organisationId,
-      user_id: userId,
-      name: values.name,
-      key_type: values.key_type,
+      user_id: userId!,
+      name: values.name as string,
+      key_type: values.key_type as string,
       token_hash: tokenHash(token),
       expires_at: expiresAt ?? null,
       role_ceiling: ceiling,

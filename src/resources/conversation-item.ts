@@ -106,8 +106,8 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     const existing = await db
       .selectFrom('conversation_items')
       .select(['id', ...IDEMPOTENT_FIELDS])
-      .where('conversation_id', '=', values.conversation_id)
-      .where('item_id', '=', values.item_id)
+      .where('conversation_id', '=', values.conversation_id as string)
+      .where('item_id', '=', values.item_id as string)
       .executeTakeFirst();
     if (existing) {
       const same = IDEMPOTENT_FIELDS.every((f) => !ctx.provided.has(f) || values[f] === existing[f]);

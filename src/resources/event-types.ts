@@ -1,15 +1,20 @@
 /**
  * The event catalogue: `<ResourceType>.created|updated|deleted` for every type whose changes are events, and
- * the further actions a type declares (`Conversation.analysed`; docs/events.md). Read at request time; the resources module imports the types that name it.
+ * the further actions a type declares (`Conversation.analysed`; docs/events.md). Made from the registry the
+ * caller holds, not from the resources module, which imports the types that read it (no import loop).
  */
-import { EVENT_ACTIONS } from '../jsonapi/index.js';
-import { resources } from './index.js';
+import { type ActionContext, EVENT_ACTIONS } from '../jsonapi/index.js';
 
-let catalogue: Set<string> | undefined;
+type Registry = ActionContext['registry'];
 
-export function eventTypes(): ReadonlySet<string> {
-  catalogue ??= new Set(
-    resources.filter((r) => r.events !== false).flatMap((r) => [...EVENT_ACTIONS, ...(r.extraEvents ?? [])].map((a) => `${r.type}.${a}`)),
-  );
+const catalogues = new WeakMap<Registry, ReadonlySet<string>>();
+
+export function eventTypes(registry: Registry): ReadonlySet<string> {
+  let catalogue = catalogues.get(registry);
+  if (!catalogue) {
+    const types = [...registry.values()].filter((r) => r.events !== false);
+    catalogue = new Set(types.flatMap((r) => [...EVENT_ACTIONS, ...(r.extraEvents ?? [])].map((a) => `${r.type}.${a}`)));
+    catalogues.set(registry, catalogue);
+  }
   return catalogue;
 }

@@ -18,8 +18,7 @@ import user from './user.js';
 import webhookDelivery from './webhook-delivery.js';
 import webhookEndpoint from './webhook-endpoint.js';
 
-/** Every resource, in the order of the spec's endpoint table. */
-export const resources: ResourceDef[] = [
+const declared = [
   apiKey,
   user,
   conversation,
@@ -38,4 +37,13 @@ export const resources: ResourceDef[] = [
   webhookDelivery,
   invitation,
   knowledgeDocument,
-];
+] as const;
+
+/** Every resource, in the order of the spec's endpoint table. */
+export const resources: ResourceDef[] = [...declared];
+
+/** Writes through the records service are typed by these declarations (src/jsonapi/typed-writes.ts). */
+type Declared = { [R in (typeof declared)[number] as R['type']]: R };
+declare module '../jsonapi/typed-writes.js' {
+  interface ResourceTypes extends Declared {}
+}

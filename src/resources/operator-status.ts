@@ -115,9 +115,9 @@ async function setStatus(ctx: ActionContext): Promise<ActionResult> {
       sip_user_id: sipUserId,
       user_id: userId,
       agent_name: agentName,
-      status: values.status,
+      status: values.status as string,
       previous_status: previousStatus,
-      source: values.source,
+      source: values.source as string,
       changed_by_user_id: principal.userId,
       occurred_at: now,
     });

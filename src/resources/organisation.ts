@@ -43,7 +43,10 @@ async function createOrganisation(ctx: ActionContext): Promise<ActionResult> {
   const base = slugBase(String(ctx.values.name));
   const taken = await ctx.db.selectFrom('organisations').select('id').where('slug', '=', base).executeTakeFirst();
   const slug = taken ? `${base}-${id.slice(0, 8)}` : base;
-  await ctx.db.insertInto('organisations').values({ id, name: ctx.values.name, slug, created_at: now, updated_at: now }).execute();
+  await ctx.db
+    .insertInto('organisations')
+    .values({ id, name: ctx.values.name as string, slug, created_at: now, updated_at: now })
+    .execute();
   return { id: ctx.principal.organisationId, status: 201 };
 }
 

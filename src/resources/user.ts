@@ -4,7 +4,7 @@ import { uuidv7 } from 'uuidv7';
 import { acceptInvitation } from '../auth/invitations.js';
 import { countRefusedLogin, login, LOGIN_BODY_LIMIT_BYTES } from '../auth/login.js';
 import { hashPassword, verifyPassword } from '../auth/passwords.js';
-import type { Database } from '../db/connection.js';
+import type { Db } from '../db/schema.js';
 import {
   type ActionContext,
   type ActionResult,
@@ -35,7 +35,7 @@ const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
  * for each other instead of deadlocking, and the second sees the first's change (READ COMMITTED re-reads a
  * locked row, and one no longer an owner drops out), so the organisation always keeps an owner.
  */
-async function lockMembership(db: Database, organisationId: string, userId: string) {
+async function lockMembership(db: Db, organisationId: string, userId: string) {
   const { rows } = await sql<{ user_id: string; role: Role }>`
     SELECT user_id, role FROM memberships
     WHERE organisation_id = ${organisationId} AND (role = 'owner' OR user_id = ${userId})
@@ -45,6 +45,17 @@ async function lockMembership(db: Database, organisationId: string, userId: stri
     otherOwner: rows.some((r) => r.user_id !== userId && r.role === 'owner'),
   };
 }
+
+/** The user's role in the organisation; undefined for a non-member. */
+const roleIn = async (db: Db, organisationId: string, userId: string) =>
+  (
+    await db
+      .selectFrom('memberships')
+      .select('role')
+      .where('organisation_id', '=', organisationId)
+      .where('user_id', '=', userId)
+      .executeTakeFirst()
+  )?.role;
 
 const lastOwner = (pointer?: string) =>
   ApiError.of('conflict', "This is the organisation's last owner; make another member an owner first.", pointer ? at(pointer) : undefined);
@@ -80,13 +91,8 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
         at('email'),
       );
     }
-    const member = await db
-      .selectFrom('memberships')
-      .select('role')
-      .where('organisation_id', '=', principal.organisationId)
-      .where('user_id', '=', id)
-      .executeTakeFirst();
-    if (member) throw ApiError.of('conflict', `${email} is a member of this organisation already`, at('email'));
+    if (await roleIn(db, principal.organisationId, id))
+      throw ApiError.of('conflict', `${email} is a member of this organisation already`, at('email'));
   } else {
     const password = values.password === undefined ? newInitialPassword() : String(values.password);
     if (values.password === undefined) revealed = { initial_password: password };
@@ -105,7 +111,7 @@ async function createMember(ctx: ActionContext): Promise<ActionResult> {
   }
   await db
     .insertInto('memberships')
-    .values({ organisation_id: principal.organisationId, user_id: id, role: values.role, created_at: now, updated_at: now })
+    .values({ organisation_id: principal.organisationId, user_id: id, role: values.role as string, created_at: now, updated_at: now })
     .execute();
   return { id, status: 201, revealed };
 }
@@ -154,13 +160,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
     if (!system && !self) {
       if (!ADMINS.includes(principal.role as Role))
         throw ApiError.of('forbidden', 'Only owners and admins sign other members out.', at('revoke_tokens'));
-      const target = await db
-        .selectFrom('memberships')
-        .select('role')
-        .where('organisation_id', '=', principal.organisationId)
-        .where('user_id', '=', id)
-        .executeTakeFirst();
-      requireOwnerFor(ctx, target?.role === 'owner', 'revoke_tokens');
+      requireOwnerFor(ctx, (await roleIn(db, principal.organisationId, id)) === 'owner', 'revoke_tokens');
     }
     // Sessions in this organisation; a user signing themselves out elsewhere keeps the token making the request.
     let sessions = db
@@ -275,6 +275,7 @@ export default defineResource({
       create: true,
       update: true,
       writeOnly: true,
+      virtual: true,
       minLength: MIN_PASSWORD_LENGTH,
       maxLength: 1024,
       description: "A new user's password (generated when omitted), or your own new password (with current_password).",
@@ -282,6 +283,7 @@ export default defineResource({
     current_password: attr.string({
       update: true,
       writeOnly: true,
+      virtual: true,
       minLength: 1,
       maxLength: 1024,
       description: 'Your current password, required to set a new one.',
@@ -289,6 +291,7 @@ export default defineResource({
     revoke_tokens: attr.boolean({
       update: true,
       writeOnly: true,
+      virtual: true,
       description:
         "true: ends the member's sessions (user tokens) in this organisation at once; your own token making the request stays valid. " +
         'Owners and admins for any member (owners only for owners), every user for themselves. API keys are revoked one by one.',

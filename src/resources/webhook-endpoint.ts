@@ -28,7 +28,7 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
     if (problem) errors.push(errorObject('invalid_attribute', `\`url\` ${problem}.`, { pointer: '/data/attributes/url' }));
   }
   if (Array.isArray(types)) {
-    const known = eventTypes();
+    const known = eventTypes(ctx.registry);
     const unknown = types.filter((t) => !known.has(t as string));
     if (unknown.length > 0) {
       errors.push(

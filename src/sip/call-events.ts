@@ -673,11 +673,14 @@ export class CallEvents {
   async operatorJoined(organisationId: string, callRowId: string, sipUserId: string, at: Date): Promise<string> {
     const actor = systemActor(organisationId, 'sip');
     // The edge may have recorded the transfer's answered leg first (route[INITIAL] links it): not twice.
-    const { rows: open } = await sql<{ id: string }>`
-      SELECT id FROM call_participants WHERE call_id = ${callRowId} AND member_uuid = ${sipUserId} AND left_at IS NULL`.execute(
-      this.options.db,
-    );
-    if (open[0]) return open[0].id;
+    const open = await this.options.db
+      .selectFrom('call_participants')
+      .select('id')
+      .where('call_id', '=', callRowId)
+      .where('member_uuid', '=', sipUserId)
+      .where('left_at', 'is', null)
+      .executeTakeFirst();
+    if (open) return open.id;
     const leg = await this.options.records.create(actor, 'CallParticipant', {
       call_id: callRowId,
       member_uuid: sipUserId,

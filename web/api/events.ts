@@ -6,13 +6,12 @@
  */
 import { EventStreamContentType, fetchEventSource } from '@microsoft/fetch-event-source';
 
-export interface ParleyEvent<Data = { id: string; type: string; attributes: Record<string, unknown> }> {
-  id: string;
-  type: string;
-  occurred_at: string;
-  organisation_id: string;
-  data: Data;
-}
+import type { EventPayloads } from './schema';
+
+/** An event of the stream; its `type` names what `data` is (EventPayloads, generated from the resources). */
+export type ParleyEvent = {
+  [Type in keyof EventPayloads]: { id: string; type: Type; occurred_at: string; organisation_id: string; data: EventPayloads[Type] };
+}[keyof EventPayloads];
 
 export type StreamState = 'connecting' | 'live' | 'reconnecting' | 'unavailable' | 'unauthorized';
 

@@ -41,7 +41,7 @@ const assigned = (c: ConversationResource | undefined) =>
 /** The alert an event deserves, given the conversation as the console knew it before the event. */
 export function alertOf(event: ParleyEvent, before: ConversationResource | undefined, me: string): Alert | undefined {
   if (event.type !== 'Conversation.created' && event.type !== 'Conversation.updated') return undefined;
-  const after = event.data as unknown as ConversationResource;
+  const after = event.data;
   if (event.type === 'Conversation.created' && !before)
     return { conversationId: after.id, title: 'New conversation', body: conversationTitle(after) };
   if (assigned(after) === me && assigned(before) !== me)

@@ -144,48 +144,41 @@ export function reduce(state: LiveState, action: Action): LiveState {
 
 /** What an event from GET /api/events changes, if anything. */
 export function actionOf(event: ParleyEvent, context: { openId?: string; mySipUserId?: string; me?: string }): Action | undefined {
-  const data = event.data as never;
   switch (event.type) {
     case 'Conversation.created':
     case 'Conversation.updated':
-      return { kind: 'conversation', record: data };
+      return { kind: 'conversation', record: event.data };
     case 'ConversationItem.created':
-      return { kind: 'item', record: data, openId: context.openId };
+      return { kind: 'item', record: event.data, openId: context.openId };
     case 'Call.created':
     case 'Call.updated':
-      return { kind: 'call', record: data };
+      return { kind: 'call', record: event.data };
     case 'CallParticipant.created':
     case 'CallParticipant.updated':
-      return { kind: 'participant', record: data };
+      return { kind: 'participant', record: event.data };
     case 'CallTranscript.created': {
-      const line = event.data as unknown as CallTranscriptResource;
+      const line = event.data;
       return line.attributes.call_id ? { kind: 'transcript', callId: line.attributes.call_id, list: [line] } : undefined;
     }
     case 'OperatorStatus.created':
     case 'OperatorStatus.updated': {
-      const attributes = (event.data.attributes ?? {}) as {
-        sip_user_id?: string | null;
-        user_id?: string | null;
-        status?: OperatorAvailability;
-      };
+      const { attributes } = event.data;
       const mine =
         (attributes.user_id && attributes.user_id === context.me) ||
         (attributes.sip_user_id && attributes.sip_user_id === context.mySipUserId);
       return mine ? { kind: 'status', status: attributes.status } : undefined;
     }
     case 'Conversation.typing': {
-      const typing = (
-        event.data as { meta?: { typing?: { role?: string; user_id?: string | null; name?: string | null; expires_at?: string } } }
-      ).meta?.typing;
-      if (!typing || typing.user_id === context.me) return undefined;
+      const { typing } = event.data.meta;
+      if (typing.user_id === context.me) return undefined;
       return {
         kind: 'typing',
         conversationId: event.data.id,
         typist: {
-          role: typing.role === 'visitor' ? 'visitor' : 'operator',
-          userId: typing.user_id ?? null,
-          name: typing.name ?? null,
-          expiresAt: Date.parse(typing.expires_at ?? '') || Date.now() + 6000,
+          role: typing.role,
+          userId: typing.user_id,
+          name: typing.name,
+          expiresAt: Date.parse(typing.expires_at) || Date.now() + 6000,
         },
       };
     }
