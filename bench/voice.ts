@@ -41,6 +41,7 @@ import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { sql } from 'kysely';
+import pg from 'pg';
 import { AgentRuntime } from '../src/agents/runtime.js';
 import { createServices } from '../src/app.js';
 import { createOrganisation } from '../src/auth/accounts.js';
@@ -62,6 +63,14 @@ const percentile = (values: number[], p: number) => {
 const round = (n: number) => Math.round(n * 10) / 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ENDPOINT_MS = 600;
+
+/** Statements this process (the agent runtime's) sends to PostgreSQL: every `pg` query, BEGIN and COMMIT included. */
+let statements = 0;
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  statements++;
+  return (query as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof query;
 
 async function listen(server: http.Server): Promise<string> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -251,6 +260,8 @@ export interface PhaseResult {
   gc: { count: number; totalMs: number; maxMs: number };
   cpuSecondsPerCallMinute: number;
   unanswered: number;
+  /** PostgreSQL statements per turn (each call's greeting counted as a turn), by process. */
+  statementsPerTurn: { voice: number; agents: number };
 }
 
 interface Shared {
@@ -317,6 +328,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
   child.send({ type: 'reset' });
   await next('reset');
   const since = new Date();
+  statements = 0;
   const v2v: number[] = [];
   const started = performance.now();
   await Promise.all(
@@ -326,6 +338,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
     }),
   );
   const minutes = (performance.now() - started) / 60_000;
+  const agentStatements = statements;
   child.send({ type: 'stop' });
   const report = await next<RuntimeReport>('report');
   await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
@@ -370,6 +383,10 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
     gc: { count: report.gc.count, totalMs: round(report.gc.totalMs), maxMs: round(report.gc.maxMs) },
     cpuSecondsPerCallMinute: round(report.cpuMs / 1000 / (o.calls * minutes)),
     unanswered: v2v.length - measured.length,
+    statementsPerTurn: {
+      voice: round(report.statements / (o.calls * (o.turns + 1))),
+      agents: round(agentStatements / (o.calls * (o.turns + 1))),
+    },
   };
   return result;
 }
@@ -453,6 +470,11 @@ export function voiceChecks(r: VoiceBenchResult): string[] {
       `${p.marks.overheadP95 <= 250 && p.callerOverhead.p95 <= 250 ? 'PASS' : 'FAIL'} voice-to-voice overhead beyond the ${ENDPOINT_MS} ms endpointing, ${p.calls} calls, instant provider, ${priority(p)}: runtime marks p50 ${round(p.marks.v2vP50 - ENDPOINT_MS)} / p95 ${p.marks.overheadP95} ms, caller's side p50 ${p.callerOverhead.p50} / p95 ${p.callerOverhead.p95} ms (target p95 <= 250; ${p.turns} turns, ${p.unanswered} unanswered)`,
       `${p.jitter.p99 <= 5 ? 'PASS' : 'FAIL'} RTP send-interval jitter, ${p.calls} calls, ${priority(p)}: p50 ${p.jitter.p50} / p99 ${p.jitter.p99} / max ${p.jitter.max} ms over ${p.jitter.packets} packets (target p99 <= 5; lateness behind the grid p99 ${p.lateness.p99} ms, event-loop delay p99 ${p.eventLoopDelayP99} ms, GC ${p.gc.count} pauses, max ${p.gc.maxMs} ms)`,
       `INFO CPU per call-minute, ${p.calls} calls, ${priority(p)}: ${p.cpuSecondsPerCallMinute} s (the voice runtime process)`,
+      `INFO stages p50 / p95, ${p.calls} calls, ${priority(p)}: ${Object.entries(p.marks.stages)
+        .map(([k, v]) => `${k} ${v.p50} / ${v.p95}`)
+        .join(
+          ', ',
+        )} ms; PostgreSQL statements per turn (greetings included): voice runtime ${p.statementsPerTurn.voice}, agent runtime ${p.statementsPerTurn.agents}`,
     );
   }
   const stepped = r.phases.filter((x) => x.engines === 'instant').sort((a, b) => a.calls - b.calls);
