@@ -50,6 +50,8 @@ const voice = new VoiceRuntime({
   db: database.db,
   services,
   config,
+  // As `parley sip serve` gives it: the agent runtime's commits wake the calls waiting for their replies.
+  listen: (channel, onNotify, onResumed) => database.listen(channel, onNotify, onResumed),
   onPacketSent: (callId, at, due) => {
     const previous = last.get(callId);
     if (previous !== undefined) jitter.push(Math.abs(at - previous - 20));

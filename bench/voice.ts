@@ -66,6 +66,8 @@ const ENDPOINT_MS = 600;
 
 /** Statements this process (the agent runtime's) sends to PostgreSQL: every `pg` query, BEGIN and COMMIT included. */
 let statements = 0;
+/** The agent runtime's turns (claimed -> committed, ms), from its `onTurn`. */
+const agentTurns: number[] = [];
 const query = pg.Client.prototype.query;
 pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
   statements++;
@@ -262,6 +264,8 @@ export interface PhaseResult {
   unanswered: number;
   /** PostgreSQL statements per turn (each call's greeting counted as a turn), by process. */
   statementsPerTurn: { voice: number; agents: number };
+  /** The agent runtime's own part of transcript -> reply: its turn from the claim to the commit. */
+  agentTurn: { p50: number; p95: number };
 }
 
 interface Shared {
@@ -329,6 +333,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
   await next('reset');
   const since = new Date();
   statements = 0;
+  agentTurns.length = 0;
   const v2v: number[] = [];
   const started = performance.now();
   await Promise.all(
@@ -383,6 +388,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
     gc: { count: report.gc.count, totalMs: round(report.gc.totalMs), maxMs: round(report.gc.maxMs) },
     cpuSecondsPerCallMinute: round(report.cpuMs / 1000 / (o.calls * minutes)),
     unanswered: v2v.length - measured.length,
+    agentTurn: { p50: round(percentile(agentTurns, 50)), p95: round(percentile(agentTurns, 95)) },
     statementsPerTurn: {
       voice: round(report.statements / (o.calls * (o.turns + 1))),
       agents: round(agentStatements / (o.calls * (o.turns + 1))),
@@ -434,7 +440,13 @@ export async function voiceBenchmark(databaseUrl: string, options: VoiceBenchOpt
   await migrate(database.db);
   const services = await createServices(database, config);
   // As `parley serve` runs it: woken by the outbox's notification of the voice runtime's commits.
-  const agents = new AgentRuntime({ db: database.db, services, config, listen: database.listen });
+  const agents = new AgentRuntime({
+    db: database.db,
+    services,
+    config,
+    listen: database.listen,
+    onTurn: (t) => agentTurns.push(t.committedAt - t.startedAt),
+  });
   agents.start();
   const shared: Shared = { databaseUrl, modelUrl, speechUrl, db: database, services };
   const phases: PhaseResult[] = [];
@@ -474,7 +486,7 @@ export function voiceChecks(r: VoiceBenchResult): string[] {
         .map(([k, v]) => `${k} ${v.p50} / ${v.p95}`)
         .join(
           ', ',
-        )} ms; PostgreSQL statements per turn (greetings included): voice runtime ${p.statementsPerTurn.voice}, agent runtime ${p.statementsPerTurn.agents}`,
+        )}, of which the agent runtime's turn (claim -> commit) ${p.agentTurn.p50} / ${p.agentTurn.p95} ms; PostgreSQL statements per turn (greetings included): voice runtime ${p.statementsPerTurn.voice}, agent runtime ${p.statementsPerTurn.agents}`,
     );
   }
   const stepped = r.phases.filter((x) => x.engines === 'instant').sort((a, b) => a.calls - b.calls);
