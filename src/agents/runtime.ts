@@ -28,7 +28,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
-import { type DatabaseHandle, inTransaction } from '../db/connection.js';
+import { type DatabaseHandle, inTransaction, notifyAfterCommit } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
@@ -81,6 +81,12 @@ export interface RuntimeOptions {
    */
   listen?: DatabaseHandle['listen'];
 }
+
+/**
+ * Each commit of a conversation's turn is announced here with the conversation's id, so that a call waiting for
+ * the reply (src/voice/runtime.ts) reads it once, when it is there, instead of polling (docs/voice.md, "A call").
+ */
+export const TURN_CHANNEL = 'parley_turns';
 
 /** Under a stream of commits (one notification each), the runtime looks at most this often. */
 const WAKE_GAP_MS = 25;
@@ -194,6 +200,8 @@ export class AgentRuntime {
   private lastAnalysisLook = 0;
   private notifyTimer?: NodeJS.Timeout;
   private unlisten?: Promise<(() => Promise<void>) | undefined>;
+  /** In-process subscribers to committed turns (a voice runtime beside this one), by `onCommit`. */
+  private readonly committed = new Set<(conversationId: string) => void>();
   /** Crashed (tests): stop renewing leases and never commit, as a killed process would. */
   private dead = false;
   /** Where failed polls and turns are logged (`serve` sets the server's logger once it is built). */
@@ -271,6 +279,12 @@ export class AgentRuntime {
     this.running = false;
     this.wakeUp?.();
     void this.stopListening();
+  }
+
+  /** Calls `listener` with the conversation's id after each commit of a turn (what TURN_CHANNEL announces). */
+  onCommit(listener: (conversationId: string) => void): () => void {
+    this.committed.add(listener);
+    return () => this.committed.delete(listener);
   }
 
   /** Look for work now instead of at the next poll. */
@@ -933,7 +947,10 @@ export class AgentRuntime {
       await sql`UPDATE agent_turns SET last_handled_index = GREATEST(last_handled_index, ${Math.max(handledIndex, further ?? -1)}),
                 workflow_state = ${JSON.stringify(state)}::jsonb, last_error = NULL, updated_at = now()
                 WHERE conversation_id = ${conversationId}`.execute(trx);
+      // To other processes, in the statement that sends the outbox's notifications after the commit.
+      notifyAfterCommit(trx, TURN_CHANNEL, conversationId);
     });
+    for (const listener of this.committed) listener(conversationId);
   }
 
   /** The reply the next unanswered user item would get, without storing anything (`agent run`). */

@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import { handOff } from '../agents/routing.js';
+import { TURN_CHANNEL } from '../agents/runtime.js';
 import { TOOL_WAIT_CHANNEL, type TransferTarget } from '../agents/tools.js';
 import { HANDOFF_TEXT, type WorkflowState } from '../agents/workflow.js';
 import type { Config } from '../config/index.js';
@@ -34,8 +35,11 @@ export interface VoiceRuntimeOptions {
   services: AppServices;
   config: Config;
   logger?: Logger;
-  /** The agent runtime in this process, woken at once when a caller's utterance is stored (else it polls). */
-  agents?: { wake(): void };
+  /**
+   * The agent runtime in this process: woken at once when a caller's utterance is stored (else it polls), and
+   * telling the call of its commits at once (else the database's notification, `listen`, does).
+   */
+  agents?: { wake(): void; onCommit?(listener: (conversationId: string) => void): () => void };
   stt?: SpeechToText;
   tts?: TextToSpeech;
   /**
@@ -44,8 +48,10 @@ export interface VoiceRuntimeOptions {
    */
   callEvents?: CallEvents;
   /**
-   * The database's notifications: a turn announces there a tool's `say_while_waiting` line as its request starts
-   * (TOOL_WAIT_CHANNEL), which the call then hears. Without it such lines are not spoken (the reply still is).
+   * The database's notifications: the agent runtime announces there each committed turn (TURN_CHANNEL), which
+   * wakes the call waiting for it, and a tool's `say_while_waiting` line as its request starts (TOOL_WAIT_CHANNEL),
+   * which the call then hears. Without it or `agents`, a call polls for its reply every 20 ms, and such lines
+   * are not spoken (the reply still is).
    */
   listen?: DatabaseHandle['listen'];
   /** Benchmarks: each RTP packet sent, with its due time. */
@@ -86,7 +92,9 @@ export class VoiceRuntime implements CallHandler {
   private readonly registry = buildRegistry(resources);
   private readonly endings = new Set<Promise<void>>();
   private readonly callEvents: CallEvents;
-  private unlisten?: () => Promise<void>;
+  private unlisten: (() => unknown)[] = [];
+  /** Calls waiting for a turn of their conversation to commit, by conversation id (`nextCommit`). */
+  private readonly waiting = new Map<string, Set<() => void>>();
 
   constructor(private readonly o: VoiceRuntimeOptions) {
     const v = o.config.voice;
@@ -114,7 +122,19 @@ export class VoiceRuntime implements CallHandler {
   /** Ends calls a previous run left open (the process stopped mid-call), then takes calls. */
   async start(): Promise<void> {
     await this.reconcile();
-    this.unlisten = await this.o.listen?.(TOOL_WAIT_CHANNEL, (payload) => this.toolWaiting(payload));
+    if (this.o.agents?.onCommit) this.unlisten.push(this.o.agents.onCommit((id) => this.committed(id)));
+    if (this.o.listen)
+      this.unlisten.push(
+        await this.o.listen(TOOL_WAIT_CHANNEL, (payload) => this.toolWaiting(payload)),
+        // A lost listening connection may have missed an announcement: every waiting call looks again.
+        await this.o.listen(
+          TURN_CHANNEL,
+          (id) => this.committed(id),
+          () => {
+            for (const id of [...this.waiting.keys()]) this.committed(id);
+          },
+        ),
+      );
     await this.endpoint.start();
   }
 
@@ -134,8 +154,7 @@ export class VoiceRuntime implements CallHandler {
 
   /** Hangs up every call (BYE), records their end, and stops listening. */
   async stop(): Promise<void> {
-    await this.unlisten?.().catch(() => {});
-    this.unlisten = undefined;
+    await Promise.all(this.unlisten.splice(0).map((stop) => Promise.resolve(stop()).catch(() => {})));
     await this.endpoint.stop();
     await Promise.all([...this.endings]);
   }
@@ -231,6 +250,7 @@ export class VoiceRuntime implements CallHandler {
     if (!call) return;
     this.o.logger?.info({ callId, by }, 'voice: call ended');
     call.session?.close();
+    if (call.conversationId) this.committed(call.conversationId); // a wait for its reply ends
     const ending = this.finish(call, by)
       .catch((error) => this.o.logger?.error({ err: error, callId }, 'voice: recording the end of a call failed'))
       .finally(() => {
@@ -329,17 +349,45 @@ export class VoiceRuntime implements CallHandler {
   }
 
   private async agentCaughtUp(conversationId: string, index: number, timeoutMs: number): Promise<void> {
-    if (index < 0) return;
     const deadline = Date.now() + timeoutMs;
-    while (Date.now() < deadline) {
+    while (index >= 0 && Date.now() < deadline) {
+      const next = this.nextCommit(conversationId, deadline - Date.now());
       const row = await this.o.db
         .selectFrom('agent_turns')
         .select('last_handled_index')
         .where('conversation_id', '=', conversationId)
         .executeTakeFirst();
-      if (row && row.last_handled_index >= index) return;
-      await new Promise((r) => setTimeout(r, 50));
+      if (row && row.last_handled_index >= index) return next.cancel();
+      await next.promise;
     }
+  }
+
+  /**
+   * Resolves at the next commit of a turn of the conversation (the agent runtime's announcement: in this process
+   * by `onCommit`, from another by TURN_CHANNEL), when its call ends, or at the latest after a safety net for a
+   * lost notification: 1 s when commits are announced here, 20 ms when nothing announces them (a poll). Taken
+   * before the read it follows, so that a commit announced while the read runs is not missed.
+   */
+  private nextCommit(conversationId: string, atMostMs = Number.POSITIVE_INFINITY) {
+    const ms = Math.min(atMostMs, this.o.listen || this.o.agents?.onCommit ? 1000 : 20);
+    let cancel = () => {};
+    const promise = new Promise<void>((resolve) => {
+      const set = this.waiting.get(conversationId) ?? new Set();
+      this.waiting.set(conversationId, set);
+      const timer = setTimeout(() => cancel(), ms);
+      cancel = () => {
+        clearTimeout(timer);
+        set.delete(cancel);
+        if (set.size === 0 && this.waiting.get(conversationId) === set) this.waiting.delete(conversationId);
+        resolve();
+      };
+      set.add(cancel);
+    });
+    return { promise, cancel: () => cancel() };
+  }
+
+  private committed(conversationId: string): void {
+    for (const wake of [...(this.waiting.get(conversationId) ?? [])]) wake();
   }
 
   /** Calls a previous run of the voice runtime left open end as `failed` (the runtime stopped, not the caller). */
@@ -544,47 +592,47 @@ export class VoiceRuntime implements CallHandler {
   private async awaitReply(call: ActiveCall, conversationId: string, userIndex: number, itemId: string): Promise<Reply | undefined> {
     const c = this.o.config;
     const deadline = Date.now() + c.llmTimeoutMs * (c.llmMaxRetries + 1) + 10_000;
-    while (Date.now() < deadline) {
-      if (call.session?.isClosed) return undefined;
-      const { rows } = await sql<{ last_handled_index: number | null; workflow_state: WorkflowState | null; status: string }>`
-        SELECT t.last_handled_index, t.workflow_state, c.status FROM conversations c
-        LEFT JOIN agent_turns t ON t.conversation_id = c.id WHERE c.id = ${conversationId}`.execute(this.o.db);
+    while (Date.now() < deadline && !call.session?.isClosed) {
+      const next = this.nextCommit(conversationId);
+      // One statement: the turn's cursor and what the turn wrote once the cursor has passed the user item (its
+      // reply, and the tool item naming transfer_call's target, src/agents/runtime.ts `metadata.tool.transfer`).
+      const { rows } = await sql<{
+        handled: boolean;
+        workflow_state: WorkflowState | null;
+        status: string;
+        content: string | null;
+        item_id: string | null;
+        target: TransferTarget | null;
+      }>`
+        SELECT t.last_handled_index >= ${userIndex} AS handled, t.workflow_state, c.status, r.content, r.item_id, x.target
+        FROM conversations c
+        LEFT JOIN agent_turns t ON t.conversation_id = c.id
+        LEFT JOIN LATERAL (SELECT content, item_id FROM conversation_items WHERE conversation_id = c.id AND role = 'assistant'
+          AND content_index > ${userIndex} AND metadata->>'in_reply_to' = ${itemId} ORDER BY content_index LIMIT 1) r
+          ON t.last_handled_index >= ${userIndex}
+        LEFT JOIN LATERAL (SELECT metadata->'tool'->'transfer' AS target FROM conversation_items WHERE conversation_id = c.id
+          AND role = 'tool' AND content_index > ${userIndex} AND metadata->>'in_reply_to' = ${itemId} AND metadata->'tool' ? 'transfer' LIMIT 1) x
+          ON t.last_handled_index >= ${userIndex}
+        WHERE c.id = ${conversationId}`.execute(this.o.db);
       const row = rows[0];
-      if (row && row.last_handled_index !== null && row.last_handled_index >= userIndex) {
-        const at = performance.now();
-        const reply = await this.o.db
-          .selectFrom('conversation_items')
-          .select(['content', 'item_id'])
-          .where('conversation_id', '=', conversationId)
-          .where('role', '=', 'assistant')
-          .where('content_index', '>', userIndex)
-          .where(sql<boolean>`metadata->>'in_reply_to' = ${itemId}`)
-          .orderBy('content_index')
-          .executeTakeFirst();
-        const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
-        this.o.logger?.debug({ callId: call.callId, reply: reply?.content, hangup }, 'voice: agent answered');
-        // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
-        // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
-        let transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
-        // transfer_call: the turn's tool item names the target (src/agents/runtime.ts, `metadata.tool.transfer`).
-        const asked = await this.o.db
-          .selectFrom('conversation_items')
-          .select(sql<TransferTarget | null>`metadata->'tool'->'transfer'`.as('target'))
-          .where('conversation_id', '=', conversationId)
-          .where('role', '=', 'tool')
-          .where('content_index', '>', userIndex)
-          .where(sql<boolean>`metadata->>'in_reply_to' = ${itemId} AND metadata->'tool' ? 'transfer'`)
-          .executeTakeFirst();
-        if (asked?.target && row.status === 'active') {
-          const target = asked.target;
-          transfer = () => this.transferCall(call, conversationId, target);
-        }
-        if (reply) return { text: reply.content, hangup: hangup || transfer !== undefined, at, itemId: reply.item_id, transfer };
-        if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
-        return undefined;
+      if (!row?.handled && row?.status === 'active') {
+        await next.promise;
+        continue;
       }
-      if (row && row.status !== 'active') return undefined;
-      await new Promise((r) => setTimeout(r, 20));
+      next.cancel();
+      if (!row?.handled) return undefined;
+      const at = performance.now();
+      const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
+      this.o.logger?.debug({ callId: call.callId, reply: row.content, hangup }, 'voice: agent answered');
+      // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
+      // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
+      let transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
+      const target = row.target;
+      if (target && row.status === 'active') transfer = () => this.transferCall(call, conversationId, target);
+      if (row.content !== null)
+        return { text: row.content, hangup: hangup || transfer !== undefined, at, itemId: row.item_id ?? undefined, transfer };
+      if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
+      return undefined;
     }
     return undefined;
   }
