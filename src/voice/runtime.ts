@@ -54,6 +54,8 @@ export interface VoiceRuntimeOptions {
    * are not spoken (the reply still is).
    */
   listen?: DatabaseHandle['listen'];
+  /** The calls between people being transcribed (`sip serve`'s transcriber): they count towards VOICE_MAX_CALLS. */
+  forks?: () => number;
   /** Benchmarks: each RTP packet sent, with its due time. */
   onPacketSent?: (callId: string, at: number, due: number) => void;
 }
@@ -182,9 +184,10 @@ export class VoiceRuntime implements CallHandler {
   async admit(info: InviteInfo): Promise<Admission> {
     const match = AGENT_USER.exec(info.user ?? '');
     if (!match) return { reject: 404, reason: 'Not Found' };
-    // Past VOICE_MAX_CALLS new calls are refused, so that the running ones keep their pace (486: the
-    // agent is busy; the caller may try again).
-    if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
+    // Past VOICE_MAX_CALLS (agent calls and transcription forks) new calls are refused, so that the running ones
+    // keep their pace (486: the agent is busy; the caller may try again).
+    const full = () => this.calls.size + (this.o.forks?.() ?? 0) >= this.o.config.voice.maxCalls;
+    if (full()) return { reject: 486, reason: 'Busy Here' };
     const agent = await this.o.db
       .selectFrom('ai_agents')
       .select(['id', 'organisation_id', 'published', 'voice', 'languages'])
@@ -199,7 +202,7 @@ export class VoiceRuntime implements CallHandler {
       if (!edge || edge.ai_agent_id !== agent.id || edge.organisation_id !== agent.organisation_id || edge.call_id !== info.callId)
         return { reject: 400, reason: 'Bad X-Parley-Call' };
     }
-    if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
+    if (full()) return { reject: 486, reason: 'Busy Here' };
     this.calls.set(info.callId, {
       callId: info.callId,
       organisationId: agent.organisation_id,

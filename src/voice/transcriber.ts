@@ -58,6 +58,11 @@ export interface CallTranscriberOptions {
    * utterance, so by default one per core; a provider is a request, so 32.
    */
   maxRecognitions?: number;
+  /**
+   * Whether one more fork fits in VOICE_MAX_CALLS (`sip serve`: agent calls and forks share the runtime's capacity,
+   * one fork counting as one call). A fork past it is declined: the call goes on untranscribed, never refused.
+   */
+  room?: () => boolean;
 }
 
 /** One party's forked audio. */
@@ -136,6 +141,11 @@ export class CallTranscriber {
     await Promise.all([...this.writeChains.values()]);
   }
 
+  /** How many calls are forked (or being set up): what they take of VOICE_MAX_CALLS. */
+  get forking(): number {
+    return this.forks.size;
+  }
+
   /** The forks in progress: dialog Call-ID and each leg's speaker and port (diagnostics, tests). */
   active(): { callId: string; legs: { speaker: LegSpeaker; port: number; packets: number }[] }[] {
     return [...this.forks.values()].map((f) => ({
@@ -156,6 +166,10 @@ export class CallTranscriber {
         if (this.forks.has(key)) continue;
         // A batch that also holds the dialog's end is a call already over: nothing to fork.
         if (events.some((e) => e.event === 'ended' && (e.leg ?? e.call_id) === dialogCallId)) continue;
+        if (this.o.room && !this.o.room()) {
+          this.o.logger?.warn({ callId: dialogCallId }, 'transcriber: VOICE_MAX_CALLS reached; the call is not transcribed');
+          continue;
+        }
         const fork: Fork = { key, organisationId: event.organisation_id, dialogCallId, legs: [], stopped: false };
         this.forks.set(key, fork);
         fork.starting = this.track(
