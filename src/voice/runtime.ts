@@ -66,7 +66,7 @@ interface ActiveCall {
   agent: { id: string; voice: string | null; languages: string[] };
   info: InviteInfo;
   /** Resolves when the Call, Conversation and participants are stored. */
-  stored?: Promise<{ callRowId: string; conversationId: string; participantIds: string[]; startedAt: Date }>;
+  stored?: Promise<{ callRowId: string; conversationId: string; startedAt: Date }>;
   session?: VoiceSession;
   transcriptIndex: number;
   /** The last user item's content_index (the agent runtime's cursor must pass it). */
@@ -287,19 +287,12 @@ export class VoiceRuntime implements CallHandler {
         started_at: startedAt,
         conversation_id: conversation.id,
       });
-      const caller = await records.create(actor, 'CallParticipant', {
-        call_id: row.id,
-        member_uuid: `sip:${call.info.from}`.slice(0, 255),
-        role: 'caller',
-        joined_at: startedAt,
-      });
-      const agent = await records.create(actor, 'CallParticipant', {
-        call_id: row.id,
-        member_uuid: call.agent.id,
-        role: 'agent',
-        joined_at: startedAt,
-      });
-      return { callRowId: row.id, conversationId: conversation.id, participantIds: [caller.id, agent.id], startedAt };
+      for (const [role, member] of [
+        ['caller', `sip:${call.info.from}`.slice(0, 255)],
+        ['agent', call.agent.id],
+      ])
+        await records.create(actor, 'CallParticipant', { call_id: row.id, member_uuid: member, role, joined_at: startedAt });
+      return { callRowId: row.id, conversationId: conversation.id, startedAt };
     });
   }
 
@@ -322,7 +315,7 @@ export class VoiceRuntime implements CallHandler {
       .where('call_uuid', '=', call.callId)
       .executeTakeFirstOrThrow();
     if (!row.conversation_id) throw new Error(`call ${call.callId} has no conversation`);
-    return { callRowId: row.id, conversationId: row.conversation_id, participantIds: [], startedAt: row.started_at ?? new Date() };
+    return { callRowId: row.id, conversationId: row.conversation_id, startedAt: row.started_at ?? new Date() };
   }
 
   /** The call is over: its status, its legs' end, and its conversation closed, in one transaction. */
@@ -334,63 +327,84 @@ export class VoiceRuntime implements CallHandler {
     await Promise.race([call.session?.idle(), new Promise((r) => setTimeout(r, 3000))]);
     await this.agentCaughtUp(stored.conversationId, call.lastUserIndex, 3000);
     // The edge's call: its end (status, legs, conversation) is the edge's, from the dialog's end.
-    if (call.edge) return;
-    const actor = systemActor(call.organisationId, 'sip');
+    if (!call.edge)
+      await this.endCall(
+        call.organisationId,
+        stored.callRowId,
+        stored.conversationId,
+        by === 'timeout' ? 'failed' : 'completed',
+        stored.startedAt,
+      );
+  }
+
+  /** A call's end, in one transaction: its status (talk time from `startedAt`), its legs left, its conversation closed. */
+  private async endCall(organisationId: string, callRowId: string, conversationId: string | null, status: string, startedAt?: Date) {
+    const actor = systemActor(organisationId, 'sip');
     const ended = new Date();
-    // Read before the transaction: the embedded database has one connection, which the transaction holds.
-    const conv = await this.o.db.selectFrom('conversations').select('status').where('id', '=', stored.conversationId).executeTakeFirst();
+    // Reads first: the embedded database's one connection belongs to the transaction while it runs.
+    const legs = await this.o.db
+      .selectFrom('call_participants')
+      .select('id')
+      .where('call_id', '=', callRowId)
+      .where('left_at', 'is', null)
+      .execute();
+    const conv = conversationId
+      ? await this.o.db.selectFrom('conversations').select('status').where('id', '=', conversationId).executeTakeFirst()
+      : undefined;
+    const duration = startedAt && { duration_seconds: Math.max(0, Math.round((ended.getTime() - startedAt.getTime()) / 1000)) };
     await this.records.transaction(async (records) => {
-      await records.update(actor, 'Call', stored.callRowId, {
-        status: by === 'timeout' ? 'failed' : 'completed',
-        ended_at: ended,
-        duration_seconds: Math.max(0, Math.round((ended.getTime() - stored.startedAt.getTime()) / 1000)),
-      });
-      for (const id of stored.participantIds) await records.update(actor, 'CallParticipant', id, { left_at: ended });
+      await records.update(actor, 'Call', callRowId, { status, ended_at: ended, ...duration });
+      for (const leg of legs) await records.update(actor, 'CallParticipant', leg.id, { left_at: ended });
       // A handed-off conversation stays pending for its operator; an active one ends with the call.
-      if (conv?.status === 'active') await records.update(actor, 'Conversation', stored.conversationId, { status: 'closed' });
+      if (conversationId && conv?.status === 'active') await records.update(actor, 'Conversation', conversationId, { status: 'closed' });
     });
   }
 
-  private async agentCaughtUp(conversationId: string, index: number, timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (index >= 0 && Date.now() < deadline) {
-      const next = this.nextCommit(conversationId, deadline - Date.now());
-      const row = await this.o.db
-        .selectFrom('agent_turns')
-        .select('last_handled_index')
-        .where('conversation_id', '=', conversationId)
-        .executeTakeFirst();
-      if (row && row.last_handled_index >= index) return next.cancel();
-      await next.promise;
-    }
+  /** Waits (up to `timeoutMs`) until the agent runtime's cursor has passed the caller's last item. */
+  private agentCaughtUp(conversationId: string, index: number, timeoutMs: number): Promise<unknown> {
+    return this.whenCommitted(
+      conversationId,
+      Date.now() + timeoutMs,
+      async () =>
+        index < 0 ||
+        (
+          await sql<{ ok: boolean }>`SELECT last_handled_index >= ${index} AS ok FROM agent_turns
+        WHERE conversation_id = ${conversationId}`.execute(this.o.db)
+        ).rows[0]?.ok ||
+        undefined,
+    );
   }
 
   /**
-   * Resolves at the next commit of a turn of the conversation (the agent runtime's announcement: in this process
-   * by `onCommit`, from another by TURN_CHANNEL), when its call ends, or at the latest after a safety net for a
-   * lost notification: 1 s when commits are announced here, 20 ms when nothing announces them (a poll). Taken
-   * before the read it follows, so that a commit announced while the read runs is not missed.
+   * Reads `read` until it gives an answer or the deadline passes, again after each commit of a turn of the
+   * conversation (the agent runtime's announcement: `onCommit` in this process, TURN_CHANNEL from another), when
+   * its call ends, and at the latest after a safety net for a lost notification: 1 s when commits are announced
+   * here, 20 ms when nothing announces them (a poll). The wake-up is armed before each read, so that a commit
+   * announced while the read runs is not missed.
    */
-  private nextCommit(conversationId: string, atMostMs = Number.POSITIVE_INFINITY) {
-    const ms = Math.min(atMostMs, this.o.listen || this.o.agents?.onCommit ? 1000 : 20);
-    let cancel = () => {};
-    const promise = new Promise<void>((resolve) => {
-      const set = this.waiting.get(conversationId) ?? new Set();
-      this.waiting.set(conversationId, set);
-      const timer = setTimeout(() => cancel(), ms);
-      cancel = () => {
+  private async whenCommitted<T>(conversationId: string, deadline: number, read: () => Promise<T | undefined>): Promise<T | undefined> {
+    const safetyMs = this.o.listen || this.o.agents?.onCommit ? 1000 : 20;
+    while (Date.now() < deadline) {
+      let wake = () => {};
+      const woken = new Promise<void>((resolve) => (wake = resolve));
+      const waiting = this.waiting.get(conversationId) ?? new Set();
+      this.waiting.set(conversationId, waiting.add(wake));
+      const timer = setTimeout(wake, Math.min(safetyMs, deadline - Date.now()));
+      try {
+        const answer = await read();
+        if (answer !== undefined) return answer;
+        await woken;
+      } finally {
         clearTimeout(timer);
-        set.delete(cancel);
-        if (set.size === 0 && this.waiting.get(conversationId) === set) this.waiting.delete(conversationId);
-        resolve();
-      };
-      set.add(cancel);
-    });
-    return { promise, cancel: () => cancel() };
+        waiting.delete(wake);
+        if (waiting.size === 0) this.waiting.delete(conversationId);
+      }
+    }
+    return undefined;
   }
 
   private committed(conversationId: string): void {
-    for (const wake of [...(this.waiting.get(conversationId) ?? [])]) wake();
+    for (const wake of this.waiting.get(conversationId) ?? []) wake();
   }
 
   /** Calls a previous run of the voice runtime left open end as `failed` (the runtime stopped, not the caller). */
@@ -401,26 +415,7 @@ export class VoiceRuntime implements CallHandler {
       .where('call_source', '=', 'voice')
       .where('status', 'in', ['initiated', 'ringing', 'in_progress'])
       .execute();
-    for (const row of open) {
-      const actor = systemActor(row.organisation_id, 'sip');
-      const ended = new Date();
-      // Reads first: the embedded database's one connection belongs to the transaction while it runs.
-      const legs = await this.o.db
-        .selectFrom('call_participants')
-        .select('id')
-        .where('call_id', '=', row.id)
-        .where('left_at', 'is', null)
-        .execute();
-      const conv = row.conversation_id
-        ? await this.o.db.selectFrom('conversations').select('status').where('id', '=', row.conversation_id).executeTakeFirst()
-        : undefined;
-      await this.records.transaction(async (records) => {
-        await records.update(actor, 'Call', row.id, { status: 'failed', ended_at: ended });
-        for (const leg of legs) await records.update(actor, 'CallParticipant', leg.id, { left_at: ended });
-        if (row.conversation_id && conv?.status === 'active')
-          await records.update(actor, 'Conversation', row.conversation_id, { status: 'closed' });
-      });
-    }
+    for (const row of open) await this.endCall(row.organisation_id, row.id, row.conversation_id, 'failed');
   }
 
   // ------------------------------------------------------------ the session's sink
@@ -497,8 +492,7 @@ export class VoiceRuntime implements CallHandler {
     // Behind the edge, the caller's new call to the operator is linked to this Call by the edge (route[INITIAL],
     // docs/sip.md "Transfers"): the operator joins it as the transfer's answered leg, and goes busy there.
     if (call.edge) return undefined;
-    const stored = await call.stored!;
-    stored.participantIds.push(await this.callEvents.operatorJoined(call.organisationId, stored.callRowId, operator.id, new Date()));
+    await this.callEvents.operatorJoined(call.organisationId, (await call.stored!).callRowId, operator.id, new Date());
     return undefined;
   }
 
@@ -518,14 +512,12 @@ export class VoiceRuntime implements CallHandler {
     if (await this.refer(call, target.to, org.domain)) {
       if (call.edge) return undefined;
       // A call that reached the runtime directly: the target's leg is recorded here (the edge is not there to).
-      const stored = await call.stored!;
-      const leg = await this.records.create(systemActor(call.organisationId, 'sip'), 'CallParticipant', {
-        call_id: stored.callRowId,
+      await this.records.create(systemActor(call.organisationId, 'sip'), 'CallParticipant', {
+        call_id: (await call.stored!).callRowId,
         member_uuid: target.kind === 'sip_user' ? target.sip_user_id : `sip:${target.to}`,
         role: 'callee',
         joined_at: new Date(),
       });
-      stored.participantIds.push(leg.id);
       return undefined;
     }
     if (call.session?.isClosed) return undefined; // the caller hung up meanwhile
@@ -594,9 +586,8 @@ export class VoiceRuntime implements CallHandler {
    */
   private async awaitReply(call: ActiveCall, conversationId: string, userIndex: number, itemId: string): Promise<Reply | undefined> {
     const c = this.o.config;
-    const deadline = Date.now() + c.llmTimeoutMs * (c.llmMaxRetries + 1) + 10_000;
-    while (Date.now() < deadline && !call.session?.isClosed) {
-      const next = this.nextCommit(conversationId);
+    const row = await this.whenCommitted(conversationId, Date.now() + c.llmTimeoutMs * (c.llmMaxRetries + 1) + 10_000, async () => {
+      if (call.session?.isClosed) return null;
       // One statement: the turn's cursor and what the turn wrote once the cursor has passed the user item (its
       // reply, and the tool item naming transfer_call's target, src/agents/runtime.ts `metadata.tool.transfer`).
       const { rows } = await sql<{
@@ -617,26 +608,21 @@ export class VoiceRuntime implements CallHandler {
           AND role = 'tool' AND content_index > ${userIndex} AND metadata->>'in_reply_to' = ${itemId} AND metadata->'tool' ? 'transfer' LIMIT 1) x
           ON t.last_handled_index >= ${userIndex}
         WHERE c.id = ${conversationId}`.execute(this.o.db);
-      const row = rows[0];
-      if (!row?.handled && row?.status === 'active') {
-        await next.promise;
-        continue;
-      }
-      next.cancel();
-      if (!row?.handled) return undefined;
-      const at = performance.now();
-      const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
-      this.o.logger?.debug({ callId: call.callId, reply: row.content, hangup }, 'voice: agent answered');
-      // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
-      // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
-      let transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
-      const target = row.target;
-      if (target && row.status === 'active') transfer = () => this.transferCall(call, conversationId, target);
-      if (row.content !== null)
-        return { text: row.content, hangup: hangup || transfer !== undefined, at, itemId: row.item_id ?? undefined, transfer };
-      if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
-      return undefined;
-    }
+      // Not answered yet while the conversation is active; no answer will come once it is not.
+      return rows[0]?.handled ? rows[0] : rows[0]?.status === 'active' ? undefined : null;
+    });
+    if (!row) return undefined;
+    const at = performance.now();
+    const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
+    this.o.logger?.debug({ callId: call.callId, reply: row.content, hangup }, 'voice: agent answered');
+    // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
+    // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
+    let transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
+    const target = row.target;
+    if (target && row.status === 'active') transfer = () => this.transferCall(call, conversationId, target);
+    if (row.content !== null)
+      return { text: row.content, hangup: hangup || transfer !== undefined, at, itemId: row.item_id ?? undefined, transfer };
+    if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
     return undefined;
   }
 }

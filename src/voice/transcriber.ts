@@ -18,7 +18,7 @@
  * Calls answered by an AI agent are transcribed by the voice runtime itself (runtime.ts) and are not forked.
  */
 import { randomUUID } from 'node:crypto';
-import { createSocket, type Socket } from 'node:dgram';
+import type { Socket } from 'node:dgram';
 import { availableParallelism } from 'node:os';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
@@ -28,7 +28,7 @@ import type { Records } from '../jsonapi/records.js';
 import type { CallEvent } from '../sip/call-events.js';
 import type { Bencoded, NgAnswer } from '../sip/rtpengine.js';
 import { type CodecName, createCodec, type FrameCodec } from './codecs.js';
-import { parseRtp } from './rtp.js';
+import { bindRtp, parseRtp } from './rtp.js';
 import { buildAnswer, CODEC_PREFERENCE, negotiate, type Negotiated, parseOffer, type SdpOffer } from './sdp.js';
 import type { SpeechToText } from './stt.js';
 import { Vad } from './vad.js';
@@ -72,7 +72,7 @@ interface Leg {
   tag: string;
   forkTag: string;
   rtp: Socket;
-  rtcp: Socket;
+  rtcp?: Socket;
   codecs: Map<number, FrameCodec>;
   vad: Vad;
   /** Wall-clock time the current utterance started (occurred_at). */
@@ -284,7 +284,7 @@ export class CallTranscriber {
     const offer = parseOffer(request.sdp);
     const negotiated = forkCodec(offer);
     if (!negotiated) throw new Error(`no codec to receive the ${party.speaker}'s audio in: ${request.sdp}`);
-    const { rtp, rtcp } = await bindPair(this.o.address);
+    const { rtp, rtcp } = await bindRtp(this.o.address, { min: 0, max: 0, rtcp: true });
     const leg: Leg = {
       speaker: party.speaker,
       tag: party.tag,
@@ -296,7 +296,7 @@ export class CallTranscriber {
       metadata: { ...party.metadata, codec: negotiated.codec },
       packets: 0,
     };
-    rtcp.on('message', () => {}); // RTCP reports are not used
+    rtcp?.on('message', () => {}); // RTCP reports are not used
     rtp.on('message', (data) => this.onRtp(fork, leg, data));
     try {
       const answer = await this.o.ng('subscribe answer', {
@@ -468,33 +468,10 @@ export function forkCodec(offer: SdpOffer): Negotiated | undefined {
   return negotiate(offer);
 }
 
-/** An even UDP port and the odd one above it (RFC 3550 section 11: RTCP there), bound on `address`. */
-async function bindPair(address: string): Promise<{ rtp: Socket; rtcp: Socket }> {
-  const type = address.includes(':') ? 'udp6' : 'udp4';
-  const bind = (port: number) =>
-    new Promise<Socket | undefined>((resolve) => {
-      const socket = createSocket(type);
-      socket.once('error', () => {
-        socket.close();
-        resolve(undefined);
-      });
-      socket.bind(port, address, () => resolve(socket));
-    });
-  for (let tries = 0; tries < 50; tries++) {
-    const rtp = await bind(0);
-    if (!rtp) break;
-    const port = rtp.address().port;
-    const rtcp = port % 2 === 0 && port < 65535 ? await bind(port + 1) : undefined;
-    if (rtcp) return { rtp, rtcp };
-    rtp.close();
-  }
-  throw new Error(`no free RTP/RTCP port pair on ${address}`);
-}
-
 function closeLeg(leg: Leg): void {
   for (const socket of [leg.rtp, leg.rtcp]) {
     try {
-      socket.close();
+      socket?.close();
     } catch {}
   }
 }
