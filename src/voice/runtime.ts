@@ -124,18 +124,13 @@ export class VoiceRuntime implements CallHandler {
   /** Ends calls a previous run left open (the process stopped mid-call), then takes calls. */
   async start(): Promise<void> {
     await this.reconcile();
-    if (this.o.agents?.onCommit) this.unlisten.push(this.o.agents.onCommit((id) => this.committed(id)));
+    const wake = (conversationId: string) => this.committed(conversationId);
+    if (this.o.agents?.onCommit) this.unlisten.push(this.o.agents.onCommit(wake));
     if (this.o.listen)
       this.unlisten.push(
         await this.o.listen(TOOL_WAIT_CHANNEL, (payload) => this.toolWaiting(payload)),
         // A lost listening connection may have missed an announcement: every waiting call looks again.
-        await this.o.listen(
-          TURN_CHANNEL,
-          (id) => this.committed(id),
-          () => {
-            for (const id of [...this.waiting.keys()]) this.committed(id);
-          },
-        ),
+        await this.o.listen(TURN_CHANNEL, wake, () => [...this.waiting.keys()].forEach(wake)),
       );
     await this.endpoint.start();
   }
@@ -325,7 +320,14 @@ export class VoiceRuntime implements CallHandler {
     // A turn still in flight is left to finish (the session is closed, so nothing more is spoken or
     // waited for), then the agent runtime gets a moment to commit its answer before the conversation closes.
     await Promise.race([call.session?.idle(), new Promise((r) => setTimeout(r, 3000))]);
-    await this.agentCaughtUp(stored.conversationId, call.lastUserIndex, 3000);
+    const caughtUp = sql<{ ok: boolean }>`SELECT last_handled_index >= ${call.lastUserIndex} AS ok FROM agent_turns
+      WHERE conversation_id = ${stored.conversationId}`;
+    if (call.lastUserIndex >= 0)
+      await this.whenCommitted(
+        stored.conversationId,
+        Date.now() + 3000,
+        async () => (await caughtUp.execute(this.o.db)).rows[0]?.ok || undefined,
+      );
     // The edge's call: its end (status, legs, conversation) is the edge's, from the dialog's end.
     if (!call.edge)
       await this.endCall(
@@ -358,21 +360,6 @@ export class VoiceRuntime implements CallHandler {
       // A handed-off conversation stays pending for its operator; an active one ends with the call.
       if (conversationId && conv?.status === 'active') await records.update(actor, 'Conversation', conversationId, { status: 'closed' });
     });
-  }
-
-  /** Waits (up to `timeoutMs`) until the agent runtime's cursor has passed the caller's last item. */
-  private agentCaughtUp(conversationId: string, index: number, timeoutMs: number): Promise<unknown> {
-    return this.whenCommitted(
-      conversationId,
-      Date.now() + timeoutMs,
-      async () =>
-        index < 0 ||
-        (
-          await sql<{ ok: boolean }>`SELECT last_handled_index >= ${index} AS ok FROM agent_turns
-        WHERE conversation_id = ${conversationId}`.execute(this.o.db)
-        ).rows[0]?.ok ||
-        undefined,
-    );
   }
 
   /**
