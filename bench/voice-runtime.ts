@@ -12,6 +12,7 @@
  * delay, garbage collection pauses, and the process's CPU time.
  */
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
+import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config/index.js';
 import { openDatabase } from '../src/db/connection.js';
@@ -28,7 +29,16 @@ export interface RuntimeReport {
   eventLoopDelay: { p99: number; max: number };
   gc: { count: number; totalMs: number; maxMs: number };
   packets: number;
+  /** Statements this process sent to PostgreSQL (every `pg` query: BEGIN/COMMIT, LISTEN and notifications too). */
+  statements: number;
 }
+
+let statements = 0;
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  statements++;
+  return (query as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof query;
 
 const config = loadConfig(process.env);
 const database = await openDatabase(config);
@@ -40,6 +50,8 @@ const voice = new VoiceRuntime({
   db: database.db,
   services,
   config,
+  // As `parley sip serve` gives it: the agent runtime's commits wake the calls waiting for their replies.
+  listen: (channel, onNotify, onResumed) => database.listen(channel, onNotify, onResumed),
   onPacketSent: (callId, at, due) => {
     const previous = last.get(callId);
     if (previous !== undefined) jitter.push(Math.abs(at - previous - 20));
@@ -73,6 +85,7 @@ function reset() {
   Object.assign(gc, { count: 0, totalMs: 0, maxMs: 0 });
   cpu = process.cpuUsage();
   started = performance.now();
+  statements = 0;
 }
 
 process.on('message', async (message: { type: string }) => {
@@ -92,6 +105,7 @@ process.on('message', async (message: { type: string }) => {
     eventLoopDelay: { p99: delay.percentile(99) / 1e6, max: delay.max / 1e6 },
     gc,
     packets: lateness.length,
+    statements,
   };
   process.send!(report, () => {
     void (async () => {

@@ -41,6 +41,7 @@ import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { sql } from 'kysely';
+import pg from 'pg';
 import { AgentRuntime } from '../src/agents/runtime.js';
 import { createServices } from '../src/app.js';
 import { createOrganisation } from '../src/auth/accounts.js';
@@ -62,6 +63,16 @@ const percentile = (values: number[], p: number) => {
 const round = (n: number) => Math.round(n * 10) / 10;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ENDPOINT_MS = 600;
+
+/** Statements this process (the agent runtime's) sends to PostgreSQL: every `pg` query, BEGIN and COMMIT included. */
+let statements = 0;
+/** The agent runtime's turns (claimed -> committed, ms), from its `onTurn`. */
+const agentTurns: number[] = [];
+const query = pg.Client.prototype.query;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  statements++;
+  return (query as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof query;
 
 async function listen(server: http.Server): Promise<string> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -251,6 +262,10 @@ export interface PhaseResult {
   gc: { count: number; totalMs: number; maxMs: number };
   cpuSecondsPerCallMinute: number;
   unanswered: number;
+  /** PostgreSQL statements per turn (each call's greeting counted as a turn), by process. */
+  statementsPerTurn: { voice: number; agents: number };
+  /** The agent runtime's own part of transcript -> reply: its turn from the claim to the commit. */
+  agentTurn: { p50: number; p95: number };
 }
 
 interface Shared {
@@ -317,6 +332,8 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
   child.send({ type: 'reset' });
   await next('reset');
   const since = new Date();
+  statements = 0;
+  agentTurns.length = 0;
   const v2v: number[] = [];
   const started = performance.now();
   await Promise.all(
@@ -326,6 +343,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
     }),
   );
   const minutes = (performance.now() - started) / 60_000;
+  const agentStatements = statements;
   child.send({ type: 'stop' });
   const report = await next<RuntimeReport>('report');
   await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
@@ -370,6 +388,11 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
     gc: { count: report.gc.count, totalMs: round(report.gc.totalMs), maxMs: round(report.gc.maxMs) },
     cpuSecondsPerCallMinute: round(report.cpuMs / 1000 / (o.calls * minutes)),
     unanswered: v2v.length - measured.length,
+    agentTurn: { p50: round(percentile(agentTurns, 50)), p95: round(percentile(agentTurns, 95)) },
+    statementsPerTurn: {
+      voice: round(report.statements / (o.calls * (o.turns + 1))),
+      agents: round(agentStatements / (o.calls * (o.turns + 1))),
+    },
   };
   return result;
 }
@@ -417,7 +440,13 @@ export async function voiceBenchmark(databaseUrl: string, options: VoiceBenchOpt
   await migrate(database.db);
   const services = await createServices(database, config);
   // As `parley serve` runs it: woken by the outbox's notification of the voice runtime's commits.
-  const agents = new AgentRuntime({ db: database.db, services, config, listen: database.listen });
+  const agents = new AgentRuntime({
+    db: database.db,
+    services,
+    config,
+    listen: database.listen,
+    onTurn: (t) => agentTurns.push(t.committedAt - t.startedAt),
+  });
   agents.start();
   const shared: Shared = { databaseUrl, modelUrl, speechUrl, db: database, services };
   const phases: PhaseResult[] = [];
@@ -453,6 +482,11 @@ export function voiceChecks(r: VoiceBenchResult): string[] {
       `${p.marks.overheadP95 <= 250 && p.callerOverhead.p95 <= 250 ? 'PASS' : 'FAIL'} voice-to-voice overhead beyond the ${ENDPOINT_MS} ms endpointing, ${p.calls} calls, instant provider, ${priority(p)}: runtime marks p50 ${round(p.marks.v2vP50 - ENDPOINT_MS)} / p95 ${p.marks.overheadP95} ms, caller's side p50 ${p.callerOverhead.p50} / p95 ${p.callerOverhead.p95} ms (target p95 <= 250; ${p.turns} turns, ${p.unanswered} unanswered)`,
       `${p.jitter.p99 <= 5 ? 'PASS' : 'FAIL'} RTP send-interval jitter, ${p.calls} calls, ${priority(p)}: p50 ${p.jitter.p50} / p99 ${p.jitter.p99} / max ${p.jitter.max} ms over ${p.jitter.packets} packets (target p99 <= 5; lateness behind the grid p99 ${p.lateness.p99} ms, event-loop delay p99 ${p.eventLoopDelayP99} ms, GC ${p.gc.count} pauses, max ${p.gc.maxMs} ms)`,
       `INFO CPU per call-minute, ${p.calls} calls, ${priority(p)}: ${p.cpuSecondsPerCallMinute} s (the voice runtime process)`,
+      `INFO stages p50 / p95, ${p.calls} calls, ${priority(p)}: ${Object.entries(p.marks.stages)
+        .map(([k, v]) => `${k} ${v.p50} / ${v.p95}`)
+        .join(
+          ', ',
+        )}, of which the agent runtime's turn (claim -> commit) ${p.agentTurn.p50} / ${p.agentTurn.p95} ms; PostgreSQL statements per turn (greetings included): voice runtime ${p.statementsPerTurn.voice}, agent runtime ${p.statementsPerTurn.agents}`,
     );
   }
   const stepped = r.phases.filter((x) => x.engines === 'instant').sort((a, b) => a.calls - b.calls);

@@ -82,6 +82,12 @@ export interface RuntimeOptions {
   listen?: DatabaseHandle['listen'];
 }
 
+/**
+ * Each commit of a conversation's turn is announced here with the conversation's id, so that a call waiting for
+ * the reply (src/voice/runtime.ts) reads it once, when it is there, instead of polling (docs/voice.md, "A call").
+ */
+export const TURN_CHANNEL = 'parley_turns';
+
 /** Under a stream of commits (one notification each), the runtime looks at most this often. */
 const WAKE_GAP_MS = 25;
 
@@ -194,6 +200,8 @@ export class AgentRuntime {
   private lastAnalysisLook = 0;
   private notifyTimer?: NodeJS.Timeout;
   private unlisten?: Promise<(() => Promise<void>) | undefined>;
+  /** In-process subscribers to committed turns (a voice runtime beside this one), by `onCommit`. */
+  private readonly committed = new Set<(conversationId: string) => void>();
   /** Crashed (tests): stop renewing leases and never commit, as a killed process would. */
   private dead = false;
   /** Where failed polls and turns are logged (`serve` sets the server's logger once it is built). */
@@ -271,6 +279,12 @@ export class AgentRuntime {
     this.running = false;
     this.wakeUp?.();
     void this.stopListening();
+  }
+
+  /** Calls `listener` with the conversation's id after each commit of a turn (what TURN_CHANNEL announces). */
+  onCommit(listener: (conversationId: string) => void): () => void {
+    this.committed.add(listener);
+    return () => this.committed.delete(listener);
   }
 
   /** Look for work now instead of at the next poll. */
@@ -939,6 +953,11 @@ export class AgentRuntime {
                 workflow_state = ${JSON.stringify(state)}::jsonb, last_error = NULL, updated_at = now()
                 WHERE conversation_id = ${conversationId}`.execute(trx);
     });
+    // To other processes in a statement of its own, at once: batched with the outbox's (notifyAfterCommit, up to
+    // 10 ms and behind a batch in flight) the waiting call heard of its reply later than by the 20 ms poll this
+    // replaces (bench:voice, docs/benchmarks.md "The reply's wake-up").
+    void sql`SELECT pg_notify(${TURN_CHANNEL}, ${conversationId})`.execute(this.db).catch(() => {});
+    for (const listener of this.committed) listener(conversationId);
   }
 
   /** The reply the next unanswered user item would get, without storing anything (`agent run`). */

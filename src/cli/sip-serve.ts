@@ -47,6 +47,7 @@ export async function sipServe(): Promise<void> {
       services,
       config: { ...config, voice: { ...config.voice, sipTrusted: trusted } },
       callEvents: edge.events,
+      forks: () => transcriber?.forking ?? 0,
       listen: (channel, onNotify, onResumed) => database.listen(channel, onNotify, onResumed),
       logger: pino({ level: config.logLevel }, pino.destination(2)),
     });
@@ -69,6 +70,8 @@ export async function sipServe(): Promise<void> {
       address: edge.rtpengine.media.address,
       endpointMs: config.voice.endpointMs,
       maxUtteranceMs: config.voice.maxUtteranceMs,
+      // Forks use the voice runtime's capacity (docs/voice.md, "Calls between people"): past it, none is added.
+      room: () => (voice?.activeCalls ?? 0) + (transcriber?.forking ?? 0) < config.voice.maxCalls,
       logger: pino({ level: config.logLevel }, pino.destination(2)),
     });
     edge.events.observe(transcriber.onCallEvents);

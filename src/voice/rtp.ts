@@ -4,6 +4,7 @@
  * skipped when received), one synchronisation source per direction, RFC 4733 telephone-events.
  */
 import { randomBytes } from 'node:crypto';
+import { createSocket, type Socket } from 'node:dgram';
 
 export interface RtpPacket {
   payloadType: number;
@@ -219,4 +220,39 @@ export class FrameClock {
   dueTime(n: number): number {
     return this.origin + n * this.periodMs;
   }
+}
+
+/**
+ * Binds RTP on `address`: an even port of `min..max` (RFC 3550 section 11: RTP on even ports), tried from `first`
+ * round the range, or the kernel's choice when `min` is 0 (tests, and hosts where any port is reachable); with
+ * `rtcp`, the odd port above it as well (RTCP's, section 11), an even one then being needed from the kernel too.
+ */
+export async function bindRtp(
+  address: string,
+  o: { min: number; max: number; first?: number; rtcp?: boolean },
+): Promise<{ rtp: Socket; rtcp?: Socket }> {
+  const bind = (port: number) =>
+    new Promise<Socket | undefined>((resolve) => {
+      const socket = createSocket(address.includes(':') ? 'udp6' : 'udp4');
+      socket.once('error', () => {
+        socket.close();
+        resolve(undefined);
+      });
+      socket.bind(port, address, () => resolve(socket));
+    });
+  const base = o.min + (o.min % 2);
+  const span = o.min === 0 ? 50 : Math.floor((o.max - base) / 2) + 1;
+  const from = ((o.first ?? base) - base) / 2;
+  for (let i = 0; i < span; i++) {
+    const rtp = await bind(o.min === 0 ? 0 : base + ((from + i) % span) * 2);
+    if (!rtp || !o.rtcp) {
+      if (rtp) return { rtp };
+      continue;
+    }
+    const port = rtp.address().port;
+    const rtcp = port % 2 === 0 && port < 65535 ? await bind(port + 1) : undefined;
+    if (rtcp) return { rtp, rtcp };
+    rtp.close();
+  }
+  throw new Error(`no free RTP port on ${address}`);
 }

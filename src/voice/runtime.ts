@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import { handOff } from '../agents/routing.js';
+import { TURN_CHANNEL } from '../agents/runtime.js';
 import { TOOL_WAIT_CHANNEL, type TransferTarget } from '../agents/tools.js';
 import { HANDOFF_TEXT, type WorkflowState } from '../agents/workflow.js';
 import type { Config } from '../config/index.js';
@@ -34,8 +35,11 @@ export interface VoiceRuntimeOptions {
   services: AppServices;
   config: Config;
   logger?: Logger;
-  /** The agent runtime in this process, woken at once when a caller's utterance is stored (else it polls). */
-  agents?: { wake(): void };
+  /**
+   * The agent runtime in this process: woken at once when a caller's utterance is stored (else it polls), and
+   * telling the call of its commits at once (else the database's notification, `listen`, does).
+   */
+  agents?: { wake(): void; onCommit?(listener: (conversationId: string) => void): () => void };
   stt?: SpeechToText;
   tts?: TextToSpeech;
   /**
@@ -44,10 +48,14 @@ export interface VoiceRuntimeOptions {
    */
   callEvents?: CallEvents;
   /**
-   * The database's notifications: a turn announces there a tool's `say_while_waiting` line as its request starts
-   * (TOOL_WAIT_CHANNEL), which the call then hears. Without it such lines are not spoken (the reply still is).
+   * The database's notifications: the agent runtime announces there each committed turn (TURN_CHANNEL), which
+   * wakes the call waiting for it, and a tool's `say_while_waiting` line as its request starts (TOOL_WAIT_CHANNEL),
+   * which the call then hears. Without it or `agents`, a call polls for its reply every 20 ms, and such lines
+   * are not spoken (the reply still is).
    */
   listen?: DatabaseHandle['listen'];
+  /** The calls between people being transcribed (`sip serve`'s transcriber): they count towards VOICE_MAX_CALLS. */
+  forks?: () => number;
   /** Benchmarks: each RTP packet sent, with its due time. */
   onPacketSent?: (callId: string, at: number, due: number) => void;
 }
@@ -58,7 +66,7 @@ interface ActiveCall {
   agent: { id: string; voice: string | null; languages: string[] };
   info: InviteInfo;
   /** Resolves when the Call, Conversation and participants are stored. */
-  stored?: Promise<{ callRowId: string; conversationId: string; participantIds: string[]; startedAt: Date }>;
+  stored?: Promise<{ callRowId: string; conversationId: string; startedAt: Date }>;
   session?: VoiceSession;
   transcriptIndex: number;
   /** The last user item's content_index (the agent runtime's cursor must pass it). */
@@ -86,7 +94,9 @@ export class VoiceRuntime implements CallHandler {
   private readonly registry = buildRegistry(resources);
   private readonly endings = new Set<Promise<void>>();
   private readonly callEvents: CallEvents;
-  private unlisten?: () => Promise<void>;
+  private unlisten: (() => unknown)[] = [];
+  /** Calls waiting for a turn of their conversation to commit, by conversation id (`nextCommit`). */
+  private readonly waiting = new Map<string, Set<() => void>>();
 
   constructor(private readonly o: VoiceRuntimeOptions) {
     const v = o.config.voice;
@@ -114,7 +124,14 @@ export class VoiceRuntime implements CallHandler {
   /** Ends calls a previous run left open (the process stopped mid-call), then takes calls. */
   async start(): Promise<void> {
     await this.reconcile();
-    this.unlisten = await this.o.listen?.(TOOL_WAIT_CHANNEL, (payload) => this.toolWaiting(payload));
+    const wake = (conversationId: string) => this.committed(conversationId);
+    if (this.o.agents?.onCommit) this.unlisten.push(this.o.agents.onCommit(wake));
+    if (this.o.listen)
+      this.unlisten.push(
+        await this.o.listen(TOOL_WAIT_CHANNEL, (payload) => this.toolWaiting(payload)),
+        // A lost listening connection may have missed an announcement: every waiting call looks again.
+        await this.o.listen(TURN_CHANNEL, wake, () => [...this.waiting.keys()].forEach(wake)),
+      );
     await this.endpoint.start();
   }
 
@@ -134,8 +151,7 @@ export class VoiceRuntime implements CallHandler {
 
   /** Hangs up every call (BYE), records their end, and stops listening. */
   async stop(): Promise<void> {
-    await this.unlisten?.().catch(() => {});
-    this.unlisten = undefined;
+    await Promise.all(this.unlisten.splice(0).map((stop) => Promise.resolve(stop()).catch(() => {})));
     await this.endpoint.stop();
     await Promise.all([...this.endings]);
   }
@@ -163,9 +179,10 @@ export class VoiceRuntime implements CallHandler {
   async admit(info: InviteInfo): Promise<Admission> {
     const match = AGENT_USER.exec(info.user ?? '');
     if (!match) return { reject: 404, reason: 'Not Found' };
-    // Past VOICE_MAX_CALLS new calls are refused, so that the running ones keep their pace (486: the
-    // agent is busy; the caller may try again).
-    if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
+    // Past VOICE_MAX_CALLS (agent calls and transcription forks) new calls are refused, so that the running ones
+    // keep their pace (486: the agent is busy; the caller may try again).
+    const full = () => this.calls.size + (this.o.forks?.() ?? 0) >= this.o.config.voice.maxCalls;
+    if (full()) return { reject: 486, reason: 'Busy Here' };
     const agent = await this.o.db
       .selectFrom('ai_agents')
       .select(['id', 'organisation_id', 'published', 'voice', 'languages'])
@@ -180,7 +197,7 @@ export class VoiceRuntime implements CallHandler {
       if (!edge || edge.ai_agent_id !== agent.id || edge.organisation_id !== agent.organisation_id || edge.call_id !== info.callId)
         return { reject: 400, reason: 'Bad X-Parley-Call' };
     }
-    if (this.calls.size >= this.o.config.voice.maxCalls) return { reject: 486, reason: 'Busy Here' };
+    if (full()) return { reject: 486, reason: 'Busy Here' };
     this.calls.set(info.callId, {
       callId: info.callId,
       organisationId: agent.organisation_id,
@@ -231,6 +248,7 @@ export class VoiceRuntime implements CallHandler {
     if (!call) return;
     this.o.logger?.info({ callId, by }, 'voice: call ended');
     call.session?.close();
+    if (call.conversationId) this.committed(call.conversationId); // a wait for its reply ends
     const ending = this.finish(call, by)
       .catch((error) => this.o.logger?.error({ err: error, callId }, 'voice: recording the end of a call failed'))
       .finally(() => {
@@ -264,19 +282,12 @@ export class VoiceRuntime implements CallHandler {
         started_at: startedAt,
         conversation_id: conversation.id,
       });
-      const caller = await records.create(actor, 'CallParticipant', {
-        call_id: row.id,
-        member_uuid: `sip:${call.info.from}`.slice(0, 255),
-        role: 'caller',
-        joined_at: startedAt,
-      });
-      const agent = await records.create(actor, 'CallParticipant', {
-        call_id: row.id,
-        member_uuid: call.agent.id,
-        role: 'agent',
-        joined_at: startedAt,
-      });
-      return { callRowId: row.id, conversationId: conversation.id, participantIds: [caller.id, agent.id], startedAt };
+      for (const [role, member] of [
+        ['caller', `sip:${call.info.from}`.slice(0, 255)],
+        ['agent', call.agent.id],
+      ])
+        await records.create(actor, 'CallParticipant', { call_id: row.id, member_uuid: member, role, joined_at: startedAt });
+      return { callRowId: row.id, conversationId: conversation.id, startedAt };
     });
   }
 
@@ -299,7 +310,7 @@ export class VoiceRuntime implements CallHandler {
       .where('call_uuid', '=', call.callId)
       .executeTakeFirstOrThrow();
     if (!row.conversation_id) throw new Error(`call ${call.callId} has no conversation`);
-    return { callRowId: row.id, conversationId: row.conversation_id, participantIds: [], startedAt: row.started_at ?? new Date() };
+    return { callRowId: row.id, conversationId: row.conversation_id, startedAt: row.started_at ?? new Date() };
   }
 
   /** The call is over: its status, its legs' end, and its conversation closed, in one transaction. */
@@ -309,37 +320,78 @@ export class VoiceRuntime implements CallHandler {
     // A turn still in flight is left to finish (the session is closed, so nothing more is spoken or
     // waited for), then the agent runtime gets a moment to commit its answer before the conversation closes.
     await Promise.race([call.session?.idle(), new Promise((r) => setTimeout(r, 3000))]);
-    await this.agentCaughtUp(stored.conversationId, call.lastUserIndex, 3000);
+    const caughtUp = sql<{ ok: boolean }>`SELECT last_handled_index >= ${call.lastUserIndex} AS ok FROM agent_turns
+      WHERE conversation_id = ${stored.conversationId}`;
+    if (call.lastUserIndex >= 0)
+      await this.whenCommitted(
+        stored.conversationId,
+        Date.now() + 3000,
+        async () => (await caughtUp.execute(this.o.db)).rows[0]?.ok || undefined,
+      );
     // The edge's call: its end (status, legs, conversation) is the edge's, from the dialog's end.
-    if (call.edge) return;
-    const actor = systemActor(call.organisationId, 'sip');
+    if (!call.edge)
+      await this.endCall(
+        call.organisationId,
+        stored.callRowId,
+        stored.conversationId,
+        by === 'timeout' ? 'failed' : 'completed',
+        stored.startedAt,
+      );
+  }
+
+  /** A call's end, in one transaction: its status (talk time from `startedAt`), its legs left, its conversation closed. */
+  private async endCall(organisationId: string, callRowId: string, conversationId: string | null, status: string, startedAt?: Date) {
+    const actor = systemActor(organisationId, 'sip');
     const ended = new Date();
-    // Read before the transaction: the embedded database has one connection, which the transaction holds.
-    const conv = await this.o.db.selectFrom('conversations').select('status').where('id', '=', stored.conversationId).executeTakeFirst();
+    // Reads first: the embedded database's one connection belongs to the transaction while it runs.
+    const legs = await this.o.db
+      .selectFrom('call_participants')
+      .select('id')
+      .where('call_id', '=', callRowId)
+      .where('left_at', 'is', null)
+      .execute();
+    const conv = conversationId
+      ? await this.o.db.selectFrom('conversations').select('status').where('id', '=', conversationId).executeTakeFirst()
+      : undefined;
+    const duration = startedAt && { duration_seconds: Math.max(0, Math.round((ended.getTime() - startedAt.getTime()) / 1000)) };
     await this.records.transaction(async (records) => {
-      await records.update(actor, 'Call', stored.callRowId, {
-        status: by === 'timeout' ? 'failed' : 'completed',
-        ended_at: ended,
-        duration_seconds: Math.max(0, Math.round((ended.getTime() - stored.startedAt.getTime()) / 1000)),
-      });
-      for (const id of stored.participantIds) await records.update(actor, 'CallParticipant', id, { left_at: ended });
+      await records.update(actor, 'Call', callRowId, { status, ended_at: ended, ...duration });
+      for (const leg of legs) await records.update(actor, 'CallParticipant', leg.id, { left_at: ended });
       // A handed-off conversation stays pending for its operator; an active one ends with the call.
-      if (conv?.status === 'active') await records.update(actor, 'Conversation', stored.conversationId, { status: 'closed' });
+      if (conversationId && conv?.status === 'active') await records.update(actor, 'Conversation', conversationId, { status: 'closed' });
     });
   }
 
-  private async agentCaughtUp(conversationId: string, index: number, timeoutMs: number): Promise<void> {
-    if (index < 0) return;
-    const deadline = Date.now() + timeoutMs;
+  /**
+   * Reads `read` until it gives an answer or the deadline passes, again after each commit of a turn of the
+   * conversation (the agent runtime's announcement: `onCommit` in this process, TURN_CHANNEL from another), when
+   * its call ends, and at the latest after a safety net for a lost notification: 1 s when commits are announced
+   * here, 20 ms when nothing announces them (a poll). The wake-up is armed before each read, so that a commit
+   * announced while the read runs is not missed.
+   */
+  private async whenCommitted<T>(conversationId: string, deadline: number, read: () => Promise<T | undefined>): Promise<T | undefined> {
+    const safetyMs = this.o.listen || this.o.agents?.onCommit ? 1000 : 20;
     while (Date.now() < deadline) {
-      const row = await this.o.db
-        .selectFrom('agent_turns')
-        .select('last_handled_index')
-        .where('conversation_id', '=', conversationId)
-        .executeTakeFirst();
-      if (row && row.last_handled_index >= index) return;
-      await new Promise((r) => setTimeout(r, 50));
+      let wake = () => {};
+      const woken = new Promise<void>((resolve) => (wake = resolve));
+      const waiting = this.waiting.get(conversationId) ?? new Set();
+      this.waiting.set(conversationId, waiting.add(wake));
+      const timer = setTimeout(wake, Math.min(safetyMs, deadline - Date.now()));
+      try {
+        const answer = await read();
+        if (answer !== undefined) return answer;
+        await woken;
+      } finally {
+        clearTimeout(timer);
+        waiting.delete(wake);
+        if (waiting.size === 0) this.waiting.delete(conversationId);
+      }
     }
+    return undefined;
+  }
+
+  private committed(conversationId: string): void {
+    for (const wake of this.waiting.get(conversationId) ?? []) wake();
   }
 
   /** Calls a previous run of the voice runtime left open end as `failed` (the runtime stopped, not the caller). */
@@ -350,26 +402,7 @@ export class VoiceRuntime implements CallHandler {
       .where('call_source', '=', 'voice')
       .where('status', 'in', ['initiated', 'ringing', 'in_progress'])
       .execute();
-    for (const row of open) {
-      const actor = systemActor(row.organisation_id, 'sip');
-      const ended = new Date();
-      // Reads first: the embedded database's one connection belongs to the transaction while it runs.
-      const legs = await this.o.db
-        .selectFrom('call_participants')
-        .select('id')
-        .where('call_id', '=', row.id)
-        .where('left_at', 'is', null)
-        .execute();
-      const conv = row.conversation_id
-        ? await this.o.db.selectFrom('conversations').select('status').where('id', '=', row.conversation_id).executeTakeFirst()
-        : undefined;
-      await this.records.transaction(async (records) => {
-        await records.update(actor, 'Call', row.id, { status: 'failed', ended_at: ended });
-        for (const leg of legs) await records.update(actor, 'CallParticipant', leg.id, { left_at: ended });
-        if (row.conversation_id && conv?.status === 'active')
-          await records.update(actor, 'Conversation', row.conversation_id, { status: 'closed' });
-      });
-    }
+    for (const row of open) await this.endCall(row.organisation_id, row.id, row.conversation_id, 'failed');
   }
 
   // ------------------------------------------------------------ the session's sink
@@ -446,8 +479,7 @@ export class VoiceRuntime implements CallHandler {
     // Behind the edge, the caller's new call to the operator is linked to this Call by the edge (route[INITIAL],
     // docs/sip.md "Transfers"): the operator joins it as the transfer's answered leg, and goes busy there.
     if (call.edge) return undefined;
-    const stored = await call.stored!;
-    stored.participantIds.push(await this.callEvents.operatorJoined(call.organisationId, stored.callRowId, operator.id, new Date()));
+    await this.callEvents.operatorJoined(call.organisationId, (await call.stored!).callRowId, operator.id, new Date());
     return undefined;
   }
 
@@ -467,14 +499,12 @@ export class VoiceRuntime implements CallHandler {
     if (await this.refer(call, target.to, org.domain)) {
       if (call.edge) return undefined;
       // A call that reached the runtime directly: the target's leg is recorded here (the edge is not there to).
-      const stored = await call.stored!;
-      const leg = await this.records.create(systemActor(call.organisationId, 'sip'), 'CallParticipant', {
-        call_id: stored.callRowId,
+      await this.records.create(systemActor(call.organisationId, 'sip'), 'CallParticipant', {
+        call_id: (await call.stored!).callRowId,
         member_uuid: target.kind === 'sip_user' ? target.sip_user_id : `sip:${target.to}`,
         role: 'callee',
         joined_at: new Date(),
       });
-      stored.participantIds.push(leg.id);
       return undefined;
     }
     if (call.session?.isClosed) return undefined; // the caller hung up meanwhile
@@ -543,49 +573,43 @@ export class VoiceRuntime implements CallHandler {
    */
   private async awaitReply(call: ActiveCall, conversationId: string, userIndex: number, itemId: string): Promise<Reply | undefined> {
     const c = this.o.config;
-    const deadline = Date.now() + c.llmTimeoutMs * (c.llmMaxRetries + 1) + 10_000;
-    while (Date.now() < deadline) {
-      if (call.session?.isClosed) return undefined;
-      const { rows } = await sql<{ last_handled_index: number | null; workflow_state: WorkflowState | null; status: string }>`
-        SELECT t.last_handled_index, t.workflow_state, c.status FROM conversations c
-        LEFT JOIN agent_turns t ON t.conversation_id = c.id WHERE c.id = ${conversationId}`.execute(this.o.db);
-      const row = rows[0];
-      if (row && row.last_handled_index !== null && row.last_handled_index >= userIndex) {
-        const at = performance.now();
-        const reply = await this.o.db
-          .selectFrom('conversation_items')
-          .select(['content', 'item_id'])
-          .where('conversation_id', '=', conversationId)
-          .where('role', '=', 'assistant')
-          .where('content_index', '>', userIndex)
-          .where(sql<boolean>`metadata->>'in_reply_to' = ${itemId}`)
-          .orderBy('content_index')
-          .executeTakeFirst();
-        const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
-        this.o.logger?.debug({ callId: call.callId, reply: reply?.content, hangup }, 'voice: agent answered');
-        // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
-        // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
-        let transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
-        // transfer_call: the turn's tool item names the target (src/agents/runtime.ts, `metadata.tool.transfer`).
-        const asked = await this.o.db
-          .selectFrom('conversation_items')
-          .select(sql<TransferTarget | null>`metadata->'tool'->'transfer'`.as('target'))
-          .where('conversation_id', '=', conversationId)
-          .where('role', '=', 'tool')
-          .where('content_index', '>', userIndex)
-          .where(sql<boolean>`metadata->>'in_reply_to' = ${itemId} AND metadata->'tool' ? 'transfer'`)
-          .executeTakeFirst();
-        if (asked?.target && row.status === 'active') {
-          const target = asked.target;
-          transfer = () => this.transferCall(call, conversationId, target);
-        }
-        if (reply) return { text: reply.content, hangup: hangup || transfer !== undefined, at, itemId: reply.item_id, transfer };
-        if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
-        return undefined;
-      }
-      if (row && row.status !== 'active') return undefined;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    const row = await this.whenCommitted(conversationId, Date.now() + c.llmTimeoutMs * (c.llmMaxRetries + 1) + 10_000, async () => {
+      if (call.session?.isClosed) return null;
+      // One statement: the turn's cursor and what the turn wrote once the cursor has passed the user item (its
+      // reply, and the tool item naming transfer_call's target, src/agents/runtime.ts `metadata.tool.transfer`).
+      const { rows } = await sql<{
+        handled: boolean;
+        workflow_state: WorkflowState | null;
+        status: string;
+        content: string | null;
+        item_id: string | null;
+        target: TransferTarget | null;
+      }>`
+        SELECT t.last_handled_index >= ${userIndex} AS handled, t.workflow_state, c.status, r.content, r.item_id, x.target
+        FROM conversations c
+        LEFT JOIN agent_turns t ON t.conversation_id = c.id
+        LEFT JOIN LATERAL (SELECT content, item_id FROM conversation_items WHERE conversation_id = c.id AND role = 'assistant'
+          AND content_index > ${userIndex} AND metadata->>'in_reply_to' = ${itemId} ORDER BY content_index LIMIT 1) r
+          ON t.last_handled_index >= ${userIndex}
+        LEFT JOIN LATERAL (SELECT metadata->'tool'->'transfer' AS target FROM conversation_items WHERE conversation_id = c.id
+          AND role = 'tool' AND content_index > ${userIndex} AND metadata->>'in_reply_to' = ${itemId} AND metadata->'tool' ? 'transfer' LIMIT 1) x
+          ON t.last_handled_index >= ${userIndex}
+        WHERE c.id = ${conversationId}`.execute(this.o.db);
+      // Not answered yet while the conversation is active; no answer will come once it is not.
+      return rows[0]?.handled ? rows[0] : rows[0]?.status === 'active' ? undefined : null;
+    });
+    if (!row) return undefined;
+    const at = performance.now();
+    const hangup = row.status !== 'active' || row.workflow_state?.ended === true;
+    this.o.logger?.debug({ callId: call.callId, reply: row.content, hangup }, 'voice: agent answered');
+    // Handed off (pending): after the reply, or the handoff line when the turn wrote none (the model
+    // failed, or a workflow handoff step), the call goes to the operator the queue offers it to.
+    let transfer = row.status === 'pending' ? () => this.transfer(call, conversationId) : undefined;
+    const target = row.target;
+    if (target && row.status === 'active') transfer = () => this.transferCall(call, conversationId, target);
+    if (row.content !== null)
+      return { text: row.content, hangup: hangup || transfer !== undefined, at, itemId: row.item_id ?? undefined, transfer };
+    if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
     return undefined;
   }
 }

@@ -137,9 +137,7 @@ export class VoiceSession {
     this.waiting = before.then(async () => {
       if (this.closed) return;
       try {
-        const pcm = await this.o.tts.synthesize(text, { voice: this.o.voice });
-        const result = await this.play(text, pcm);
-        await this.o.sink.agentLine(text, { ...metadata, spoken: !result.interrupted, spoken_ms: result.spokenMs, tts: this.o.tts.name });
+        await this.say(text, metadata);
       } catch (error) {
         // Not said (the speech engine failed): the reply still comes; nothing else depends on this line.
         this.o.onError?.(error);
@@ -339,14 +337,16 @@ export class VoiceSession {
   /** Speaks a line of the session's own (prompts, apologies), recorded as an agent line. */
   private async say(text: string, metadata: Record<string, unknown>, fallback = false): Promise<void> {
     let pcm: Int16Array;
+    let tts = this.o.tts;
     try {
-      pcm = await this.o.tts.synthesize(text, { voice: this.o.voice });
+      pcm = await tts.synthesize(text, { voice: this.o.voice });
     } catch (error) {
       if (!fallback || !this.o.fallbackTts) throw error;
-      pcm = await this.o.fallbackTts.synthesize(text);
+      tts = this.o.fallbackTts;
+      pcm = await tts.synthesize(text);
     }
     const result = await this.play(text, pcm);
-    await this.o.sink.agentLine(text, { ...metadata, spoken: !result.interrupted, spoken_ms: result.spokenMs });
+    await this.o.sink.agentLine(text, { ...metadata, spoken: !result.interrupted, spoken_ms: result.spokenMs, tts: tts.name });
   }
 
   // ------------------------------------------------------------ silence

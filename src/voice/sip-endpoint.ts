@@ -12,6 +12,7 @@
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import { bindRtp } from './rtp.js';
 import { buildAnswer, negotiate, parseOffer, SdpError, type Negotiated, type SdpOffer } from './sdp.js';
 import { cseqOf, header, parseSip, serialize, type SipMessage, tagOf, uriOf, userOf } from './sip-message.js';
 
@@ -100,7 +101,7 @@ interface Dialog {
 export class SipEndpoint {
   private socket?: Socket;
   private readonly dialogs = new Map<string, Dialog>();
-  private readonly usedPorts = new Set<number>();
+  /** The RTP port tried first for the next call: the range is used round, not the port a call just freed. */
   private nextPort: number;
   private draining = false;
   port = 0;
@@ -298,7 +299,9 @@ export class SipEndpoint {
     }
     let rtp: Socket;
     try {
-      rtp = await this.bindRtp();
+      const { rtpPortMin: min, rtpPortMax: max } = this.options;
+      ({ rtp } = await bindRtp(this.options.host, { min, max, first: this.nextPort }));
+      this.nextPort = rtp.address().port + 2 > max ? min + (min % 2) : rtp.address().port + 2;
     } catch {
       final(503, 'Service Unavailable', [['Retry-After', '5']]);
       return this.forget(dialog);
@@ -339,38 +342,6 @@ export class SipEndpoint {
       negotiated: handle.negotiated,
       direction: handle.offer.direction,
     });
-  }
-
-  /** Binds an even port of the configured range (RFC 3550 11: RTP on even ports), skipping ones in use. */
-  private async bindRtp(): Promise<Socket> {
-    const { rtpPortMin: min, rtpPortMax: max } = this.options;
-    if (min === 0) {
-      // No range configured: the kernel's choice (tests, and hosts where any port is reachable).
-      const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
-      await new Promise<void>((resolve, reject) => {
-        socket.once('error', reject);
-        socket.bind(0, this.options.host, () => resolve());
-      });
-      return socket;
-    }
-    const span = Math.floor((max - min) / 2) + 1;
-    for (let tries = 0; tries < span; tries++) {
-      const port = this.nextPort;
-      this.nextPort = port + 2 > max ? min + (min % 2) : port + 2;
-      if (this.usedPorts.has(port)) continue;
-      const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
-      const ok = await new Promise<boolean>((resolve) => {
-        socket.once('error', () => resolve(false));
-        socket.bind(port, this.options.host, () => resolve(true));
-      });
-      if (ok) {
-        this.usedPorts.add(port);
-        socket.on('close', () => this.usedPorts.delete(port));
-        return socket;
-      }
-      socket.close();
-    }
-    throw new Error('no free RTP port in the configured range');
   }
 
   private response(
@@ -422,22 +393,32 @@ export class SipEndpoint {
     return `${host}:${this.port}`;
   }
 
+  /**
+   * A request of ours in the dialog as the UAS (12.2.1.1): to the remote target, with the next CSeq and, as Route
+   * headers, the INVITE's Record-Route values in order (12.1.1). The edge's Record-Route has `lr` (loose routing,
+   * RFC 3261 16.12), so the Request-URI stays the remote target and the request goes to the first Route's host,
+   * which is where the INVITE came from.
+   */
+  private request(dialog: Dialog, method: string, extra: [string, string][] = []): Buffer {
+    dialog.localSeq++;
+    return serialize(`${method} ${dialog.remoteTarget} SIP/2.0`, [
+      ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=z9hG4bK${randomBytes(8).toString('hex')};rport`],
+      ['Max-Forwards', '70'],
+      ...dialog.routeSet.map((route): [string, string] => ['Route', route]),
+      ['From', dialog.localParty],
+      ['To', dialog.remoteParty],
+      ['Call-ID', dialog.info.callId],
+      ['CSeq', `${dialog.localSeq} ${method}`],
+      ...extra,
+    ]);
+  }
+
   /** Sends BYE in the dialog and waits for its final response (or 64*T1), retransmitting (17.1.2.2). */
   private async bye(dialog: Dialog, by: 'agent' | 'timeout' = 'agent'): Promise<void> {
     if (dialog.ended) return;
     this.end(dialog, by);
     if (!dialog.inviteResponse || !dialog.handle) return;
-    dialog.localSeq++;
-    const branch = `z9hG4bK${randomBytes(8).toString('hex')}`;
-    const request = serialize(`BYE ${dialog.remoteTarget} SIP/2.0`, [
-      ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=${branch};rport`],
-      ['Max-Forwards', '70'],
-      ...routeHeaders(dialog),
-      ['From', dialog.localParty],
-      ['To', dialog.remoteParty],
-      ['Call-ID', dialog.info.callId],
-      ['CSeq', `${dialog.localSeq} BYE`],
-    ]);
+    const request = this.request(dialog, 'BYE');
     await new Promise<void>((resolve) => {
       let interval = T1;
       let waited = 0;
@@ -464,16 +445,7 @@ export class SipEndpoint {
    */
   private async refer(dialog: Dialog, target: string, referredBy: string, timeoutMs: number): Promise<number> {
     if (dialog.ended || !dialog.handle) return 481;
-    dialog.localSeq++;
-    const branch = `z9hG4bK${randomBytes(8).toString('hex')}`;
-    const request = serialize(`REFER ${dialog.remoteTarget} SIP/2.0`, [
-      ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=${branch};rport`],
-      ['Max-Forwards', '70'],
-      ...routeHeaders(dialog),
-      ['From', dialog.localParty],
-      ['To', dialog.remoteParty],
-      ['Call-ID', dialog.info.callId],
-      ['CSeq', `${dialog.localSeq} REFER`],
+    const request = this.request(dialog, 'REFER', [
       ['Contact', `<sip:parley@${this.hostPort()}>`],
       ['Refer-To', `<${target}>`],
       ['Referred-By', `<${referredBy}>`],
@@ -536,13 +508,4 @@ export class SipEndpoint {
       if (this.dialogs.get(dialog.info.callId) === dialog) this.dialogs.delete(dialog.info.callId);
     }, 32_000).unref();
   }
-}
-
-/**
- * Route headers of a request we send in a dialog as the UAS (12.1.1, 12.2.1.1): the INVITE's Record-Route
- * values in order. The edge's Record-Route has `lr` (loose routing, RFC 3261 16.12), so the Request-URI stays
- * the remote target and the request goes to the first Route's host, which is where the INVITE came from.
- */
-function routeHeaders(dialog: { routeSet: string[] }): [string, string][] {
-  return dialog.routeSet.map((r) => ['Route', r]);
 }

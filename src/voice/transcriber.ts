@@ -18,7 +18,7 @@
  * Calls answered by an AI agent are transcribed by the voice runtime itself (runtime.ts) and are not forked.
  */
 import { randomUUID } from 'node:crypto';
-import { createSocket, type Socket } from 'node:dgram';
+import type { Socket } from 'node:dgram';
 import { availableParallelism } from 'node:os';
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
@@ -28,7 +28,7 @@ import type { Records } from '../jsonapi/records.js';
 import type { CallEvent } from '../sip/call-events.js';
 import type { Bencoded, NgAnswer } from '../sip/rtpengine.js';
 import { type CodecName, createCodec, type FrameCodec } from './codecs.js';
-import { parseRtp } from './rtp.js';
+import { bindRtp, parseRtp } from './rtp.js';
 import { buildAnswer, CODEC_PREFERENCE, negotiate, type Negotiated, parseOffer, type SdpOffer } from './sdp.js';
 import type { SpeechToText } from './stt.js';
 import { Vad } from './vad.js';
@@ -58,6 +58,11 @@ export interface CallTranscriberOptions {
    * utterance, so by default one per core; a provider is a request, so 32.
    */
   maxRecognitions?: number;
+  /**
+   * Whether one more fork fits in VOICE_MAX_CALLS (`sip serve`: agent calls and forks share the runtime's capacity,
+   * one fork counting as one call). A fork past it is declined: the call goes on untranscribed, never refused.
+   */
+  room?: () => boolean;
 }
 
 /** One party's forked audio. */
@@ -67,7 +72,7 @@ interface Leg {
   tag: string;
   forkTag: string;
   rtp: Socket;
-  rtcp: Socket;
+  rtcp?: Socket;
   codecs: Map<number, FrameCodec>;
   vad: Vad;
   /** Wall-clock time the current utterance started (occurred_at). */
@@ -136,6 +141,11 @@ export class CallTranscriber {
     await Promise.all([...this.writeChains.values()]);
   }
 
+  /** How many calls are forked (or being set up): what they take of VOICE_MAX_CALLS. */
+  get forking(): number {
+    return this.forks.size;
+  }
+
   /** The forks in progress: dialog Call-ID and each leg's speaker and port (diagnostics, tests). */
   active(): { callId: string; legs: { speaker: LegSpeaker; port: number; packets: number }[] }[] {
     return [...this.forks.values()].map((f) => ({
@@ -156,6 +166,10 @@ export class CallTranscriber {
         if (this.forks.has(key)) continue;
         // A batch that also holds the dialog's end is a call already over: nothing to fork.
         if (events.some((e) => e.event === 'ended' && (e.leg ?? e.call_id) === dialogCallId)) continue;
+        if (this.o.room && !this.o.room()) {
+          this.o.logger?.warn({ callId: dialogCallId }, 'transcriber: VOICE_MAX_CALLS reached; the call is not transcribed');
+          continue;
+        }
         const fork: Fork = { key, organisationId: event.organisation_id, dialogCallId, legs: [], stopped: false };
         this.forks.set(key, fork);
         fork.starting = this.track(
@@ -270,7 +284,7 @@ export class CallTranscriber {
     const offer = parseOffer(request.sdp);
     const negotiated = forkCodec(offer);
     if (!negotiated) throw new Error(`no codec to receive the ${party.speaker}'s audio in: ${request.sdp}`);
-    const { rtp, rtcp } = await bindPair(this.o.address);
+    const { rtp, rtcp } = await bindRtp(this.o.address, { min: 0, max: 0, rtcp: true });
     const leg: Leg = {
       speaker: party.speaker,
       tag: party.tag,
@@ -282,7 +296,7 @@ export class CallTranscriber {
       metadata: { ...party.metadata, codec: negotiated.codec },
       packets: 0,
     };
-    rtcp.on('message', () => {}); // RTCP reports are not used
+    rtcp?.on('message', () => {}); // RTCP reports are not used
     rtp.on('message', (data) => this.onRtp(fork, leg, data));
     try {
       const answer = await this.o.ng('subscribe answer', {
@@ -454,33 +468,10 @@ export function forkCodec(offer: SdpOffer): Negotiated | undefined {
   return negotiate(offer);
 }
 
-/** An even UDP port and the odd one above it (RFC 3550 section 11: RTCP there), bound on `address`. */
-async function bindPair(address: string): Promise<{ rtp: Socket; rtcp: Socket }> {
-  const type = address.includes(':') ? 'udp6' : 'udp4';
-  const bind = (port: number) =>
-    new Promise<Socket | undefined>((resolve) => {
-      const socket = createSocket(type);
-      socket.once('error', () => {
-        socket.close();
-        resolve(undefined);
-      });
-      socket.bind(port, address, () => resolve(socket));
-    });
-  for (let tries = 0; tries < 50; tries++) {
-    const rtp = await bind(0);
-    if (!rtp) break;
-    const port = rtp.address().port;
-    const rtcp = port % 2 === 0 && port < 65535 ? await bind(port + 1) : undefined;
-    if (rtcp) return { rtp, rtcp };
-    rtp.close();
-  }
-  throw new Error(`no free RTP/RTCP port pair on ${address}`);
-}
-
 function closeLeg(leg: Leg): void {
   for (const socket of [leg.rtp, leg.rtcp]) {
     try {
-      socket.close();
+      socket?.close();
     } catch {}
   }
 }

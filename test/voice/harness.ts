@@ -8,9 +8,17 @@ import dgram from 'node:dgram';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import pino from 'pino';
+import { AgentRuntime } from '../../src/agents/runtime.js';
+import type { Config } from '../../src/config/index.js';
+import { systemActor } from '../../src/jsonapi/actor.js';
 import { type CodecName, createCodec, parseWav, resampleTo16k } from '../../src/voice/codecs.js';
 import { parseRtp, RtpSender } from '../../src/voice/rtp.js';
+import { VoiceRuntime } from '../../src/voice/runtime.js';
 import { PocketsphinxStt } from '../../src/voice/stt.js';
+import { freeUdpPort } from '../sip/harness.js';
+import { startTestApp } from '../support/app.js';
+import { seedTenant } from '../support/seed.js';
 
 export function haveProgram(name: string): boolean {
   try {
@@ -334,4 +342,69 @@ export function runSipp(
       resolve(result);
     });
   });
+}
+
+/** The order desk of the direct-call tests: a greeting, one question, and the goodbye that ends the call. */
+export const DESK = {
+  greeting: 'Good morning. This is the order desk.',
+  question: 'How can I help you?',
+  goodbye: 'Thank you for calling. Your order will arrive tomorrow morning. Goodbye.',
+  sentence: 'I would like to check my order status please',
+};
+
+/**
+ * A test app with the order desk agent, and the agent runtime and the voice runtime in this process, the runtime's
+ * endpoint taking calls from loopback (the test's caller dials it directly: no SIP edge in front) and no model.
+ */
+export async function startDesk(tenantName: string) {
+  const t = await startTestApp();
+  const tenant = await seedTenant(t, tenantName);
+  const agent = await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', {
+    name: 'Desk',
+    published: true,
+    languages: ['en'],
+    workflow: {
+      steps: [
+        { type: 'message', text: DESK.greeting },
+        { type: 'question', text: DESK.question, store_as: 'request' },
+        { type: 'end', text: DESK.goodbye, close: true },
+      ],
+    },
+  });
+  const config: Config = {
+    ...t.config,
+    agentPollMs: 50,
+    llmBaseUrl: undefined,
+    llmApiKey: undefined,
+    voice: {
+      ...t.config.voice,
+      sipHost: '127.0.0.1',
+      sipPort: await freeUdpPort(),
+      rtpPortMin: 0,
+      rtpPortMax: 0,
+      sipTrusted: ['127.0.0.1'],
+      silenceTimeoutMs: 30_000,
+    },
+  };
+  const agents = new AgentRuntime({ db: t.db, services: t.services, config });
+  agents.start();
+  const voice = new VoiceRuntime({
+    db: t.db,
+    services: t.services,
+    config,
+    agents,
+    logger: pino({ level: process.env.VOICE_TEST_LOG ?? 'silent' }),
+  });
+  await voice.start();
+  return {
+    t,
+    tenant,
+    agentId: agent.id,
+    config,
+    async close() {
+      await voice.stop();
+      await agents.stop();
+      await t.close();
+    },
+  };
 }

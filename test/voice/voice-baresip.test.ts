@@ -12,18 +12,14 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentRuntime } from '../../src/agents/runtime.js';
 import type { Config } from '../../src/config/index.js';
-import { systemActor } from '../../src/jsonapi/actor.js';
 import { parseWav, resampleTo16k, toWav } from '../../src/voice/codecs.js';
 import { client, type Client } from '../helpers/http.js';
 import { freeUdpPort } from '../sip/harness.js';
-import { startTestApp, type TestApp } from '../support/app.js';
-import { seedTenant, type Tenant } from '../support/seed.js';
-import { VoiceRuntime } from '../../src/voice/runtime.js';
-import { concat, festival, haveProgram, recognise, silence, wordsHeard } from './harness.js';
+import type { TestApp } from '../support/app.js';
+import type { Tenant } from '../support/seed.js';
+import { concat, DESK, festival, haveProgram, recognise, silence, startDesk, wordsHeard } from './harness.js';
 
 const MODULES = '/usr/lib/baresip/modules';
 const skip = (() => {
@@ -37,73 +33,28 @@ const skip = (() => {
 })();
 if (skip) console.warn(`baresip voice test skipped: ${skip}`);
 
-const GREETING = 'Good morning. This is the order desk.';
-const QUESTION = 'How can I help you?';
-const GOODBYE = 'Thank you for calling. Your order will arrive tomorrow morning. Goodbye.';
-const SENTENCE = 'I would like to check my order status please';
+const { goodbye: GOODBYE, sentence: SENTENCE } = DESK;
 /** The caller keeps quiet this long (the greeting and question take about 4 s as festival says them). */
 const QUIET_MS = 9000;
 
 describe.skipIf(skip !== undefined)('a softphone calls an agent (baresip -> voice runtime, G.722)', () => {
+  let desk: Awaited<ReturnType<typeof startDesk>>;
   let t: TestApp;
   let tenant: Tenant;
   let admin: Client;
   let agentId: string;
   let config: Config;
-  let agents: AgentRuntime;
-  let voice: VoiceRuntime;
   let dir: string;
 
   beforeAll(async () => {
-    t = await startTestApp();
-    tenant = await seedTenant(t, 'Softphone');
+    desk = await startDesk('Softphone');
+    ({ t, tenant, agentId, config } = desk);
     admin = client(t.app, tenant.admin.token);
-    const agent = await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', {
-      name: 'Desk',
-      published: true,
-      languages: ['en'],
-      workflow: {
-        steps: [
-          { type: 'message', text: GREETING },
-          { type: 'question', text: QUESTION, store_as: 'request' },
-          { type: 'end', text: GOODBYE, close: true },
-        ],
-      },
-    });
-    agentId = agent.id;
-    config = {
-      ...t.config,
-      agentPollMs: 50,
-      llmBaseUrl: undefined,
-      llmApiKey: undefined,
-      voice: {
-        ...t.config.voice,
-        sipHost: '127.0.0.1',
-        sipPort: await freeUdpPort(),
-        rtpPortMin: 0,
-        rtpPortMax: 0,
-        // baresip calls the endpoint directly here, from loopback (no SIP edge in front).
-        sipTrusted: ['127.0.0.1'],
-        silenceTimeoutMs: 30_000,
-      },
-    };
-    agents = new AgentRuntime({ db: t.db, services: t.services, config });
-    agents.start();
-    voice = new VoiceRuntime({
-      db: t.db,
-      services: t.services,
-      config,
-      agents,
-      logger: pino({ level: process.env.VOICE_TEST_LOG ?? 'silent' }),
-    });
-    await voice.start();
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-baresip-'));
   }, 120_000);
 
   afterAll(async () => {
-    await voice?.stop();
-    await agents?.stop();
-    await t?.close();
+    await desk?.close();
     if (dir && !process.env.VOICE_TEST_KEEP) fs.rmSync(dir, { recursive: true, force: true });
   });
 

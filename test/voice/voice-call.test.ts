@@ -6,23 +6,20 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentRuntime } from '../../src/agents/runtime.js';
 import type { Config } from '../../src/config/index.js';
-import { systemActor } from '../../src/jsonapi/actor.js';
 import { toWav } from '../../src/voice/codecs.js';
-import { VoiceRuntime } from '../../src/voice/runtime.js';
 import { freeUdpPort } from '../sip/harness.js';
-import { startTestApp, type TestApp } from '../support/app.js';
-import { seedTenant, type Tenant } from '../support/seed.js';
+import type { TestApp } from '../support/app.js';
 import {
   callerScenario,
   concat,
+  DESK,
   festival,
   recognise,
   runSipp,
   silence,
+  startDesk,
   startRecorder,
   voiceSkipReason,
   wordsHeard,
@@ -31,69 +28,23 @@ import {
 
 const skip = voiceSkipReason();
 
-const GREETING = 'Good morning. This is the order desk.';
-const QUESTION = 'How can I help you?';
-const GOODBYE = 'Thank you for calling. Your order will arrive tomorrow morning. Goodbye.';
-const SENTENCE = 'I would like to check my order status please';
+const { goodbye: GOODBYE, sentence: SENTENCE } = DESK;
 
 describe.skipIf(skip)('voice agent calls (SIPp to the voice endpoint)', () => {
+  let desk: Awaited<ReturnType<typeof startDesk>>;
   let t: TestApp;
-  let tenant: Tenant;
   let agentId: string;
   let config: Config;
-  let agents: AgentRuntime;
-  let voice: VoiceRuntime;
   let dir: string;
 
   beforeAll(async () => {
-    t = await startTestApp();
-    tenant = await seedTenant(t, 'Voice');
-    const agent = await t.services.records!.create(systemActor(tenant.organisationId, 'test'), 'AiAgent', {
-      name: 'Desk',
-      published: true,
-      languages: ['en'],
-      workflow: {
-        steps: [
-          { type: 'message', text: GREETING },
-          { type: 'question', text: QUESTION, store_as: 'request' },
-          { type: 'end', text: GOODBYE, close: true },
-        ],
-      },
-    });
-    agentId = agent.id;
-    config = {
-      ...t.config,
-      agentPollMs: 50,
-      llmBaseUrl: undefined,
-      llmApiKey: undefined,
-      voice: {
-        ...t.config.voice,
-        sipHost: '127.0.0.1',
-        sipPort: await freeUdpPort(),
-        rtpPortMin: 0,
-        rtpPortMax: 0,
-        // SIPp calls the endpoint directly here, from loopback (no SIP edge in front).
-        sipTrusted: ['127.0.0.1'],
-        silenceTimeoutMs: 30_000,
-      },
-    };
-    agents = new AgentRuntime({ db: t.db, services: t.services, config });
-    agents.start();
-    voice = new VoiceRuntime({
-      db: t.db,
-      services: t.services,
-      config,
-      agents,
-      logger: pino({ level: process.env.VOICE_TEST_LOG ?? 'silent' }),
-    });
-    await voice.start();
+    desk = await startDesk('Voice');
+    ({ t, agentId, config } = desk);
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-voice-test-'));
   }, 60_000);
 
   afterAll(async () => {
-    await voice?.stop();
-    await agents?.stop();
-    await t?.close();
+    await desk?.close();
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
 
