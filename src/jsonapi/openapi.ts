@@ -1,9 +1,10 @@
 /** The OpenAPI 3.1 document, derived from the same resource definitions as the routes. */
+import { KINDS, operatorProblem, type Schema } from './kinds.js';
 import { EVENT_ACTIONS } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
+import { DEFAULT_QUERY_LIMITS, filterableAttribute, MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
+import { FILTER_OPERATORS } from './query/types.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
-
-type Schema = Record<string, unknown>;
 type Operation = { method: 'get' | 'post' | 'patch' | 'delete'; path: string };
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
@@ -12,37 +13,7 @@ const nullable = (schema: Schema, isNullable?: boolean): Schema =>
 
 /** JSON Schema of one attribute's value. */
 function attributeSchema(def: AttributeDef, role: 'read' | 'write'): Schema {
-  const base: Schema = (() => {
-    switch (def.kind) {
-      case 'string':
-        return {
-          type: 'string',
-          minLength: def.minLength,
-          maxLength: def.maxLength,
-          pattern: def.pattern,
-          description: def.maxBytes ? `At most ${def.maxBytes} bytes of UTF-8.` : undefined,
-        };
-      case 'enum':
-        return { type: 'string', enum: def.nullable ? [...def.values!, null] : [...def.values!] };
-      case 'uuid':
-        return { type: 'string', format: 'uuid' };
-      case 'integer':
-        return { type: 'integer', minimum: def.minimum, maximum: def.maximum };
-      case 'boolean':
-        return { type: 'boolean' };
-      case 'timestamp':
-        return { type: 'string', format: 'date-time' };
-      case 'object':
-        return { type: 'object', description: def.maxBytes ? `At most ${def.maxBytes} bytes of JSON.` : undefined };
-      case 'string_array':
-        return {
-          type: 'array',
-          minItems: def.minItems,
-          maxItems: def.maxItems,
-          items: { type: 'string', minLength: def.items?.minLength, maxLength: def.items?.maxLength, pattern: def.items?.pattern },
-        };
-    }
-  })();
+  const base = KINDS[def.kind].schema(def);
   // A value shown only in the response that creates the record is null in every other response.
   const schema = nullable(base, def.nullable || (role === 'read' && def.revealedOnCreate));
   if (role === 'write' && def.default !== undefined && typeof def.default !== 'function') schema.default = def.default;
@@ -147,7 +118,7 @@ function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 
     properties[name] = attributeSchema(def, 'write');
     if (flag === 'required') required.push(name);
     // Every accepted reference `x_id` may also be sent as the linkage of the to-one relationship `x`.
-    if (def.kind === 'uuid' && def.references && name.endsWith('_id')) {
+    if (def.references && name.endsWith('_id')) {
       const linkage: Schema = {
         type: 'object',
         required: ['type', 'id'],
@@ -191,30 +162,9 @@ function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 
 }
 
 /** A value of the attribute that the server accepts, for examples. */
-function sampleValue(name: string, def: AttributeDef): unknown {
+function sampleValue(def: AttributeDef): unknown {
   if (def.default !== undefined && typeof def.default !== 'function') return def.default;
-  switch (def.kind) {
-    case 'enum':
-      return def.values![0];
-    case 'uuid':
-      return '00000000-0000-7000-8000-000000000000';
-    case 'integer':
-      return def.minimum ?? 0;
-    case 'boolean':
-      return true;
-    case 'timestamp':
-      return '2026-01-31T12:00:00Z';
-    case 'object':
-      return {};
-    case 'string_array':
-      return name === 'languages' ? ['en'] : name === 'inbound_acl' ? ['192.0.2.0/24'] : [];
-    default:
-      if (name === 'email') return 'owner@example.com';
-      if (name === 'realm') return 'sip.example.com';
-      if (name.includes('password')) return 'correct-horse-battery';
-      if (def.pattern) return 'example-1';
-      return 'Example';
-  }
+  return def.example ?? KINDS[def.kind].example(def);
 }
 
 /** A request body built from the operation's required attributes (and ids to replace with your own). */
@@ -222,8 +172,8 @@ function requestExample(type: string, input: Record<string, AttributeDef>, kind:
   const attributes: Record<string, unknown> = {};
   for (const [name, def] of Object.entries(input)) {
     const flag = kind === 'update' ? def.update : def.create;
-    if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && def.kind !== 'uuid'))
-      attributes[name] = sampleValue(name, def);
+    if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && !def.references))
+      attributes[name] = sampleValue(def);
   }
   const id = kind === 'update' || kind === 'member' ? { id: '00000000-0000-7000-8000-000000000000' } : {};
   return { data: { type, ...id, attributes } };
@@ -339,19 +289,6 @@ export function includePaths(resource: ResourceDef, registry: Registry): string[
   return paths;
 }
 
-const FILTER_OPERATORS = [
-  'eq',
-  'not_eq',
-  'in',
-  'less_than',
-  'greater_than',
-  'less_than_or_equal',
-  'greater_than_or_equal',
-  'is_nil',
-  'contains',
-  'matches',
-];
-
 function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
   const includes = includePaths(resource, registry);
   const parameters: Schema[] = [
@@ -393,22 +330,11 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     ...Object.keys(resource.searches ?? {}),
   ];
   const condition = (name: string): Schema => {
-    const def =
-      name === 'id'
-        ? ({ kind: 'uuid' } as AttributeDef)
-        : Object.hasOwn(resource.attributes, name)
-          ? resource.attributes[name]
-          : ({ kind: 'string', searchable: true } as AttributeDef);
-    const value = filterValueSchema(def);
+    const def = filterableAttribute(resource, name)!;
+    const value = KINDS[def.kind].filterSchema(def);
     const operators: Record<string, Schema> = {};
-    // A searchable attribute that is not filterable takes `matches` (words) only.
-    const byValue = name === 'id' || def.filterable === true;
     for (const operator of FILTER_OPERATORS) {
-      if (operator === 'matches' ? def.searchable !== true : !byValue) continue;
-      const ordered = !['eq', 'not_eq', 'in', 'is_nil', 'contains', 'matches'].includes(operator);
-      if (ordered && ['object', 'boolean', 'string_array'].includes(def.kind)) continue;
-      if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) continue;
-      if (def.kind === 'string_array' && !['contains', 'is_nil'].includes(operator)) continue;
+      if (operatorProblem(def, operator)) continue;
       operators[operator] =
         operator === 'is_nil'
           ? { type: 'string', enum: ['true', 'false'] }
@@ -416,14 +342,12 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
             ? {
                 oneOf: [
                   { type: 'string', description: 'Comma-separated values' },
-                  { type: 'array', minItems: 1, maxItems: 100, items: value },
+                  { type: 'array', minItems: 1, maxItems: MAX_IN_VALUES, items: value },
                 ],
               }
-            : operator === 'contains' && def.kind === 'string_array'
-              ? { type: 'string' }
-              : value;
+            : value;
     }
-    const eq = def.kind === 'string_array' || !byValue ? [] : [value];
+    const eq = operatorProblem(def, 'eq') ? [] : [value];
     return { oneOf: [...eq, { type: 'object', minProperties: 1, additionalProperties: false, properties: operators }] };
   };
   parameters.push(
@@ -444,7 +368,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
       },
       description:
         `filter[attr]=v or filter[attr][op]=v with op in ${FILTER_OPERATORS.join(', ')}; nest with filter[and][N], filter[or][N], filter[not] ` +
-        `(4 levels, 50 conditions, 100 \`in\` values). Filterable: ${filterable.join(', ')}.`,
+        `(${MAX_FILTER_DEPTH} levels, ${MAX_FILTER_CONDITIONS} conditions, ${MAX_IN_VALUES} \`in\` values). Filterable: ${filterable.join(', ')}.`,
       // A condition every organisation's records meet, instead of a generated value for every attribute (400).
       example: filterable.includes('created_at') ? { created_at: { less_than: '2999-01-01T00:00:00Z' } } : {},
     },
@@ -457,13 +381,13 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     {
       name: 'page[limit]',
       in: 'query',
-      schema: { type: 'integer', minimum: 1, default: 25 },
-      description: 'Page size; any larger value is clamped to 100.',
+      schema: { type: 'integer', minimum: 1, default: DEFAULT_QUERY_LIMITS.defaultLimit },
+      description: `Page size; any larger value is clamped to ${DEFAULT_QUERY_LIMITS.maxLimit}.`,
     },
     {
       name: 'page[offset]',
       in: 'query',
-      schema: { type: 'integer', minimum: 0, maximum: 10000 },
+      schema: { type: 'integer', minimum: 0, maximum: DEFAULT_QUERY_LIMITS.maxOffset },
       description: 'Offset paging; not with page[after] or page[before].',
     },
     {
@@ -482,30 +406,6 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
   );
   return parameters;
 }
-
-/** A filter operand as the query string carries it: text in the attribute's form. */
-function filterValueSchema(def: AttributeDef): Schema {
-  switch (def.kind) {
-    case 'uuid':
-      return { type: 'string', format: 'uuid' };
-    case 'integer':
-      // A 32-bit integer's magnitude (at most 2147483647), as the query parser accepts.
-      return { type: 'string', pattern: INT32_PATTERN };
-    case 'boolean':
-      return { type: 'string', enum: ['true', 'false'] };
-    case 'timestamp':
-      return { type: 'string', format: 'date-time' };
-    case 'enum':
-      return { type: 'string', enum: [...def.values!] };
-    case 'object':
-      return { type: 'string', contentMediaType: 'application/json', description: 'A JSON object (at most 32 levels deep)' };
-    default:
-      return { type: 'string' };
-  }
-}
-
-const INT32_PATTERN =
-  '^-?(\\d{1,9}|1\\d{9}|20\\d{8}|21[0-3]\\d{7}|214[0-6]\\d{6}|2147[0-3]\\d{5}|21474[0-7]\\d{4}|214748[0-2]\\d{3}|2147483[0-5]\\d{2}|21474836[0-3]\\d|214748364[0-7])$';
 
 const CURSOR_PATTERN = '^[A-Za-z0-9_-]{1,4096}\\.[A-Za-z0-9_-]{22}$';
 

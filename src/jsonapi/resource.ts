@@ -82,6 +82,8 @@ export interface AttributeDef {
    */
   storedByHook?: boolean;
   description?: string;
+  /** A value for the OpenAPI examples, where the kind's own (kinds.ts) would not be accepted (an e-mail address). */
+  example?: unknown;
 }
 
 export interface RelationshipDef {
@@ -329,25 +331,6 @@ export const rel = {
     ...o,
   }),
 };
-
-export function sqlTypeOf(a: AttributeDef): SqlType {
-  switch (a.kind) {
-    case 'uuid':
-      return 'uuid';
-    case 'integer':
-      return 'integer';
-    case 'boolean':
-      return 'boolean';
-    case 'timestamp':
-      return 'timestamptz';
-    case 'object':
-      return 'jsonb';
-    case 'string_array':
-      return 'text[]';
-    default:
-      return 'text';
-  }
-}
 
 export const columnOf = (name: string, a: AttributeDef): string => a.column ?? name;
 

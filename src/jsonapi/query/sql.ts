@@ -1,7 +1,8 @@
 /** SQL fragments for filters, ordering and keyset paging over a resource's table, aliased `t`. */
 import { sql, type RawBuilder } from 'kysely';
+import { KINDS, typedParameter as typed } from '../kinds.js';
 import type { Principal } from '../principal.js';
-import { columnOf, sqlTypeOf, type AttributeDef, type ResourceDef } from '../resource.js';
+import { columnOf, type AttributeDef, type ResourceDef } from '../resource.js';
 import type { Cursor, FilterNode, SortKey } from './types.js';
 
 const ID: AttributeDef = { kind: 'uuid' };
@@ -12,13 +13,6 @@ function attributeOf(resource: ResourceDef, name: string): AttributeDef {
 
 function column(resource: ResourceDef, name: string): RawBuilder<unknown> {
   return sql.ref(`t.${name === 'id' ? 'id' : columnOf(name, resource.attributes[name])}`);
-}
-
-/** A parameter cast to the attribute's column type (JSON objects travel as text). */
-function typed(def: AttributeDef, value: unknown): RawBuilder<unknown> {
-  const type = sqlTypeOf(def);
-  const parameter = type === 'jsonb' && typeof value !== 'string' ? JSON.stringify(value) : value;
-  return sql`${parameter}::${sql.raw(type === 'text[]' ? 'text' : type)}`;
 }
 
 /** `principal` is needed by filterable computed attributes, whose expression depends on who asks. */
@@ -74,9 +68,7 @@ function condition(resource: ResourceDef, attribute: string, operator: string, v
     case 'is_nil':
       return value ? sql`${col} IS NULL` : sql`${col} IS NOT NULL`;
     case 'contains':
-      if (def.kind === 'object') return sql`${col} @> ${typed(def, value)}`;
-      if (def.kind === 'string_array') return sql`${value}::text = ANY(${col})`;
-      return sql`strpos(${col}, ${value}::text) > 0`;
+      return KINDS[def.kind].contains!(col, value);
     default:
       throw new Error(`unknown filter operator ${operator}`);
   }
