@@ -13,57 +13,15 @@ import { principalOf, systemActor, type Actor } from './actor.js';
 import { queueEvent, type EventAction } from './outbox.js';
 import { ApiError, errorObject, forbidden, notFound } from './errors.js';
 import { ROLES } from './principal.js';
-import type { Registry } from './query/parse.js';
 import { fetchById, type Reader } from './read.js';
-import type { ActionContext, ActionResult, AttributeDef, ResourceDef } from './resource.js';
+import type { ActionContext, ActionResult, AttributeDef, Records, Registry, RenderWritten, ResourceDef, WriteOptions } from './resource.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
 import { renderResource, type Row } from './serialize.js';
-import type { AppServices } from './services.js';
+import type { AppServices } from './resource.js';
 import { validateAttributes } from './validate.js';
 import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
 
-/** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
-export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
-
-export interface WriteOptions<T> {
-  /** How to render the stored record (HTTP: the request's document); default: the resource object. */
-  render?: RenderWritten<T>;
-  /** An update's further event, one of the type's `extraEvents` (`analysed`), queued after its `updated` event. */
-  event?: string;
-}
-
-export interface Written<T = Row> {
-  id: string;
-  /** 201 for a new record, 200 for an existing one (idempotent repeats, upserts, updates). */
-  status: 200 | 201;
-  record: T;
-}
-
-export interface Deleted {
-  id: string;
-  /** Exact counts of the records the delete removed, by type (the record itself and any cascade). */
-  removed: Record<string, number>;
-}
-
-export interface Records {
-  create<T = Row>(actor: Actor, type: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
-  update<T = Row>(actor: Actor, type: string, id: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
-  delete(actor: Actor, type: string, id: string): Promise<Deleted>;
-  /**
-   * Runs the type's custom action `name` (on record `id` for a member action). `input` may be a function, called
-   * once the record is locked and the role checked, so that a body's problems come after 404 and 403.
-   */
-  perform<T = Row>(
-    actor: Actor,
-    type: string,
-    name: string,
-    id: string | undefined,
-    input: Record<string, unknown> | (() => Record<string, unknown>),
-    options?: WriteOptions<T> & { clientAddress?: string; signal?: AbortSignal },
-  ): Promise<Written<T> & { meta?: Record<string, unknown> }>;
-  /** Several writes in one transaction (e.g. a call with its conversation and participants). */
-  transaction<T>(work: (records: Records) => Promise<T>): Promise<T>;
-}
+export type { Deleted, Records, RenderWritten, WriteOptions, Written } from './resource.js';
 
 interface RecordsOptions {
   db: Database;

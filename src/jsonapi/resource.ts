@@ -4,13 +4,18 @@
  * the engine derives routes, validation, queries, serialisation and OpenAPI
  * from that alone.
  */
+import type { Redis } from 'ioredis';
 import type { RawBuilder } from 'kysely';
+import type { Config } from '../config/index.js';
 import type { Database } from '../db/connection.js';
 import type { Actor } from './actor.js';
-import type { Registry } from './query/parse.js';
-import type { Records } from './records.js';
 import type { Principal, PrincipalRole, Role } from './principal.js';
-import type { AppServices } from './services.js';
+
+/** Every resource by type. */
+export type Registry = ReadonlyMap<string, ResourceDef>;
+
+/** A record's columns (or rendering) by name. */
+export type Row = Record<string, unknown>;
 
 /** PostgreSQL type of the column behind an attribute; drives casts in filters and cursors. */
 export type SqlType = 'text' | 'uuid' | 'integer' | 'boolean' | 'timestamptz' | 'jsonb' | 'text[]';
@@ -290,6 +295,70 @@ export interface CustomAction {
   onRefusedBody?: (services: AppServices, clientAddress: string) => Promise<void>;
   /** `signal` aborts when the client goes away before its answer (work it would wait for may be skipped). */
   run: (ctx: ActionContext & { clientAddress: string; signal: AbortSignal }) => Promise<ActionResult>;
+}
+
+/*
+ * What hooks and actions are handed: the records service and the process's services. Declared here with the
+ * vocabulary that names them, so that the engine's modules import one another without loops.
+ */
+
+/** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
+export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
+
+export interface WriteOptions<T> {
+  /** How to render the stored record (HTTP: the request's document); default: the resource object. */
+  render?: RenderWritten<T>;
+  /** An update's further event, one of the type's `extraEvents` (`analysed`), queued after its `updated` event. */
+  event?: string;
+}
+
+export interface Written<T = Row> {
+  id: string;
+  /** 201 for a new record, 200 for an existing one (idempotent repeats, upserts, updates). */
+  status: 200 | 201;
+  record: T;
+}
+
+export interface Deleted {
+  id: string;
+  /** Exact counts of the records the delete removed, by type (the record itself and any cascade). */
+  removed: Record<string, number>;
+}
+
+export interface Records {
+  create<T = Row>(actor: Actor, type: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
+  update<T = Row>(actor: Actor, type: string, id: string, values: Record<string, unknown>, options?: WriteOptions<T>): Promise<Written<T>>;
+  delete(actor: Actor, type: string, id: string): Promise<Deleted>;
+  /**
+   * Runs the type's custom action `name` (on record `id` for a member action). `input` may be a function, called
+   * once the record is locked and the role checked, so that a body's problems come after 404 and 403.
+   */
+  perform<T = Row>(
+    actor: Actor,
+    type: string,
+    name: string,
+    id: string | undefined,
+    input: Record<string, unknown> | (() => Record<string, unknown>),
+    options?: WriteOptions<T> & { clientAddress?: string; signal?: AbortSignal },
+  ): Promise<Written<T> & { meta?: Record<string, unknown> }>;
+  /** Several writes in one transaction (e.g. a call with its conversation and participants). */
+  transaction<T>(work: (records: Records) => Promise<T>): Promise<T>;
+}
+
+/** The service container: process-wide services that actions and writers need. */
+export interface AppServices {
+  config: Config;
+  /** HS256 key for every JWT the service issues and verifies. */
+  signingKey: Uint8Array;
+  /** Shared counters (rate limits, login throttling) when REDIS_URL is set. */
+  redis?: Redis;
+  /** The one write path; set once the resources are registered (see createRecords). */
+  records?: Records;
+  /**
+   * Runs an agent test suite (src/agents/suite.ts) as a dry run and returns its report; set by the application
+   * (the agents live outside the resources). Throws an ApiError for an unknown agent or a bad suite.
+   */
+  agentTests?: (organisationId: string, agentId: string, suite: unknown) => Promise<unknown>;
 }
 
 export function defineResource<const R extends ResourceDef>(resource: R): R {

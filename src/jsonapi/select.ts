@@ -1,8 +1,7 @@
 import { createQueryId, PostgresQueryCompiler, sql, type RawBuilder } from 'kysely';
-import type { Registry } from './query/parse.js';
 import type { Principal } from './principal.js';
 import { renderedValue } from './kinds.js';
-import { columnOf, type ResourceDef } from './resource.js';
+import { columnOf, type ResourceDef, type Registry } from './resource.js';
 import { rowScope } from './scope.js';
 
 /** Column alias under which a relationship's linkage id is selected. */

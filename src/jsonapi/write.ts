@@ -4,14 +4,20 @@ import { uuidv7 } from 'uuidv7';
 import { transaction, type Database } from '../db/connection.js';
 import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
 import type { Principal } from './principal.js';
-import type { Registry } from './query/parse.js';
-import { columnOf, type ActionContext, type ActionResult, type AttributeDef, type ResourceDef } from './resource.js';
+import {
+  columnOf,
+  type ActionContext,
+  type ActionResult,
+  type AttributeDef,
+  type ResourceDef,
+  type Registry,
+  type AppServices,
+  type Row,
+} from './resource.js';
 import { resourceJsonb } from './json-sql.js';
 import { KINDS } from './kinds.js';
 import { eventsWritten } from './outbox.js';
 import { selectList } from './select.js';
-import type { AppServices } from './services.js';
-import type { Row } from './serialize.js';
 import { rowScope, tenancyScope } from './scope.js';
 
 /** What a reference check needs: the transaction and whose visibility applies. */

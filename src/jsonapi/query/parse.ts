@@ -5,7 +5,7 @@
  */
 import { ApiError, errorObject, type ErrorCode, type ErrorObject } from '../errors.js';
 import { converted, invalid, KINDS, operatorProblem, type Conversion } from '../kinds.js';
-import { fieldNames, type AttributeDef, type ResourceDef } from '../resource.js';
+import { fieldNames, type AttributeDef, type Registry, type ResourceDef } from '../resource.js';
 import type { CursorCodec } from './cursor.js';
 import {
   FILTER_OPERATORS,
@@ -17,7 +17,7 @@ import {
   type SortKey,
 } from './types.js';
 
-export type Registry = ReadonlyMap<string, ResourceDef>;
+export type { Registry };
 
 export interface QueryLimits {
   defaultLimit: number;
