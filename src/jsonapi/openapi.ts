@@ -4,6 +4,7 @@ import { EVENT_ACTIONS } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
 import { DEFAULT_QUERY_LIMITS, filterableAttribute, MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
 import { FILTER_OPERATORS } from './query/types.js';
+import { inputSpec, writableLinkage } from './validate.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
 type Operation = { method: 'get' | 'post' | 'patch' | 'delete'; path: string };
 
@@ -109,34 +110,30 @@ type RequestKind = 'create' | 'update' | 'action' | 'member';
 
 /** The request document of a write: `data.type`, `data.attributes` (and `data.id` for updates), closed like the server. */
 function requestSchema(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
+  const spec = inputSpec(input, kind === 'update' ? 'update' : 'create');
   const properties: Record<string, Schema> = {};
+  for (const [name, def] of Object.entries(spec.accepted)) properties[name] = attributeSchema(def, 'write');
+  const required = spec.required;
   const relationships: Record<string, Schema> = {};
-  const required: string[] = [];
-  for (const [name, def] of Object.entries(input)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if (!flag) continue;
-    properties[name] = attributeSchema(def, 'write');
-    if (flag === 'required') required.push(name);
-    // Every accepted reference `x_id` may also be sent as the linkage of the to-one relationship `x`.
-    if (def.references && name.endsWith('_id')) {
-      const linkage: Schema = {
-        type: 'object',
-        required: ['type', 'id'],
-        additionalProperties: false,
-        properties: { type: { const: def.references }, id: { type: 'string', format: 'uuid' }, meta: { type: 'object' } },
-      };
-      relationships[name.slice(0, -3)] = {
-        type: 'object',
-        required: ['data'],
-        properties: {
-          data: def.nullable ? { oneOf: [linkage, { type: 'null' }] } : linkage,
-          links: { type: 'object' },
-          meta: { type: 'object' },
-        },
-        additionalProperties: false,
-        description: `The same as the attribute \`${name}\`; both may be given when they agree.`,
-      };
-    }
+  // Every accepted reference `x_id` may also be sent as the linkage of the to-one relationship `x`.
+  for (const [relationship, { attribute, type: target }] of writableLinkage(spec.accepted)) {
+    const linkage: Schema = {
+      type: 'object',
+      required: ['type', 'id'],
+      additionalProperties: false,
+      properties: { type: { const: target }, id: { type: 'string', format: 'uuid' }, meta: { type: 'object' } },
+    };
+    relationships[relationship] = {
+      type: 'object',
+      required: ['data'],
+      properties: {
+        data: spec.accepted[attribute].nullable ? { oneOf: [linkage, { type: 'null' }] } : linkage,
+        links: { type: 'object' },
+        meta: { type: 'object' },
+      },
+      additionalProperties: false,
+      description: `The same as the attribute \`${attribute}\`; both may be given when they agree.`,
+    };
   }
   const withId = kind === 'update' || kind === 'member';
   const data: Schema = {
@@ -169,10 +166,11 @@ function sampleValue(def: AttributeDef): unknown {
 
 /** A request body built from the operation's required attributes (and ids to replace with your own). */
 function requestExample(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
+  const spec = inputSpec(input, kind === 'update' ? 'update' : 'create');
   const attributes: Record<string, unknown> = {};
-  for (const [name, def] of Object.entries(input)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && !def.references))
+  for (const [name, def] of Object.entries(spec.accepted)) {
+    // An update's example changes one attribute (not a reference, whose id the reader would have to replace).
+    if (spec.required.includes(name) || (kind === 'update' && Object.keys(attributes).length === 0 && !def.references))
       attributes[name] = sampleValue(def);
   }
   const id = kind === 'update' || kind === 'member' ? { id: '00000000-0000-7000-8000-000000000000' } : {};

@@ -14,11 +14,11 @@ import { queueEvent, type EventAction } from './outbox.js';
 import { ApiError, errorObject, forbidden, notFound } from './errors.js';
 import { ROLES } from './principal.js';
 import { fetchById, type Reader } from './read.js';
-import type { ActionContext, ActionResult, AttributeDef, Records, Registry, RenderWritten, ResourceDef, WriteOptions } from './resource.js';
+import type { ActionContext, ActionResult, Records, Registry, RenderWritten, ResourceDef, WriteOptions } from './resource.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './resource.js';
-import { validateAttributes } from './validate.js';
+import { inputSpec, validateAttributes } from './validate.js';
 import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
 
 export type { Deleted, Records, RenderWritten, WriteOptions, Written } from './resource.js';
@@ -27,20 +27,6 @@ interface RecordsOptions {
   db: Database;
   registry: Registry;
   services: AppServices;
-}
-
-/** Attributes a write accepts, and those it requires: the declared create/update flags; for the system every stored one. */
-export function acceptedAttributes(attributes: Record<string, AttributeDef>, kind: 'create' | 'update', system = false) {
-  const accepted: Record<string, AttributeDef> = {};
-  const required: string[] = [];
-  for (const [name, def] of Object.entries(attributes)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if ((def.expression && !def.storedByHook) || def.revealedOnCreate) continue;
-    if (!flag && !system) continue;
-    accepted[name] = def;
-    if (kind === 'create' && flag === 'required') required.push(name);
-  }
-  return { accepted, required };
 }
 
 export function createRecords(options: RecordsOptions): Records {
@@ -84,8 +70,8 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'create');
-      const { accepted, required } = acceptedAttributes(resource.attributes, 'create', system);
-      const values = validateAttributes(input, accepted, required);
+      const { accepted, required } = inputSpec(resource.attributes, 'create', system);
+      const values = opts.validated ? opts.validated() : validateAttributes(input, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
         const provided = new Set(Object.keys(values));
@@ -124,14 +110,11 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'read');
-      const { accepted } = acceptedAttributes(resource.attributes, 'update', system);
+      const { accepted } = inputSpec(resource.attributes, 'update', system);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
-        const existing = await lockVisible(trx, resource, principal, id);
-        // 404 before 403: a record the caller cannot see is not revealed by the refusal.
-        if (!system) requirePermission(resource, principal, 'update');
-        if (!system) await assertWritable(trx, resource, principal, id);
-        const values = validateAttributes(input, accepted, []);
+        const existing = await lockWritable(trx, actor, resource, id, () => requirePermission(resource, principal, 'update'));
+        const values = opts.validated ? opts.validated() : validateAttributes(input, accepted, []);
         const provided = new Set(Object.keys(values));
         const ctx: ActionContext = {
           db: trx,
@@ -172,9 +155,9 @@ function bind(options: RecordsOptions, db: Database): Records {
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'read');
       return runTransaction(db, resource, async (trx) => {
-        const existing = await lockVisible(trx, resource, principal, id);
-        if (!system && !mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
-        if (!system) await assertWritable(trx, resource, principal, id);
+        const existing = await lockWritable(trx, actor, resource, id, () => {
+          if (!mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
+        });
         const ctx: ActionContext = {
           db: trx,
           services,
@@ -224,10 +207,12 @@ function bind(options: RecordsOptions, db: Database): Records {
       const system = actor.kind === 'system';
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       const run = async (trx: Database) => {
-        const existing = action.member && id ? await lockVisible(trx, resource, principal, id) : undefined;
-        if (!system && !(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
-        if (existing && id && !system) await assertWritable(trx, resource, principal, id);
-        const { accepted, required } = acceptedAttributes(action.input, 'create');
+        const mayRun = () => {
+          if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
+        };
+        const existing = action.member && id ? await lockWritable(trx, actor, resource, id, mayRun) : undefined;
+        if (!existing && !system) mayRun();
+        const { accepted, required } = inputSpec(action.input, 'create');
         const values = typeof input === 'function' ? input() : validateAttributes(input, accepted, required);
         await checkReferences({ db: trx, principal, registry }, action.input, values);
         const provided = new Set(Object.keys(values));
@@ -266,22 +251,27 @@ export async function writtenRow(reader: Reader, resource: ResourceDef, result: 
   return row;
 }
 
-/** The visible row, locked for the rest of the transaction; 404 when the actor cannot see it. */
-async function lockVisible(trx: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string) {
+/**
+ * The one order of a write on one record, for every writer: the visible row, locked for the rest of the
+ * transaction, or 404 when the actor cannot see it; then, for a principal, 403 when its role may not
+ * (`mayWrite` throws) or the row is outside `access.writable`. The values' problems (422) come after: a record
+ * the caller cannot see is not revealed by a refusal.
+ */
+async function lockWritable(trx: Database, actor: Actor, resource: ResourceDef, id: string, mayWrite: () => void) {
+  const principal = principalOf(actor);
   const { rows } = await sql<Record<string, unknown>>`
     SELECT t.* FROM ${sql.table(resource.table)} t
     WHERE t.id = ${id} AND ${rowScope(resource, principal)} FOR UPDATE`.execute(trx);
   if (!rows[0]) throw notFound();
+  if (actor.kind !== 'system') {
+    mayWrite();
+    await assertWritable(trx, resource, principal, id);
+  }
   return rows[0];
 }
 
 /** A visible record outside the role's `access.writable` rows (another member's user record, for an operator) is a 403. */
-export async function assertWritable(
-  db: Database,
-  resource: ResourceDef,
-  principal: ReturnType<typeof principalOf>,
-  id: string,
-): Promise<void> {
+async function assertWritable(db: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string): Promise<void> {
   const writable = resource.access.writable?.(principal, 't');
   if (!writable) return;
   const { rows } = await sql<{ ok: boolean }>`

@@ -310,6 +310,12 @@ export interface WriteOptions<T> {
   render?: RenderWritten<T>;
   /** An update's further event, one of the type's `extraEvents` (`analysed`), queued after its `updated` event. */
   event?: string;
+  /**
+   * The values, validated by the caller against the operation's `inputSpec` (validate.ts): called in place of
+   * validating the `values` argument, once the record is locked and the role checked, so that a body's problems
+   * (422) come after 404 and 403 and are found once (the JSON:API routes).
+   */
+  validated?: () => Record<string, unknown>;
 }
 
 export interface Written<T = Row> {

@@ -7,15 +7,44 @@ export { UUID_PATTERN } from './kinds.js';
 
 export type WriteKind = 'create' | 'update' | 'action';
 
-export interface BodyExpectation {
+/** What one operation accepts: the attributes by name, and those it requires. */
+export interface InputSpec {
+  accepted: Record<string, AttributeDef>;
+  /** Names that must be present (create 'required'). */
+  required: string[];
+}
+
+const specs = new WeakMap<Record<string, AttributeDef>, Map<string, InputSpec>>();
+
+/**
+ * The one statement of what a create or an update accepts (a custom action's `input` is read as a create):
+ * the declared create/update flags, never a computed attribute (unless a hook stores it) or one shown only on
+ * create; for the system, every stored attribute. Read by the records service, the routes' body validation
+ * and the OpenAPI request schemas, so none of them can accept what another refuses.
+ */
+export function inputSpec(attributes: Record<string, AttributeDef>, operation: 'create' | 'update', system = false): InputSpec {
+  const byOperation = specs.get(attributes) ?? new Map<string, InputSpec>();
+  specs.set(attributes, byOperation);
+  const key = `${operation}${system ? ':system' : ''}`;
+  let spec = byOperation.get(key);
+  if (!spec) {
+    spec = { accepted: {}, required: [] };
+    for (const [name, def] of Object.entries(attributes)) {
+      const flag = operation === 'update' ? def.update : def.create;
+      if ((def.expression && !def.storedByHook) || def.revealedOnCreate || (!flag && !system)) continue;
+      spec.accepted[name] = def;
+      if (operation === 'create' && flag === 'required') spec.required.push(name);
+    }
+    byOperation.set(key, spec);
+  }
+  return spec;
+}
+
+export interface BodyExpectation extends InputSpec {
   type: string;
   kind: WriteKind;
   /** For updates: the id in the path, which data.id must equal. */
   id?: string;
-  /** Attributes the operation accepts, by name. */
-  accepted: Record<string, AttributeDef>;
-  /** Names that must be present (create 'required'). */
-  required: string[];
   /** The type's declared relationships: sending one the operation cannot set is a 403, not an unknown name. */
   relationships?: readonly string[];
 }
@@ -90,7 +119,7 @@ function documentData(body: unknown, expected: BodyExpectation): Record<string, 
  * The to-one relationships a body may set through linkage, by name: each accepted reference attribute
  * `x_id` (a uuid naming an `X`) stands for the relationship `x` of type `X`, as the resources declare them.
  */
-function writableLinkage(accepted: Record<string, AttributeDef>): Map<string, { attribute: string; type: string }> {
+export function writableLinkage(accepted: Record<string, AttributeDef>): Map<string, { attribute: string; type: string }> {
   const linkage = new Map<string, { attribute: string; type: string }>();
   for (const [name, def] of Object.entries(accepted)) {
     // Only a uuid may reference (verify.ts).
