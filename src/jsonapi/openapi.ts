@@ -314,19 +314,10 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     },
   ];
   if (!list) return parameters;
-  const sortable = [
-    'id',
-    ...Object.entries(resource.attributes)
-      .filter(([, a]) => a.sortable)
-      .map(([n]) => n),
-  ];
-  const filterable = [
-    'id',
-    ...Object.entries(resource.attributes)
-      .filter(([, a]) => (a.filterable || a.searchable) && !a.writeOnly)
-      .map(([n]) => n),
-    ...Object.keys(resource.searches ?? {}),
-  ];
+  const sortable = ['id', ...Object.keys(resource.attributes).filter((n) => resource.attributes[n].sortable)];
+  // As the parser judges them: `id`, filterable or searchable attributes, the type's searches.
+  const candidates = ['id', ...Object.keys(resource.attributes), ...Object.keys(resource.searches ?? {})];
+  const filterable = candidates.filter((n) => filterableAttribute(resource, n));
   const condition = (name: string): Schema => {
     const def = filterableAttribute(resource, name)!;
     const value = KINDS[def.kind].filterSchema(def);

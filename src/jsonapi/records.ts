@@ -42,6 +42,13 @@ function bind(options: RecordsOptions, db: Database): Records {
     return resource;
   };
 
+  /** What hooks and actions receive: the write's transaction, its actor and its values as given. */
+  const context = (trx: Database, actor: Actor, resource: ResourceDef, values: Record<string, unknown>, existing?: Row): ActionContext => {
+    const records = bind(options, trx);
+    const provided = new Set(Object.keys(values));
+    return { db: trx, services, principal: principalOf(actor), actor, records, resource, values, provided, existing, registry };
+  };
+
   /** The resource object as a GET renders it, seen by the actor. */
   const plainRender =
     (actor: Actor, resource: ResourceDef) =>
@@ -74,23 +81,11 @@ function bind(options: RecordsOptions, db: Database): Records {
       const values = opts.validated ? opts.validated() : validateAttributes(input, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
-        const provided = new Set(Object.keys(values));
         // The event with the record, when the create is its own transaction: the insert is then its last
         // statement before COMMIT, where events take their ids (outbox.ts). In a larger transaction, the commit hook.
         const eventOnInsert =
           resource.events === false || db.isTransaction ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
-        const ctx: ActionContext = {
-          db: trx,
-          services,
-          principal,
-          actor,
-          records: bind(options, trx),
-          resource,
-          values,
-          provided,
-          registry,
-          eventOnInsert,
-        };
+        const ctx: ActionContext = { ...context(trx, actor, resource, values), eventOnInsert };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         applyDefaults(resource, values);
         await resource.beforeInsert?.(ctx);
@@ -115,19 +110,7 @@ function bind(options: RecordsOptions, db: Database): Records {
       return runTransaction(db, resource, async (trx) => {
         const existing = await lockWritable(trx, actor, resource, id, () => requirePermission(resource, principal, 'update'));
         const values = opts.validated ? opts.validated() : validateAttributes(input, accepted, []);
-        const provided = new Set(Object.keys(values));
-        const ctx: ActionContext = {
-          db: trx,
-          services,
-          principal,
-          actor,
-          records: bind(options, trx),
-          resource,
-          values,
-          provided,
-          existing,
-          registry,
-        };
+        const ctx = context(trx, actor, resource, values, existing);
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         await resource.beforeUpdate?.(ctx);
         const columns = columnValues(resource, values);
@@ -158,18 +141,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         const existing = await lockWritable(trx, actor, resource, id, () => {
           if (!mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
         });
-        const ctx: ActionContext = {
-          db: trx,
-          services,
-          principal,
-          actor,
-          records: bind(options, trx),
-          resource,
-          values: {},
-          provided: new Set(),
-          existing,
-          registry,
-        };
+        const ctx = context(trx, actor, resource, {}, existing);
         // The deleted event carries the record as it was, rendered before anything goes.
         const before =
           resource.events === false
@@ -215,8 +187,7 @@ function bind(options: RecordsOptions, db: Database): Records {
         const { accepted, required } = inputSpec(action.input, 'create');
         const values = typeof input === 'function' ? input() : validateAttributes(input, accepted, required);
         await checkReferences({ db: trx, principal, registry }, action.input, values);
-        const provided = new Set(Object.keys(values));
-        const ctx = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing, registry };
+        const ctx = context(trx, actor, resource, values, existing);
         const signal = opts.signal ?? new AbortController().signal;
         const result = await action.run({ ...ctx, clientAddress: opts.clientAddress ?? '', signal });
         const record = await render(trx, result);

@@ -230,19 +230,7 @@ export function validateDocument(
       values[name] = result.value;
     }
   }
-  // Unknown attributes past the error document's bound are only counted (a 1 MiB body can name 100,000).
-  let uncounted = 0;
-  for (const [name, value] of Object.entries(attributes)) {
-    const def = Object.hasOwn(expected.accepted, name) ? expected.accepted[name] : undefined;
-    if (!def) {
-      if (errors.length >= MAX_ERRORS_PER_DOCUMENT) uncounted += 1;
-      else errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
-      continue;
-    }
-    const result = convertValue(def, value);
-    if (result.ok) values[name] = result.value;
-    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
-  }
+  const uncounted = convertAttributes(attributes, expected.accepted, values, errors);
   for (const name of expected.required) {
     const viaRelationship = name.endsWith('_id') && Object.hasOwn((data.relationships as object | undefined) ?? {}, name.slice(0, -3));
     if (!(name in attributes) && !viaRelationship) errors.push(errorObject('required', `\`${name}\` is required.`, pointer(name)));
@@ -270,6 +258,32 @@ function relocatePointers(error: unknown, moved: Map<string, string>): unknown {
 }
 
 /**
+ * Converts the attributes given by name into `values`, each problem into `errors`; returns how many unknown
+ * names past the error document's bound were only counted (a 1 MiB body can name 100,000).
+ */
+function convertAttributes(
+  input: Record<string, unknown>,
+  accepted: Record<string, AttributeDef>,
+  values: Record<string, unknown>,
+  errors: ErrorObject[],
+): number {
+  let uncounted = 0;
+  for (const [name, value] of Object.entries(input)) {
+    if (value === undefined) continue;
+    const def = Object.hasOwn(accepted, name) ? accepted[name] : undefined;
+    if (!def) {
+      if (errors.length >= MAX_ERRORS_PER_DOCUMENT) uncounted += 1;
+      else errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
+      continue;
+    }
+    const result = convertValue(def, value);
+    if (result.ok) values[name] = result.value;
+    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
+  }
+  return uncounted;
+}
+
+/**
  * Validates attribute values given by name (the records service's input, from
  * any writer): unknown names, invalid values and missing required ones are
  * reported together, each on its `/data/attributes/<name>` pointer.
@@ -281,21 +295,11 @@ export function validateAttributes(
 ): Record<string, unknown> {
   const errors: ErrorObject[] = [];
   const values: Record<string, unknown> = {};
-  for (const [name, value] of Object.entries(input)) {
-    if (value === undefined) continue;
-    const def = Object.hasOwn(accepted, name) ? accepted[name] : undefined;
-    if (!def) {
-      errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
-      continue;
-    }
-    const result = convertValue(def, value);
-    if (result.ok) values[name] = result.value;
-    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
-  }
+  const uncounted = convertAttributes(input, accepted, values, errors);
   for (const name of required) {
     if (input[name] === undefined) errors.push(errorObject('required', `\`${name}\` is required.`, pointer(name)));
   }
-  if (errors.length > 0) throw new ApiError(errors);
+  if (errors.length > 0) throw new ApiError(errors, {}, errors.length + uncounted);
   return values;
 }
 

@@ -50,29 +50,21 @@ function condition(resource: ResourceDef, attribute: string, operator: string, v
   }
   const def = attributeOf(resource, attribute);
   const col = filterOperand(resource, attribute, principal);
-  switch (operator) {
-    case 'eq':
-      return sql`${col} = ${typed(def, value)}`;
-    case 'not_eq':
-      return sql`${col} IS DISTINCT FROM ${typed(def, value)}`;
-    case 'in':
-      return sql`${col} IN (${sql.join((value as unknown[]).map((v) => typed(def, v)))})`;
-    case 'less_than':
-      return sql`${col} < ${typed(def, value)}`;
-    case 'greater_than':
-      return sql`${col} > ${typed(def, value)}`;
-    case 'less_than_or_equal':
-      return sql`${col} <= ${typed(def, value)}`;
-    case 'greater_than_or_equal':
-      return sql`${col} >= ${typed(def, value)}`;
-    case 'is_nil':
-      return value ? sql`${col} IS NULL` : sql`${col} IS NOT NULL`;
-    case 'contains':
-      return KINDS[def.kind].contains!(col, value);
-    default:
-      throw new Error(`unknown filter operator ${operator}`);
-  }
+  if (operator === 'is_nil') return value ? sql`${col} IS NULL` : sql`${col} IS NOT NULL`;
+  if (operator === 'contains') return KINDS[def.kind].contains!(col, value);
+  if (operator === 'in') return sql`${col} IN (${sql.join((value as unknown[]).map((v) => typed(def, v)))})`;
+  return sql`${col} ${sql.raw(COMPARISONS[operator])} ${typed(def, value)}`;
 }
+
+/** The SQL comparison of each operator that compares with one value. */
+const COMPARISONS: Record<string, string> = {
+  eq: '=',
+  not_eq: 'IS DISTINCT FROM',
+  less_than: '<',
+  greater_than: '>',
+  less_than_or_equal: '<=',
+  greater_than_or_equal: '>=',
+};
 
 const flip = (key: SortKey): SortKey => ({
   attribute: key.attribute,
