@@ -34,8 +34,8 @@ export const KIND_OPTIONS = ['values', 'references', 'precision'] as const;
 export interface KindDescriptor {
   /** PostgreSQL type of the column; drives casts in filters and cursors. */
   sqlType: SqlType;
-  /** Type a single parameter is cast to (a list column compares element by element). */
-  cast: string;
+  /** Type a single parameter is cast to, when not `sqlType` (a list column compares element by element). */
+  cast?: string;
   /** A body's value (not null) in its stored form, or why not. */
   fromBody: (def: AttributeDef, value: unknown) => Conversion;
   /** A query string's operand (a well-formed string) in the attribute's type, or why not. */
@@ -141,7 +141,6 @@ const enumProblem = (def: AttributeDef) => `must be one of: ${def.values!.join('
 export const KINDS: Record<AttributeKind, KindDescriptor> = {
   string: {
     sqlType: 'text',
-    cast: 'text',
     fromBody: (def, value) => {
       if (typeof value !== 'string') return invalid('must be a string');
       const problem = textProblem(def, value);
@@ -162,7 +161,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
   },
   enum: {
     sqlType: 'text',
-    cast: 'text',
     fromBody: (def, value) => (typeof value === 'string' && def.values!.includes(value) ? converted(value) : invalid(enumProblem(def))),
     fromQuery: (def, text) => (def.values!.includes(text) ? converted(text) : invalid(`The value ${enumProblem(def)}.`)),
     operators: COMPARABLE,
@@ -180,7 +178,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
   },
   uuid: {
     sqlType: 'uuid',
-    cast: 'uuid',
     fromBody: (_def, value) =>
       typeof value === 'string' && UUID_PATTERN.test(value) ? converted(value.toLowerCase()) : invalid('must be a UUID'),
     fromQuery: (_def, text) => (UUID_PATTERN.test(text) ? converted(text.toLowerCase()) : invalid('The value must be a UUID.')),
@@ -192,7 +189,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
   },
   integer: {
     sqlType: 'integer',
-    cast: 'integer',
     fromBody: (def, value) => {
       const min = def.minimum ?? -INT4_MAX - 1;
       const max = def.maximum ?? INT4_MAX;
@@ -208,7 +204,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
   },
   boolean: {
     sqlType: 'boolean',
-    cast: 'boolean',
     fromBody: (_def, value) => (typeof value === 'boolean' ? converted(value) : invalid('must be true or false')),
     fromQuery: (_def, text) =>
       text === 'true' || text === 'false' ? converted(text === 'true') : invalid('The value must be true or false.'),
@@ -219,7 +214,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
   },
   timestamp: {
     sqlType: 'timestamptz',
-    cast: 'timestamptz',
     // Writers inside the process (agent runtime, SIP edge) may pass Dates; they get the same bounds as text.
     fromBody: (def, value) =>
       convertTimestamp(
@@ -244,7 +238,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
   },
   object: {
     sqlType: 'jsonb',
-    cast: 'jsonb',
     fromBody: (def, value) => {
       if (!isPlainObject(value)) return invalid('must be a JSON object');
       const text = JSON.stringify(value);
@@ -324,7 +317,7 @@ export const renderedValue = (column: RawBuilder<unknown>, def: AttributeDef) =>
 /** A parameter cast to the attribute's column type (JSON objects travel as text). */
 export function typedParameter(def: AttributeDef, value: unknown): RawBuilder<unknown> {
   const kind = KINDS[def.kind];
-  return sql`${kind.toColumn ? kind.toColumn(value) : value}::${sql.raw(kind.cast)}`;
+  return sql`${kind.toColumn ? kind.toColumn(value) : value}::${sql.raw(kind.cast ?? kind.sqlType)}`;
 }
 
 /**

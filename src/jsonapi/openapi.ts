@@ -635,6 +635,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     const collection = `/api/${r.path}`;
     const member = `${collection}/{id}`;
     const type = r.type;
+    const tagged = { tags: [type], security: MEMBER_SECURITY };
     const visible = r.access.visible ? ' Operators see only their own records.' : '';
     const writable = r.access.writable ? ` ${r.access.writableNote ?? 'Operators change only their own record'} (403 for others).` : '';
     if (r.operations.list) {
@@ -642,8 +643,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `list${type}s`,
         summary: `List ${type} records`,
         description: `The ${type} records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). ${rolesText(r.access.read)}${visible}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: queryParameters(r, true, registry),
         responses: { '200': ok('OK', ref(`${type}ListDocument`)), ...errors([403]) },
       };
@@ -653,8 +653,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `get${type}`,
         summary: `Read one ${type}`,
         description: `One ${type} of the caller's organisation; 404 for an unknown id or another organisation's record. ${rolesText(r.access.read)}${visible}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
@@ -673,8 +672,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
           description: many
             ? `The ${related.type} records of the ${type}'s \`${name}\` relationship (its related link), filtered, sorted and paged as a list. 404 when the ${type} is not visible. ${rolesText(related.access.read)}`
             : `The ${type}'s \`${name}\` (its related link): the ${related.type}, or \`data: null\` when there is none or the caller may not see it. 404 when the ${type} is not visible. ${rolesText(related.access.read)}`,
-          tags: [type],
-          security: MEMBER_SECURITY,
+          ...tagged,
           parameters: [idParameter, ...queryParameters(related, many, registry)],
           responses: {
             '200': ok('OK', ref(many ? `${related.type}ListDocument` : `${related.type}RelatedDocument`)),
@@ -688,8 +686,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `get${type}${alias[0].toUpperCase()}${alias.slice(1)}`,
         summary,
         description: `${summary}. ${rolesText(r.access.read)}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: queryParameters(r, false, registry),
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
@@ -700,8 +697,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `create${type}`,
         summary: `Create a ${type}`,
         description: `Creates a ${type} in the caller's organisation. References may be given as \`x_id\` attributes or as relationship linkage; ids in the example must be replaced with your own records'. ${rolesText(r.access.create)}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: queryParameters(r, false, registry),
         requestBody: {
           required: true,
@@ -719,8 +715,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `update${type}`,
         summary: `Update a ${type}`,
         description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}${writable}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
         requestBody: {
           required: true,
@@ -738,8 +733,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
           `Removes the ${type} and answers 200 with \`meta.removed\`, the exact counts by type of what went. A record that others ` +
           `still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type ` +
           `takes along instead). ${rolesText(r.access.delete)}${visible}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: [idParameter],
         responses: { '200': ok('Deleted', ref('DeleteDocument')), ...errors([403, 404, 409]) },
       };
