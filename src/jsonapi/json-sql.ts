@@ -8,8 +8,9 @@
  * once null. `test/events.test.ts` compares the two renderings for every such resource.
  */
 import { sql, type RawBuilder } from 'kysely';
+import { KINDS, renderedValue } from './kinds.js';
 import { columnOf, type AttributeDef, type ResourceDef } from './resource.js';
-import { frozen, timestampText, viewIndependent } from './select.js';
+import { frozen, viewIndependent } from './select.js';
 import { relatedLink } from './serialize.js';
 
 const compiled = new WeakMap<ResourceDef, Map<string, RawBuilder<unknown>>>();
@@ -36,8 +37,7 @@ export function resourceJsonb(resource: ResourceDef, baseUrl: string): RawBuilde
 function attributeValue(name: string, def: AttributeDef): RawBuilder<unknown> {
   if (def.revealedOnCreate) return sql`NULL::jsonb`;
   const column = sql.ref(`t.${columnOf(name, def)}`);
-  if (def.kind === 'object') return column;
-  return sql`to_jsonb(${def.kind === 'timestamp' ? timestampText(column, def) : column})`;
+  return KINDS[def.kind].jsonb?.(column) ?? sql`to_jsonb(${renderedValue(column, def)})`;
 }
 
 /** `jsonb_build_object` of name/value pairs (it takes at most 100 arguments: nested per 40 pairs). */

@@ -1,9 +1,11 @@
 /** The OpenAPI 3.1 document, derived from the same resource definitions as the routes. */
+import { KINDS, operatorProblem, type Schema } from './kinds.js';
 import { EVENT_ACTIONS } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
+import { DEFAULT_QUERY_LIMITS, filterableAttribute, MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
+import { FILTER_OPERATORS } from './query/types.js';
+import { inputSpec, writableLinkage } from './validate.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
-
-type Schema = Record<string, unknown>;
 type Operation = { method: 'get' | 'post' | 'patch' | 'delete'; path: string };
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
@@ -12,37 +14,7 @@ const nullable = (schema: Schema, isNullable?: boolean): Schema =>
 
 /** JSON Schema of one attribute's value. */
 function attributeSchema(def: AttributeDef, role: 'read' | 'write'): Schema {
-  const base: Schema = (() => {
-    switch (def.kind) {
-      case 'string':
-        return {
-          type: 'string',
-          minLength: def.minLength,
-          maxLength: def.maxLength,
-          pattern: def.pattern,
-          description: def.maxBytes ? `At most ${def.maxBytes} bytes of UTF-8.` : undefined,
-        };
-      case 'enum':
-        return { type: 'string', enum: def.nullable ? [...def.values!, null] : [...def.values!] };
-      case 'uuid':
-        return { type: 'string', format: 'uuid' };
-      case 'integer':
-        return { type: 'integer', minimum: def.minimum, maximum: def.maximum };
-      case 'boolean':
-        return { type: 'boolean' };
-      case 'timestamp':
-        return { type: 'string', format: 'date-time' };
-      case 'object':
-        return { type: 'object', description: def.maxBytes ? `At most ${def.maxBytes} bytes of JSON.` : undefined };
-      case 'string_array':
-        return {
-          type: 'array',
-          minItems: def.minItems,
-          maxItems: def.maxItems,
-          items: { type: 'string', minLength: def.items?.minLength, maxLength: def.items?.maxLength, pattern: def.items?.pattern },
-        };
-    }
-  })();
+  const base = KINDS[def.kind].schema(def);
   // A value shown only in the response that creates the record is null in every other response.
   const schema = nullable(base, def.nullable || (role === 'read' && def.revealedOnCreate));
   if (role === 'write' && def.default !== undefined && typeof def.default !== 'function') schema.default = def.default;
@@ -138,34 +110,30 @@ type RequestKind = 'create' | 'update' | 'action' | 'member';
 
 /** The request document of a write: `data.type`, `data.attributes` (and `data.id` for updates), closed like the server. */
 function requestSchema(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
+  const spec = inputSpec(input, kind === 'update' ? 'update' : 'create');
   const properties: Record<string, Schema> = {};
+  for (const [name, def] of Object.entries(spec.accepted)) properties[name] = attributeSchema(def, 'write');
+  const required = spec.required;
   const relationships: Record<string, Schema> = {};
-  const required: string[] = [];
-  for (const [name, def] of Object.entries(input)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if (!flag) continue;
-    properties[name] = attributeSchema(def, 'write');
-    if (flag === 'required') required.push(name);
-    // Every accepted reference `x_id` may also be sent as the linkage of the to-one relationship `x`.
-    if (def.kind === 'uuid' && def.references && name.endsWith('_id')) {
-      const linkage: Schema = {
-        type: 'object',
-        required: ['type', 'id'],
-        additionalProperties: false,
-        properties: { type: { const: def.references }, id: { type: 'string', format: 'uuid' }, meta: { type: 'object' } },
-      };
-      relationships[name.slice(0, -3)] = {
-        type: 'object',
-        required: ['data'],
-        properties: {
-          data: def.nullable ? { oneOf: [linkage, { type: 'null' }] } : linkage,
-          links: { type: 'object' },
-          meta: { type: 'object' },
-        },
-        additionalProperties: false,
-        description: `The same as the attribute \`${name}\`; both may be given when they agree.`,
-      };
-    }
+  // Every accepted reference `x_id` may also be sent as the linkage of the to-one relationship `x`.
+  for (const [relationship, { attribute, type: target }] of writableLinkage(spec.accepted)) {
+    const linkage: Schema = {
+      type: 'object',
+      required: ['type', 'id'],
+      additionalProperties: false,
+      properties: { type: { const: target }, id: { type: 'string', format: 'uuid' }, meta: { type: 'object' } },
+    };
+    relationships[relationship] = {
+      type: 'object',
+      required: ['data'],
+      properties: {
+        data: spec.accepted[attribute].nullable ? { oneOf: [linkage, { type: 'null' }] } : linkage,
+        links: { type: 'object' },
+        meta: { type: 'object' },
+      },
+      additionalProperties: false,
+      description: `The same as the attribute \`${attribute}\`; both may be given when they agree.`,
+    };
   }
   const withId = kind === 'update' || kind === 'member';
   const data: Schema = {
@@ -191,39 +159,19 @@ function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 
 }
 
 /** A value of the attribute that the server accepts, for examples. */
-function sampleValue(name: string, def: AttributeDef): unknown {
+function sampleValue(def: AttributeDef): unknown {
   if (def.default !== undefined && typeof def.default !== 'function') return def.default;
-  switch (def.kind) {
-    case 'enum':
-      return def.values![0];
-    case 'uuid':
-      return '00000000-0000-7000-8000-000000000000';
-    case 'integer':
-      return def.minimum ?? 0;
-    case 'boolean':
-      return true;
-    case 'timestamp':
-      return '2026-01-31T12:00:00Z';
-    case 'object':
-      return {};
-    case 'string_array':
-      return name === 'languages' ? ['en'] : name === 'inbound_acl' ? ['192.0.2.0/24'] : [];
-    default:
-      if (name === 'email') return 'owner@example.com';
-      if (name === 'realm') return 'sip.example.com';
-      if (name.includes('password')) return 'correct-horse-battery';
-      if (def.pattern) return 'example-1';
-      return 'Example';
-  }
+  return def.example ?? KINDS[def.kind].example(def);
 }
 
 /** A request body built from the operation's required attributes (and ids to replace with your own). */
 function requestExample(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
+  const spec = inputSpec(input, kind === 'update' ? 'update' : 'create');
   const attributes: Record<string, unknown> = {};
-  for (const [name, def] of Object.entries(input)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if (flag === 'required' || (kind === 'update' && flag && Object.keys(attributes).length === 0 && def.kind !== 'uuid'))
-      attributes[name] = sampleValue(name, def);
+  for (const [name, def] of Object.entries(spec.accepted)) {
+    // An update's example changes one attribute (not a reference, whose id the reader would have to replace).
+    if (spec.required.includes(name) || (kind === 'update' && Object.keys(attributes).length === 0 && !def.references))
+      attributes[name] = sampleValue(def);
   }
   const id = kind === 'update' || kind === 'member' ? { id: '00000000-0000-7000-8000-000000000000' } : {};
   return { data: { type, ...id, attributes } };
@@ -339,19 +287,6 @@ export function includePaths(resource: ResourceDef, registry: Registry): string[
   return paths;
 }
 
-const FILTER_OPERATORS = [
-  'eq',
-  'not_eq',
-  'in',
-  'less_than',
-  'greater_than',
-  'less_than_or_equal',
-  'greater_than_or_equal',
-  'is_nil',
-  'contains',
-  'matches',
-];
-
 function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
   const includes = includePaths(resource, registry);
   const parameters: Schema[] = [
@@ -379,36 +314,16 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     },
   ];
   if (!list) return parameters;
-  const sortable = [
-    'id',
-    ...Object.entries(resource.attributes)
-      .filter(([, a]) => a.sortable)
-      .map(([n]) => n),
-  ];
-  const filterable = [
-    'id',
-    ...Object.entries(resource.attributes)
-      .filter(([, a]) => (a.filterable || a.searchable) && !a.writeOnly)
-      .map(([n]) => n),
-    ...Object.keys(resource.searches ?? {}),
-  ];
+  const sortable = ['id', ...Object.keys(resource.attributes).filter((n) => resource.attributes[n].sortable)];
+  // As the parser judges them: `id`, filterable or searchable attributes, the type's searches.
+  const candidates = ['id', ...Object.keys(resource.attributes), ...Object.keys(resource.searches ?? {})];
+  const filterable = candidates.filter((n) => filterableAttribute(resource, n));
   const condition = (name: string): Schema => {
-    const def =
-      name === 'id'
-        ? ({ kind: 'uuid' } as AttributeDef)
-        : Object.hasOwn(resource.attributes, name)
-          ? resource.attributes[name]
-          : ({ kind: 'string', searchable: true } as AttributeDef);
-    const value = filterValueSchema(def);
+    const def = filterableAttribute(resource, name)!;
+    const value = KINDS[def.kind].filterSchema(def);
     const operators: Record<string, Schema> = {};
-    // A searchable attribute that is not filterable takes `matches` (words) only.
-    const byValue = name === 'id' || def.filterable === true;
     for (const operator of FILTER_OPERATORS) {
-      if (operator === 'matches' ? def.searchable !== true : !byValue) continue;
-      const ordered = !['eq', 'not_eq', 'in', 'is_nil', 'contains', 'matches'].includes(operator);
-      if (ordered && ['object', 'boolean', 'string_array'].includes(def.kind)) continue;
-      if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) continue;
-      if (def.kind === 'string_array' && !['contains', 'is_nil'].includes(operator)) continue;
+      if (operatorProblem(def, operator)) continue;
       operators[operator] =
         operator === 'is_nil'
           ? { type: 'string', enum: ['true', 'false'] }
@@ -416,14 +331,12 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
             ? {
                 oneOf: [
                   { type: 'string', description: 'Comma-separated values' },
-                  { type: 'array', minItems: 1, maxItems: 100, items: value },
+                  { type: 'array', minItems: 1, maxItems: MAX_IN_VALUES, items: value },
                 ],
               }
-            : operator === 'contains' && def.kind === 'string_array'
-              ? { type: 'string' }
-              : value;
+            : value;
     }
-    const eq = def.kind === 'string_array' || !byValue ? [] : [value];
+    const eq = operatorProblem(def, 'eq') ? [] : [value];
     return { oneOf: [...eq, { type: 'object', minProperties: 1, additionalProperties: false, properties: operators }] };
   };
   parameters.push(
@@ -444,7 +357,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
       },
       description:
         `filter[attr]=v or filter[attr][op]=v with op in ${FILTER_OPERATORS.join(', ')}; nest with filter[and][N], filter[or][N], filter[not] ` +
-        `(4 levels, 50 conditions, 100 \`in\` values). Filterable: ${filterable.join(', ')}.`,
+        `(${MAX_FILTER_DEPTH} levels, ${MAX_FILTER_CONDITIONS} conditions, ${MAX_IN_VALUES} \`in\` values). Filterable: ${filterable.join(', ')}.`,
       // A condition every organisation's records meet, instead of a generated value for every attribute (400).
       example: filterable.includes('created_at') ? { created_at: { less_than: '2999-01-01T00:00:00Z' } } : {},
     },
@@ -457,13 +370,13 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     {
       name: 'page[limit]',
       in: 'query',
-      schema: { type: 'integer', minimum: 1, default: 25 },
-      description: 'Page size; any larger value is clamped to 100.',
+      schema: { type: 'integer', minimum: 1, default: DEFAULT_QUERY_LIMITS.defaultLimit },
+      description: `Page size; any larger value is clamped to ${DEFAULT_QUERY_LIMITS.maxLimit}.`,
     },
     {
       name: 'page[offset]',
       in: 'query',
-      schema: { type: 'integer', minimum: 0, maximum: 10000 },
+      schema: { type: 'integer', minimum: 0, maximum: DEFAULT_QUERY_LIMITS.maxOffset },
       description: 'Offset paging; not with page[after] or page[before].',
     },
     {
@@ -482,30 +395,6 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
   );
   return parameters;
 }
-
-/** A filter operand as the query string carries it: text in the attribute's form. */
-function filterValueSchema(def: AttributeDef): Schema {
-  switch (def.kind) {
-    case 'uuid':
-      return { type: 'string', format: 'uuid' };
-    case 'integer':
-      // A 32-bit integer's magnitude (at most 2147483647), as the query parser accepts.
-      return { type: 'string', pattern: INT32_PATTERN };
-    case 'boolean':
-      return { type: 'string', enum: ['true', 'false'] };
-    case 'timestamp':
-      return { type: 'string', format: 'date-time' };
-    case 'enum':
-      return { type: 'string', enum: [...def.values!] };
-    case 'object':
-      return { type: 'string', contentMediaType: 'application/json', description: 'A JSON object (at most 32 levels deep)' };
-    default:
-      return { type: 'string' };
-  }
-}
-
-const INT32_PATTERN =
-  '^-?(\\d{1,9}|1\\d{9}|20\\d{8}|21[0-3]\\d{7}|214[0-6]\\d{6}|2147[0-3]\\d{5}|21474[0-7]\\d{4}|214748[0-2]\\d{3}|2147483[0-5]\\d{2}|21474836[0-3]\\d|214748364[0-7])$';
 
 const CURSOR_PATTERN = '^[A-Za-z0-9_-]{1,4096}\\.[A-Za-z0-9_-]{22}$';
 
@@ -746,6 +635,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     const collection = `/api/${r.path}`;
     const member = `${collection}/{id}`;
     const type = r.type;
+    const tagged = { tags: [type], security: MEMBER_SECURITY };
     const visible = r.access.visible ? ' Operators see only their own records.' : '';
     const writable = r.access.writable ? ` ${r.access.writableNote ?? 'Operators change only their own record'} (403 for others).` : '';
     if (r.operations.list) {
@@ -753,8 +643,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `list${type}s`,
         summary: `List ${type} records`,
         description: `The ${type} records of the caller's organisation, filtered, sorted and paged (keyset cursors in the links, or page[offset]). ${rolesText(r.access.read)}${visible}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: queryParameters(r, true, registry),
         responses: { '200': ok('OK', ref(`${type}ListDocument`)), ...errors([403]) },
       };
@@ -764,8 +653,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `get${type}`,
         summary: `Read one ${type}`,
         description: `One ${type} of the caller's organisation; 404 for an unknown id or another organisation's record. ${rolesText(r.access.read)}${visible}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
@@ -784,8 +672,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
           description: many
             ? `The ${related.type} records of the ${type}'s \`${name}\` relationship (its related link), filtered, sorted and paged as a list. 404 when the ${type} is not visible. ${rolesText(related.access.read)}`
             : `The ${type}'s \`${name}\` (its related link): the ${related.type}, or \`data: null\` when there is none or the caller may not see it. 404 when the ${type} is not visible. ${rolesText(related.access.read)}`,
-          tags: [type],
-          security: MEMBER_SECURITY,
+          ...tagged,
           parameters: [idParameter, ...queryParameters(related, many, registry)],
           responses: {
             '200': ok('OK', ref(many ? `${related.type}ListDocument` : `${related.type}RelatedDocument`)),
@@ -799,8 +686,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `get${type}${alias[0].toUpperCase()}${alias.slice(1)}`,
         summary,
         description: `${summary}. ${rolesText(r.access.read)}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: queryParameters(r, false, registry),
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
@@ -811,8 +697,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `create${type}`,
         summary: `Create a ${type}`,
         description: `Creates a ${type} in the caller's organisation. References may be given as \`x_id\` attributes or as relationship linkage; ids in the example must be replaced with your own records'. ${rolesText(r.access.create)}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: queryParameters(r, false, registry),
         requestBody: {
           required: true,
@@ -830,8 +715,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         operationId: `update${type}`,
         summary: `Update a ${type}`,
         description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}${writable}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
         requestBody: {
           required: true,
@@ -849,8 +733,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
           `Removes the ${type} and answers 200 with \`meta.removed\`, the exact counts by type of what went. A record that others ` +
           `still name is refused with 409, one error per referencing type with its count (see docs/api.md for what each type ` +
           `takes along instead). ${rolesText(r.access.delete)}${visible}`,
-        tags: [type],
-        security: MEMBER_SECURITY,
+        ...tagged,
         parameters: [idParameter],
         responses: { '200': ok('Deleted', ref('DeleteDocument')), ...errors([403, 404, 409]) },
       };

@@ -21,7 +21,7 @@
  */
 import { sql } from 'kysely';
 import { beforeCommit, notifyAfterCommit, type Database } from '../db/connection.js';
-import type { Row } from './serialize.js';
+import type { Row } from './resource.js';
 
 /** The NOTIFY channel: payload `<organisation id>` (readers read the organisation's new rows). */
 export const EVENTS_CHANNEL = 'parley_events';

@@ -2,11 +2,10 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Database } from '../db/connection.js';
 import { genericPlan, preparedPlan } from '../db/prepared.js';
-import type { Registry } from './query/parse.js';
 import { cursorSelectSql, filterSql, keysetSql, orderBySql } from './query/sql.js';
 import type { FilterNode, IncludeTree, ParsedQuery } from './query/types.js';
 import type { Principal } from './principal.js';
-import { columnOf, type RelationshipDef, type ResourceDef } from './resource.js';
+import { columnOf, type RelationshipDef, type ResourceDef, type Registry } from './resource.js';
 import { rowScope, mayPerform } from './scope.js';
 import { ApiError, errorObject } from './errors.js';
 import { identifier, renderResource, type Identifier, type IncludeLimits, type RenderContext, type Row } from './serialize.js';

@@ -13,89 +13,21 @@ import { principalOf, systemActor, type Actor } from './actor.js';
 import { queueEvent, type EventAction } from './outbox.js';
 import { ApiError, errorObject, forbidden, notFound } from './errors.js';
 import { ROLES } from './principal.js';
-import type { Registry } from './query/parse.js';
 import { fetchById, type Reader } from './read.js';
-import type { ActionContext, ActionResult, AttributeDef, ResourceDef } from './resource.js';
+import type { ActionContext, ActionResult, Records, Registry, RenderWritten, ResourceDef, WriteOptions } from './resource.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
 import { renderResource, type Row } from './serialize.js';
-import type { AppServices } from './services.js';
-import { validateAttributes } from './validate.js';
+import type { AppServices } from './resource.js';
 import type { Rendered, WriteValues } from './typed-writes.js';
+import { inputSpec, validateAttributes } from './validate.js';
 import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
 
-/** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
-export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
-
-export interface WriteOptions<T> {
-  /** How to render the stored record (HTTP: the request's document); default: the resource object. */
-  render?: RenderWritten<T>;
-  /** An update's further event, one of the type's `extraEvents` (`analysed`), queued after its `updated` event. */
-  event?: string;
-}
-
-export interface Written<T = Row> {
-  id: string;
-  /** 201 for a new record, 200 for an existing one (idempotent repeats, upserts, updates). */
-  status: 200 | 201;
-  record: T;
-}
-
-export interface Deleted {
-  id: string;
-  /** Exact counts of the records the delete removed, by type (the record itself and any cascade). */
-  removed: Record<string, number>;
-}
-
-export interface Records {
-  /** Typed by resource when `type` is a literal (typed-writes.ts); `T` the record `render` makes. */
-  create<T = never, K extends string = string>(
-    actor: Actor,
-    type: K,
-    values: WriteValues<K>,
-    options?: WriteOptions<T>,
-  ): Promise<Written<Rendered<T, K>>>;
-  update<T = never, K extends string = string>(
-    actor: Actor,
-    type: K,
-    id: string,
-    values: WriteValues<K>,
-    options?: WriteOptions<T>,
-  ): Promise<Written<Rendered<T, K>>>;
-  delete(actor: Actor, type: string, id: string): Promise<Deleted>;
-  /**
-   * Runs the type's custom action `name` (on record `id` for a member action). `input` may be a function, called
-   * once the record is locked and the role checked, so that a body's problems come after 404 and 403.
-   */
-  perform<T = Row>(
-    actor: Actor,
-    type: string,
-    name: string,
-    id: string | undefined,
-    input: Record<string, unknown> | (() => Record<string, unknown>),
-    options?: WriteOptions<T> & { clientAddress?: string; signal?: AbortSignal },
-  ): Promise<Written<T> & { meta?: Record<string, unknown> }>;
-  /** Several writes in one transaction (e.g. a call with its conversation and participants). */
-  transaction<T>(work: (records: Records) => Promise<T>): Promise<T>;
-}
+export type { Deleted, Records, RenderWritten, WriteOptions, Written } from './resource.js';
 
 interface RecordsOptions {
   db: Database;
   registry: Registry;
   services: AppServices;
-}
-
-/** Attributes a write accepts, and those it requires: the declared create/update flags; for the system every stored one. */
-export function acceptedAttributes(attributes: Record<string, AttributeDef>, kind: 'create' | 'update', system = false) {
-  const accepted: Record<string, AttributeDef> = {};
-  const required: string[] = [];
-  for (const [name, def] of Object.entries(attributes)) {
-    const flag = kind === 'update' ? def.update : def.create;
-    if ((def.expression && !def.storedByHook) || def.revealedOnCreate) continue;
-    if (!flag && !system) continue;
-    accepted[name] = def;
-    if (kind === 'create' && flag === 'required') required.push(name);
-  }
-  return { accepted, required };
 }
 
 export function createRecords(options: RecordsOptions): Records {
@@ -109,6 +41,13 @@ function bind(options: RecordsOptions, db: Database): Records {
     const resource = registry.get(type);
     if (!resource) throw new Error(`records: no resource type ${type}`);
     return resource;
+  };
+
+  /** What hooks and actions receive: the write's transaction, its actor and its values as given. */
+  const context = (trx: Database, actor: Actor, resource: ResourceDef, values: Record<string, unknown>, existing?: Row): ActionContext => {
+    const records = bind(options, trx);
+    const provided = new Set(Object.keys(values));
+    return { db: trx, services, principal: principalOf(actor), actor, records, resource, values, provided, existing, registry };
   };
 
   /** The resource object as a GET renders it, seen by the actor. */
@@ -139,27 +78,15 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'create');
-      const { accepted, required } = acceptedAttributes(resource.attributes, 'create', system);
-      const values = validateAttributes(input as Record<string, unknown>, accepted, required);
+      const { accepted, required } = inputSpec(resource.attributes, 'create', system);
+      const values = opts.validated ? opts.validated() : validateAttributes(input as Record<string, unknown>, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
-        const provided = new Set(Object.keys(values));
         // The event with the record, when the create is its own transaction: the insert is then its last
         // statement before COMMIT, where events take their ids (outbox.ts). In a larger transaction, the commit hook.
         const eventOnInsert =
           resource.events === false || db.isTransaction ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
-        const ctx: ActionContext = {
-          db: trx,
-          services,
-          principal,
-          actor,
-          records: bind(options, trx),
-          resource,
-          values,
-          provided,
-          registry,
-          eventOnInsert,
-        };
+        const ctx: ActionContext = { ...context(trx, actor, resource, values), eventOnInsert };
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         applyDefaults(resource, values);
         await resource.beforeInsert?.(ctx);
@@ -179,27 +106,12 @@ function bind(options: RecordsOptions, db: Database): Records {
       const principal = principalOf(actor);
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'read');
-      const { accepted } = acceptedAttributes(resource.attributes, 'update', system);
+      const { accepted } = inputSpec(resource.attributes, 'update', system);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
-        const existing = await lockVisible(trx, resource, principal, id);
-        // 404 before 403: a record the caller cannot see is not revealed by the refusal.
-        if (!system) requirePermission(resource, principal, 'update');
-        if (!system) await assertWritable(trx, resource, principal, id);
-        const values = validateAttributes(input as Record<string, unknown>, accepted, []);
-        const provided = new Set(Object.keys(values));
-        const ctx: ActionContext = {
-          db: trx,
-          services,
-          principal,
-          actor,
-          records: bind(options, trx),
-          resource,
-          values,
-          provided,
-          existing,
-          registry,
-        };
+        const existing = await lockWritable(trx, actor, resource, id, () => requirePermission(resource, principal, 'update'));
+        const values = opts.validated ? opts.validated() : validateAttributes(input as Record<string, unknown>, accepted, []);
+        const ctx = context(trx, actor, resource, values, existing);
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         await resource.beforeUpdate?.(ctx);
         const columns = columnValues(resource, values);
@@ -227,21 +139,10 @@ function bind(options: RecordsOptions, db: Database): Records {
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'read');
       return runTransaction(db, resource, async (trx) => {
-        const existing = await lockVisible(trx, resource, principal, id);
-        if (!system && !mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
-        if (!system) await assertWritable(trx, resource, principal, id);
-        const ctx: ActionContext = {
-          db: trx,
-          services,
-          principal,
-          actor,
-          records: bind(options, trx),
-          resource,
-          values: {},
-          provided: new Set(),
-          existing,
-          registry,
-        };
+        const existing = await lockWritable(trx, actor, resource, id, () => {
+          if (!mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
+        });
+        const ctx = context(trx, actor, resource, {}, existing);
         // The deleted event carries the record as it was, rendered before anything goes.
         const before =
           resource.events === false
@@ -279,14 +180,15 @@ function bind(options: RecordsOptions, db: Database): Records {
       const system = actor.kind === 'system';
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       const run = async (trx: Database) => {
-        const existing = action.member && id ? await lockVisible(trx, resource, principal, id) : undefined;
-        if (!system && !(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
-        if (existing && id && !system) await assertWritable(trx, resource, principal, id);
-        const { accepted, required } = acceptedAttributes(action.input, 'create');
+        const mayRun = () => {
+          if (!(action.roles ?? ROLES).includes(principal.role)) throw forbidden();
+        };
+        const existing = action.member && id ? await lockWritable(trx, actor, resource, id, mayRun) : undefined;
+        if (!existing && !system) mayRun();
+        const { accepted, required } = inputSpec(action.input, 'create');
         const values = typeof input === 'function' ? input() : validateAttributes(input, accepted, required);
         await checkReferences({ db: trx, principal, registry }, action.input, values);
-        const provided = new Set(Object.keys(values));
-        const ctx = { db: trx, services, principal, actor, records: bind(options, trx), resource, values, provided, existing, registry };
+        const ctx = context(trx, actor, resource, values, existing);
         const signal = opts.signal ?? new AbortController().signal;
         const result = await action.run({ ...ctx, clientAddress: opts.clientAddress ?? '', signal });
         const record = await render(trx, result);
@@ -321,22 +223,27 @@ export async function writtenRow(reader: Reader, resource: ResourceDef, result: 
   return row;
 }
 
-/** The visible row, locked for the rest of the transaction; 404 when the actor cannot see it. */
-async function lockVisible(trx: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string) {
+/**
+ * The one order of a write on one record, for every writer: the visible row, locked for the rest of the
+ * transaction, or 404 when the actor cannot see it; then, for a principal, 403 when its role may not
+ * (`mayWrite` throws) or the row is outside `access.writable`. The values' problems (422) come after: a record
+ * the caller cannot see is not revealed by a refusal.
+ */
+async function lockWritable(trx: Database, actor: Actor, resource: ResourceDef, id: string, mayWrite: () => void) {
+  const principal = principalOf(actor);
   const { rows } = await sql<Record<string, unknown>>`
     SELECT t.* FROM ${sql.table(resource.table)} t
     WHERE t.id = ${id} AND ${rowScope(resource, principal)} FOR UPDATE`.execute(trx);
   if (!rows[0]) throw notFound();
+  if (actor.kind !== 'system') {
+    mayWrite();
+    await assertWritable(trx, resource, principal, id);
+  }
   return rows[0];
 }
 
 /** A visible record outside the role's `access.writable` rows (another member's user record, for an operator) is a 403. */
-export async function assertWritable(
-  db: Database,
-  resource: ResourceDef,
-  principal: ReturnType<typeof principalOf>,
-  id: string,
-): Promise<void> {
+async function assertWritable(db: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string): Promise<void> {
   const writable = resource.access.writable?.(principal, 't');
   if (!writable) return;
   const { rows } = await sql<{ ok: boolean }>`

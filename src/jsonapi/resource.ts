@@ -4,13 +4,20 @@
  * the engine derives routes, validation, queries, serialisation and OpenAPI
  * from that alone.
  */
+import type { Redis } from 'ioredis';
 import type { RawBuilder } from 'kysely';
+import type { Config } from '../config/index.js';
+import type { Database } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import type { Actor } from './actor.js';
-import type { Registry } from './query/parse.js';
-import type { Records } from './records.js';
 import type { Principal, PrincipalRole, Role } from './principal.js';
-import type { AppServices } from './services.js';
+import type { Rendered, WriteValues } from './typed-writes.js';
+
+/** Every resource by type. */
+export type Registry = ReadonlyMap<string, ResourceDef>;
+
+/** A record's columns (or rendering) by name. */
+export type Row = Record<string, unknown>;
 
 /** PostgreSQL type of the column behind an attribute; drives casts in filters and cursors. */
 export type SqlType = 'text' | 'uuid' | 'integer' | 'boolean' | 'timestamptz' | 'jsonb' | 'text[]';
@@ -84,6 +91,8 @@ export interface AttributeDef {
   /** No column of the type's table: the hooks make it from or store it in other columns (a user's `password`). */
   virtual?: boolean;
   description?: string;
+  /** A value for the OpenAPI examples, where the kind's own (kinds.ts) would not be accepted (an e-mail address). */
+  example?: unknown;
 }
 
 export interface RelationshipDef {
@@ -292,6 +301,88 @@ export interface CustomAction {
   run: (ctx: ActionContext & { clientAddress: string; signal: AbortSignal }) => Promise<ActionResult>;
 }
 
+/*
+ * What hooks and actions are handed: the records service and the process's services. Declared here with the
+ * vocabulary that names them, so that the engine's modules import one another without loops.
+ */
+
+/** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
+export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
+
+export interface WriteOptions<T> {
+  /** How to render the stored record (HTTP: the request's document); default: the resource object. */
+  render?: RenderWritten<T>;
+  /** An update's further event, one of the type's `extraEvents` (`analysed`), queued after its `updated` event. */
+  event?: string;
+  /**
+   * The values, validated by the caller against the operation's `inputSpec` (validate.ts): called in place of
+   * validating the `values` argument, once the record is locked and the role checked, so that a body's problems
+   * (422) come after 404 and 403 and are found once (the JSON:API routes).
+   */
+  validated?: () => Record<string, unknown>;
+}
+
+export interface Written<T = Row> {
+  id: string;
+  /** 201 for a new record, 200 for an existing one (idempotent repeats, upserts, updates). */
+  status: 200 | 201;
+  record: T;
+}
+
+export interface Deleted {
+  id: string;
+  /** Exact counts of the records the delete removed, by type (the record itself and any cascade). */
+  removed: Record<string, number>;
+}
+
+export interface Records {
+  /** Typed by resource when `type` is a literal (typed-writes.ts); `T` the record `render` makes. */
+  create<T = never, K extends string = string>(
+    actor: Actor,
+    type: K,
+    values: WriteValues<K>,
+    options?: WriteOptions<T>,
+  ): Promise<Written<Rendered<T, K>>>;
+  update<T = never, K extends string = string>(
+    actor: Actor,
+    type: K,
+    id: string,
+    values: WriteValues<K>,
+    options?: WriteOptions<T>,
+  ): Promise<Written<Rendered<T, K>>>;
+  delete(actor: Actor, type: string, id: string): Promise<Deleted>;
+  /**
+   * Runs the type's custom action `name` (on record `id` for a member action). `input` may be a function, called
+   * once the record is locked and the role checked, so that a body's problems come after 404 and 403.
+   */
+  perform<T = Row>(
+    actor: Actor,
+    type: string,
+    name: string,
+    id: string | undefined,
+    input: Record<string, unknown> | (() => Record<string, unknown>),
+    options?: WriteOptions<T> & { clientAddress?: string; signal?: AbortSignal },
+  ): Promise<Written<T> & { meta?: Record<string, unknown> }>;
+  /** Several writes in one transaction (e.g. a call with its conversation and participants). */
+  transaction<T>(work: (records: Records) => Promise<T>): Promise<T>;
+}
+
+/** The service container: process-wide services that actions and writers need. */
+export interface AppServices {
+  config: Config;
+  /** HS256 key for every JWT the service issues and verifies. */
+  signingKey: Uint8Array;
+  /** Shared counters (rate limits, login throttling) when REDIS_URL is set. */
+  redis?: Redis;
+  /** The one write path; set once the resources are registered (see createRecords). */
+  records?: Records;
+  /**
+   * Runs an agent test suite (src/agents/suite.ts) as a dry run and returns its report; set by the application
+   * (the agents live outside the resources). Throws an ApiError for an unknown agent or a bad suite.
+   */
+  agentTests?: (organisationId: string, agentId: string, suite: unknown) => Promise<unknown>;
+}
+
 export function defineResource<const R extends ResourceDef>(resource: R): R {
   return resource;
 }
@@ -331,25 +422,6 @@ export const rel = {
     ...o,
   }),
 };
-
-export function sqlTypeOf(a: AttributeDef): SqlType {
-  switch (a.kind) {
-    case 'uuid':
-      return 'uuid';
-    case 'integer':
-      return 'integer';
-    case 'boolean':
-      return 'boolean';
-    case 'timestamp':
-      return 'timestamptz';
-    case 'object':
-      return 'jsonb';
-    case 'string_array':
-      return 'text[]';
-    default:
-      return 'text';
-  }
-}
 
 export const columnOf = (name: string, a: AttributeDef): string => a.column ?? name;
 

@@ -13,9 +13,9 @@ import type { ActionResult, CustomAction, RelationshipDef, ResourceDef } from '.
 import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
-import { UUID_PATTERN, validateBody, validateDocument } from './validate.js';
+import { inputSpec, UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
-import { acceptedAttributes, assertWritable, createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
+import { createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
 import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
@@ -152,9 +152,21 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (!resource.path) continue;
     const collection = `/api/${resource.path}`;
     const member = `${collection}/:id`;
-    const createInput = acceptedAttributes(resource.attributes, 'create');
-    const updateInput = acceptedAttributes(resource.attributes, 'update');
     const relationships = Object.keys(resource.relationships);
+    /**
+     * The body's values, once the records service has checked 404 and 403 (it calls this), and where a reference
+     * given as linkage came from: a reference the service refuses is reported on the relationship the client sent.
+     */
+    const body = (request: FastifyRequest, kind: WriteKind, id?: string) => {
+      let relocate = (error: unknown) => error;
+      const validated = () => {
+        const spec = inputSpec(resource.attributes, kind === 'update' ? 'update' : 'create');
+        const document = validateDocument(request.body, { type: resource.type, kind, id, relationships, ...spec });
+        relocate = document.relocate;
+        return document.values;
+      };
+      return { validated, relocate: (error: unknown) => Promise.reject(relocate(error)) };
+    };
     const allowed = { [collection]: [] as string[], [member]: [] as string[] };
     /** Route options: a visitor credential reaches only what the resource's access rules grant visitors. */
     const visitorMay = (operation: 'read' | 'create' | 'update') => ({
@@ -212,10 +224,10 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         const { principal, actor } = context(request);
         requirePermission(resource, principal, 'create');
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const { values, relocate } = validateDocument(request.body, { type: resource.type, kind: 'create', relationships, ...createInput });
-        const { status, record } = await records
-          .create(actor, resource.type, values, { render: (trx, result) => single(request, resource, result.id, query, {}, trx, result) })
-          .catch((error) => Promise.reject(relocate(error)));
+        const { validated, relocate } = body(request, 'create');
+        const render: RenderWritten<Record<string, unknown>> = (trx, result) =>
+          single(request, resource, result.id, query, {}, trx, result);
+        const { status, record } = await records.create(actor, resource.type, {}, { render, validated }).catch(relocate);
         return created(reply, record, status);
       });
     }
@@ -227,20 +239,10 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         requirePermission(resource, principal, 'read');
         const id = idParam(request);
         const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        // 404 for an invisible record comes before 403 and before the body's own problems.
-        if (!(await fetchById({ db, principal, registry }, resource, id))) throw notFound();
-        requirePermission(resource, principal, 'update');
-        await assertWritable(db, resource, principal, id);
-        const { values, relocate } = validateDocument(request.body, {
-          type: resource.type,
-          kind: 'update',
-          id,
-          relationships,
-          ...updateInput,
-        });
-        const { record } = await records
-          .update(actor, resource.type, id, values, { render: (trx) => single(request, resource, id, query, {}, trx) })
-          .catch((error) => Promise.reject(relocate(error)));
+        // The service answers 404 for an invisible record before 403, and both before the body's own problems.
+        const { validated, relocate } = body(request, 'update', id);
+        const render: RenderWritten<Record<string, unknown>> = (trx) => single(request, resource, id, query, {}, trx);
+        const { record } = await records.update(actor, resource.type, id, {}, { render, validated }).catch(relocate);
         return record;
       });
     }
@@ -263,7 +265,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
   function registerAction(resource: ResourceDef, name: string, action: CustomAction) {
     const url = action.member ? `/api/${resource.path}/:id/${action.path}` : `/api/${action.path}`;
-    const input = acceptedAttributes(action.input, 'create');
+    const input = inputSpec(action.input, 'create');
     const addressBudget = action.rateLimitPerAddress?.(options);
     const config = {
       allowPublishable: action.allowPublishable ?? false,

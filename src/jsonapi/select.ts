@@ -1,22 +1,11 @@
 import { createQueryId, PostgresQueryCompiler, sql, type RawBuilder } from 'kysely';
-import type { Registry } from './query/parse.js';
 import type { Principal } from './principal.js';
-import { type AttributeDef, columnOf, type ResourceDef } from './resource.js';
+import { renderedValue } from './kinds.js';
+import { columnOf, type ResourceDef, type Registry } from './resource.js';
 import { rowScope } from './scope.js';
 
 /** Column alias under which a relationship's linkage id is selected. */
 export const linkageColumn = (relationship: string) => `_rel_${relationship}`;
-
-/**
- * A stored timestamp as the text a response shows (RFC 3339 in UTC: milliseconds, or whole seconds for
- * `precision: 'seconds'`), made by PostgreSQL. Read as a Date, it cost the driver a regular-expression parse
- * and the renderer a `toISOString` for each value (a sixth of a conversation list's CPU in Node.js). Both
- * truncate to the millisecond; input is limited to years 1000-9999, which the pattern covers.
- */
-export function timestampText(column: RawBuilder<unknown>, def: AttributeDef): RawBuilder<unknown> {
-  const pattern = def.precision === 'seconds' ? 'YYYY-MM-DD"T"HH24:MI:SS"Z"' : 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"';
-  return sql`to_char(${column} AT TIME ZONE 'UTC', ${sql.lit(pattern)})`;
-}
 
 /**
  * The select list of a resource row (main table aliased `t`): id, every
@@ -51,7 +40,7 @@ function buildSelectList(resource: ResourceDef, principal: Principal, registry: 
   for (const [name, def] of Object.entries(resource.attributes)) {
     if (def.writeOnly || def.revealedOnCreate) continue;
     const column = sql.ref(`t.${columnOf(name, def)}`);
-    const value = def.expression ? def.expression(principal) : def.kind === 'timestamp' ? timestampText(column, def) : column;
+    const value = def.expression ? def.expression(principal) : renderedValue(column, def);
     parts.push(sql`${value} AS ${sql.id(name)}`);
   }
   for (const [name, relationship] of Object.entries(resource.relationships)) {

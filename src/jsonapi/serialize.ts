@@ -1,11 +1,10 @@
 /** Rendering rows as JSON:API resource objects and documents. */
 import qs from 'qs';
-import type { Registry } from './query/parse.js';
 import type { Principal } from './principal.js';
-import type { AttributeDef, ResourceDef } from './resource.js';
+import type { AttributeDef, Registry, ResourceDef, Row } from './resource.js';
 import { linkageColumn } from './select.js';
 
-export type Row = Record<string, unknown>;
+export type { Row };
 export type Identifier = { id: string; type: string; meta: Record<string, never> };
 
 export interface RenderContext {

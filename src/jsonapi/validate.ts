@@ -1,22 +1,50 @@
 /** Request document validation: every problem of a body is reported together. */
 import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorObject } from './errors.js';
+import { convertTimestamp, convertValue } from './kinds.js';
 import type { AttributeDef } from './resource.js';
 
-export const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
-const INT4_MAX = 2_147_483_647;
+export { UUID_PATTERN } from './kinds.js';
 
 export type WriteKind = 'create' | 'update' | 'action';
 
-export interface BodyExpectation {
+/** What one operation accepts: the attributes by name, and those it requires. */
+export interface InputSpec {
+  accepted: Record<string, AttributeDef>;
+  /** Names that must be present (create 'required'). */
+  required: string[];
+}
+
+const specs = new WeakMap<Record<string, AttributeDef>, Map<string, InputSpec>>();
+
+/**
+ * The one statement of what a create or an update accepts (a custom action's `input` is read as a create):
+ * the declared create/update flags, never a computed attribute (unless a hook stores it) or one shown only on
+ * create; for the system, every stored attribute. Read by the records service, the routes' body validation
+ * and the OpenAPI request schemas, so none of them can accept what another refuses.
+ */
+export function inputSpec(attributes: Record<string, AttributeDef>, operation: 'create' | 'update', system = false): InputSpec {
+  const byOperation = specs.get(attributes) ?? new Map<string, InputSpec>();
+  specs.set(attributes, byOperation);
+  const key = `${operation}${system ? ':system' : ''}`;
+  let spec = byOperation.get(key);
+  if (!spec) {
+    spec = { accepted: {}, required: [] };
+    for (const [name, def] of Object.entries(attributes)) {
+      const flag = operation === 'update' ? def.update : def.create;
+      if ((def.expression && !def.storedByHook) || def.revealedOnCreate || (!flag && !system)) continue;
+      spec.accepted[name] = def;
+      if (operation === 'create' && flag === 'required') spec.required.push(name);
+    }
+    byOperation.set(key, spec);
+  }
+  return spec;
+}
+
+export interface BodyExpectation extends InputSpec {
   type: string;
   kind: WriteKind;
   /** For updates: the id in the path, which data.id must equal. */
   id?: string;
-  /** Attributes the operation accepts, by name. */
-  accepted: Record<string, AttributeDef>;
-  /** Names that must be present (create 'required'). */
-  required: string[];
   /** The type's declared relationships: sending one the operation cannot set is a 403, not an unknown name. */
   relationships?: readonly string[];
 }
@@ -91,11 +119,11 @@ function documentData(body: unknown, expected: BodyExpectation): Record<string, 
  * The to-one relationships a body may set through linkage, by name: each accepted reference attribute
  * `x_id` (a uuid naming an `X`) stands for the relationship `x` of type `X`, as the resources declare them.
  */
-function writableLinkage(accepted: Record<string, AttributeDef>): Map<string, { attribute: string; type: string }> {
+export function writableLinkage(accepted: Record<string, AttributeDef>): Map<string, { attribute: string; type: string }> {
   const linkage = new Map<string, { attribute: string; type: string }>();
   for (const [name, def] of Object.entries(accepted)) {
-    if (def.kind === 'uuid' && def.references && name.endsWith('_id'))
-      linkage.set(name.slice(0, -3), { attribute: name, type: def.references });
+    // Only a uuid may reference (verify.ts).
+    if (def.references && name.endsWith('_id')) linkage.set(name.slice(0, -3), { attribute: name, type: def.references });
   }
   return linkage;
 }
@@ -202,19 +230,7 @@ export function validateDocument(
       values[name] = result.value;
     }
   }
-  // Unknown attributes past the error document's bound are only counted (a 1 MiB body can name 100,000).
-  let uncounted = 0;
-  for (const [name, value] of Object.entries(attributes)) {
-    const def = Object.hasOwn(expected.accepted, name) ? expected.accepted[name] : undefined;
-    if (!def) {
-      if (errors.length >= MAX_ERRORS_PER_DOCUMENT) uncounted += 1;
-      else errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
-      continue;
-    }
-    const result = convertValue(def, value);
-    if (result.ok) values[name] = result.value;
-    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
-  }
+  const uncounted = convertAttributes(attributes, expected.accepted, values, errors);
   for (const name of expected.required) {
     const viaRelationship = name.endsWith('_id') && Object.hasOwn((data.relationships as object | undefined) ?? {}, name.slice(0, -3));
     if (!(name in attributes) && !viaRelationship) errors.push(errorObject('required', `\`${name}\` is required.`, pointer(name)));
@@ -242,6 +258,32 @@ function relocatePointers(error: unknown, moved: Map<string, string>): unknown {
 }
 
 /**
+ * Converts the attributes given by name into `values`, each problem into `errors`; returns how many unknown
+ * names past the error document's bound were only counted (a 1 MiB body can name 100,000).
+ */
+function convertAttributes(
+  input: Record<string, unknown>,
+  accepted: Record<string, AttributeDef>,
+  values: Record<string, unknown>,
+  errors: ErrorObject[],
+): number {
+  let uncounted = 0;
+  for (const [name, value] of Object.entries(input)) {
+    if (value === undefined) continue;
+    const def = Object.hasOwn(accepted, name) ? accepted[name] : undefined;
+    if (!def) {
+      if (errors.length >= MAX_ERRORS_PER_DOCUMENT) uncounted += 1;
+      else errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
+      continue;
+    }
+    const result = convertValue(def, value);
+    if (result.ok) values[name] = result.value;
+    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
+  }
+  return uncounted;
+}
+
+/**
  * Validates attribute values given by name (the records service's input, from
  * any writer): unknown names, invalid values and missing required ones are
  * reported together, each on its `/data/attributes/<name>` pointer.
@@ -253,138 +295,12 @@ export function validateAttributes(
 ): Record<string, unknown> {
   const errors: ErrorObject[] = [];
   const values: Record<string, unknown> = {};
-  for (const [name, value] of Object.entries(input)) {
-    if (value === undefined) continue;
-    const def = Object.hasOwn(accepted, name) ? accepted[name] : undefined;
-    if (!def) {
-      errors.push(errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation.`, pointer(name)));
-      continue;
-    }
-    const result = convertValue(def, value);
-    if (result.ok) values[name] = result.value;
-    else errors.push(errorObject('invalid_attribute', `\`${name}\` ${result.problem}.`, pointer(name)));
-  }
+  const uncounted = convertAttributes(input, accepted, values, errors);
   for (const name of required) {
     if (input[name] === undefined) errors.push(errorObject('required', `\`${name}\` is required.`, pointer(name)));
   }
-  if (errors.length > 0) throw new ApiError(errors);
+  if (errors.length > 0) throw new ApiError(errors, {}, errors.length + uncounted);
   return values;
-}
-
-/**
- * The outcome of converting one value: the stored form, or why it cannot be.
- * A tagged union, so that a valid value that happens to look like a problem
- * (an object attribute `{"problem": "late delivery"}`) is never mistaken for one.
- */
-export type Conversion<T = unknown> = { ok: true; value: T } | { ok: false; problem: string };
-export const converted = <T>(value: T): Conversion<T> => ({ ok: true, value });
-export const invalid = (problem: string): Conversion<never> => ({ ok: false, problem });
-
-/** Checks one value against its attribute definition; returns the stored form or a problem. */
-export function convertValue(def: AttributeDef, value: unknown): Conversion {
-  if (value === null) return def.nullable ? converted(null) : invalid('must not be null');
-  const result = convertByKind(def, value);
-  if (!result.ok) return result;
-  const extra = def.check?.(result.value);
-  return extra ? invalid(extra) : result;
-}
-
-function convertByKind(def: AttributeDef, value: unknown): Conversion {
-  switch (def.kind) {
-    case 'string':
-      return checkString(def, value);
-    case 'enum':
-      return typeof value === 'string' && def.values!.includes(value)
-        ? converted(value)
-        : invalid(`must be one of: ${def.values!.join(', ')}`);
-    case 'uuid':
-      return typeof value === 'string' && UUID_PATTERN.test(value) ? converted(value.toLowerCase()) : invalid('must be a UUID');
-    case 'integer': {
-      const min = def.minimum ?? -INT4_MAX - 1;
-      const max = def.maximum ?? INT4_MAX;
-      if (typeof value !== 'number' || !Number.isInteger(value)) return invalid('must be an integer');
-      return value < min || value > max ? invalid(`must be between ${min} and ${max}`) : converted(value);
-    }
-    case 'boolean':
-      return typeof value === 'boolean' ? converted(value) : invalid('must be true or false');
-    case 'timestamp':
-      // Writers inside the process (agent runtime, SIP edge) may pass Dates; they get the same bounds as text.
-      return convertTimestamp(
-        value instanceof Date ? (Number.isNaN(value.getTime()) ? '' : value.toISOString()) : value,
-        def.precision === 'seconds',
-      );
-    case 'object':
-      return checkObject(def, value);
-    case 'string_array':
-      return checkStringArray(def, value);
-  }
-}
-
-function textProblem(
-  def: { minLength?: number; maxLength?: number; maxBytes?: number; pattern?: string },
-  value: string,
-): string | undefined {
-  if (value.includes('\u0000')) return 'must not contain NUL characters';
-  const length = [...value].length;
-  if (def.minLength !== undefined && length < def.minLength) return `must have at least ${def.minLength} characters`;
-  if (def.maxLength !== undefined && length > def.maxLength) return `must have at most ${def.maxLength} characters`;
-  if (def.maxBytes !== undefined && Buffer.byteLength(value) > def.maxBytes) return `must be at most ${def.maxBytes} bytes of UTF-8`;
-  if (def.pattern !== undefined && !new RegExp(def.pattern, 'u').test(value)) return `must match ${def.pattern}`;
-  if (!value.isWellFormed()) return 'must be well-formed Unicode';
-  return undefined;
-}
-
-function checkString(def: AttributeDef, value: unknown): Conversion {
-  if (typeof value !== 'string') return invalid('must be a string');
-  const problem = textProblem(def, value);
-  return problem ? invalid(problem) : converted(value);
-}
-
-function checkObject(def: AttributeDef, value: unknown): Conversion {
-  if (!isPlainObject(value)) return invalid('must be a JSON object');
-  const text = JSON.stringify(value);
-  if (text.includes('\\u0000')) return invalid('must not contain NUL characters');
-  if (!text.isWellFormed() || /\\ud[89a-f][0-9a-f]{2}/i.test(text)) return invalid('must be well-formed Unicode');
-  const limit = def.maxBytes;
-  if (limit !== undefined && Buffer.byteLength(text) > limit) return invalid(`must be at most ${limit} bytes of JSON`);
-  return converted(value);
-}
-
-function checkStringArray(def: AttributeDef, value: unknown): Conversion {
-  if (!Array.isArray(value)) return invalid('must be an array of strings');
-  if (def.minItems !== undefined && value.length < def.minItems) return invalid(`must have at least ${def.minItems} items`);
-  if (def.maxItems !== undefined && value.length > def.maxItems) return invalid(`must have at most ${def.maxItems} items`);
-  for (const [index, item] of value.entries()) {
-    if (typeof item !== 'string') return invalid(`item ${index} must be a string`);
-    const problem = textProblem(def.items ?? {}, item);
-    if (problem) return invalid(`item ${index} ${problem}`);
-  }
-  return converted(value);
-}
-
-/** Timestamps outside these years (in UTC) are refused: they cannot round-trip through every driver. */
-export const TIMESTAMP_YEARS = { min: 1000, max: 9999 } as const;
-
-/** Why a timestamp's year is refused: said apart from a malformed value, since the format is right. */
-export const TIMESTAMP_RANGE_PROBLEM = `must be in the years ${TIMESTAMP_YEARS.min} to ${TIMESTAMP_YEARS.max} (UTC)`;
-
-/** Parses an RFC 3339 date-time (any offset) to a Date, or says why it cannot; optionally truncated to whole seconds. */
-export function convertTimestamp(value: unknown, wholeSeconds = false): Conversion<Date> {
-  const malformed = invalid('must be an RFC 3339 date-time with offset, such as 2026-01-31T12:00:00Z');
-  if (typeof value !== 'string') return malformed;
-  const match = RFC3339.exec(value);
-  if (!match) return malformed;
-  const [, year, month, day, hour, minute, second] = match.map(Number);
-  if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 59) return malformed;
-  // Year 0000 exists in RFC 3339 (ISO 8601's proleptic calendar); it is out of range, not malformed.
-  if (year < 1) return invalid(TIMESTAMP_RANGE_PROBLEM);
-  const date = new Date(value.toUpperCase());
-  if (Number.isNaN(date.getTime())) return malformed;
-  if (new Date(Date.UTC(year, month - 1, day)).getUTCDate() !== day) return malformed;
-  const utcYear = date.getUTCFullYear();
-  if (utcYear < TIMESTAMP_YEARS.min || utcYear > TIMESTAMP_YEARS.max) return invalid(TIMESTAMP_RANGE_PROBLEM);
-  if (wholeSeconds) date.setUTCMilliseconds(0);
-  return converted(date);
 }
 
 /** Parses an RFC 3339 date-time (any offset) to a Date; optionally truncated to whole seconds. */

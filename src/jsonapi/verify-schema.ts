@@ -5,7 +5,8 @@
  * the migrated database (test/db-schema.test.ts), so together a declaration is checked against the database.
  */
 import { tables } from '../db/schema.js';
-import { columnOf, sqlTypeOf, type AttributeDef, type ResourceDef, type SqlType } from './resource.js';
+import { KINDS } from './kinds.js';
+import { columnOf, type AttributeDef, type ResourceDef, type SqlType } from './resource.js';
 
 /** The column types (`udt_name`) an attribute's SQL type may be stored in. */
 const COMPATIBLE: Record<SqlType, readonly string[]> = {
@@ -48,7 +49,7 @@ export function schemaProblems(resources: readonly ResourceDef[]): string[] {
         problems.push(`${r.type}.${name}: \`${r.table}\` has no column \`${column}\` (declare it \`virtual\` if the hooks store it).`);
         continue;
       }
-      const type = sqlTypeOf(a);
+      const type = KINDS[a.kind].sqlType;
       if (!COMPATIBLE[type].includes(stored.udt))
         problems.push(`${r.type}.${name}: a ${a.kind} attribute (${type}) cannot be stored in \`${r.table}.${column}\` (${stored.udt}).`);
     }

@@ -3,6 +3,7 @@
  * declaration stops the server at start with every problem named, instead of surfacing as a
  * 500 (or a silently ignored sort key) on the first request that touches it. Pure: no database.
  */
+import { KIND_OPTIONS, KINDS } from './kinds.js';
 import { fieldNames, readableAttributes, type AttributeDef, type ResourceDef } from './resource.js';
 
 export interface VerifyOptions {
@@ -65,7 +66,7 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
       }
       // A belongs-to key that is also a declared attribute must hold ids of the related type.
       const keyAttribute = Object.entries(r.attributes).find(([n, a]) => (a.column ?? n) === relation.foreignKey)?.[1];
-      if (keyAttribute && keyAttribute.kind !== 'uuid')
+      if (keyAttribute && !KINDS[keyAttribute.kind].options?.includes('references'))
         add(`relationship \`${name}\`: key \`${relation.foreignKey}\` is not a uuid attribute.`);
       if (keyAttribute?.references && keyAttribute.references !== relation.type) {
         add(`relationship \`${name}\` is of type ${relation.type} but \`${relation.foreignKey}\` references ${keyAttribute.references}.`);
@@ -136,17 +137,14 @@ function attributeProblems(name: string, a: AttributeDef, types: ReadonlyMap<str
   if (a.storedByHook && !a.expression) add('is stored by a hook but is not computed (give it an expression).');
   if (a.storedByHook && !a.create && !a.update) add('is stored by a hook but never accepted as input.');
   if (a.writeOnly && !a.create && !a.update) add('is write-only but never accepted as input.');
-  if (a.kind === 'enum') {
-    if (!a.values?.length) add('is an enum without values.');
-    else if (a.default !== undefined && typeof a.default !== 'function' && !a.values.includes(String(a.default))) {
-      add(`has default \`${String(a.default)}\`, which is not one of its values.`);
-    }
-  } else if (a.values) add('has values but is no enum.');
-  if (a.references !== undefined) {
-    if (a.kind !== 'uuid') add(`references ${a.references} but is no uuid.`);
-    if (!types.has(a.references)) add(`references unknown type \`${a.references}\`.`);
+  const kind = KINDS[a.kind];
+  for (const p of kind.declarationProblems?.(a) ?? []) add(p);
+  for (const option of KIND_OPTIONS) {
+    const takers = Object.keys(KINDS).filter((k) => KINDS[k as AttributeDef['kind']].options?.includes(option));
+    if (a[option] !== undefined && !kind.options?.includes(option))
+      add(`has \`${option}\`, which only ${takers.join(', ')} attributes take.`);
   }
-  if (a.precision && a.kind !== 'timestamp') add('has a precision but is no timestamp.');
+  if (a.references !== undefined && !types.has(a.references)) add(`references unknown type \`${a.references}\`.`);
   return problems;
 }
 
@@ -156,6 +154,5 @@ const canSort = (a: AttributeDef) => sortBlocker(a) === undefined;
 function sortBlocker(a: AttributeDef): string | undefined {
   if (a.expression) return 'computed';
   if (a.writeOnly) return 'write-only';
-  if (a.kind === 'string_array') return 'a list';
-  return undefined;
+  return KINDS[a.kind].unsortable;
 }

@@ -4,13 +4,20 @@ import { uuidv7 } from 'uuidv7';
 import { transaction, type Database } from '../db/connection.js';
 import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
 import type { Principal } from './principal.js';
-import type { Registry } from './query/parse.js';
-import { columnOf, type ActionContext, type ActionResult, type AttributeDef, type ResourceDef } from './resource.js';
+import {
+  columnOf,
+  type ActionContext,
+  type ActionResult,
+  type AttributeDef,
+  type ResourceDef,
+  type Registry,
+  type AppServices,
+  type Row,
+} from './resource.js';
 import { resourceJsonb } from './json-sql.js';
+import { KINDS } from './kinds.js';
 import { eventsWritten } from './outbox.js';
 import { selectList } from './select.js';
-import type { AppServices } from './services.js';
-import type { Row } from './serialize.js';
 import { rowScope, tenancyScope } from './scope.js';
 
 /** What a reference check needs: the transaction and whose visibility applies. */
@@ -26,7 +33,8 @@ export function columnValues(resource: ResourceDef, values: Record<string, unkno
   for (const [name, value] of Object.entries(values)) {
     const def = resource.attributes[name];
     if (!def || def.expression) continue;
-    columns[columnOf(name, def)] = def.kind === 'object' && value !== null ? JSON.stringify(value) : value;
+    const toColumn = KINDS[def.kind].toColumn;
+    columns[columnOf(name, def)] = toColumn ? toColumn(value) : value;
   }
   return columns;
 }

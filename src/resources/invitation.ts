@@ -79,7 +79,15 @@ export default defineResource({
   path: 'invitations',
   table: 'invitations',
   attributes: {
-    email: attr.string({ create: 'required', minLength: 3, maxLength: 254, pattern: EMAIL, sortable: true, filterable: true }),
+    email: attr.string({
+      create: 'required',
+      minLength: 3,
+      maxLength: 254,
+      pattern: EMAIL,
+      sortable: true,
+      filterable: true,
+      example: 'owner@example.com',
+    }),
     role: attr.enum(ROLES, { create: 'required', filterable: true, description: 'The role the person will have once they accept.' }),
     expires_at: attr.timestamp({
       create: true,

@@ -29,7 +29,14 @@ export default defineResource({
   attributes: {
     sip_username: attr.string({ create: 'required', sortable: true, filterable: true, pattern: '^[A-Za-z0-9_.+-]{3,64}$' }),
     // A secret: neither filterable nor sortable, so it never appears in a URL, a log line or a paging cursor.
-    sip_password: attr.string({ create: true, update: true, minLength: 12, maxLength: 128, default: newSipPassword }),
+    sip_password: attr.string({
+      create: true,
+      update: true,
+      minLength: 12,
+      maxLength: 128,
+      default: newSipPassword,
+      example: 'correct-horse-battery',
+    }),
     user_id: attr.uuid({ create: true, nullable: true, sortable: true, filterable: true, references: 'User' }),
     /** Read only: the address this phone registers as and is called at, in its organisation's own SIP domain. */
     sip_uri: attr.string({

@@ -336,8 +336,8 @@ export default defineResource({
       summary: 'Sign in with e-mail and password; returns the user and an access token in meta.token',
       allowPublishable: true,
       input: {
-        email: attr.string({ create: 'required', minLength: 3, maxLength: 254 }),
-        password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true }),
+        email: attr.string({ create: 'required', minLength: 3, maxLength: 254, example: 'owner@example.com' }),
+        password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true, example: 'correct-horse-battery' }),
       },
       // A small body, and a refused one counts as a failed sign-in of its address (docs/hardening.md).
       bodyLimit: LOGIN_BODY_LIMIT_BYTES,
@@ -354,8 +354,8 @@ export default defineResource({
       status: 201,
       input: {
         invitation_token: attr.string({ create: 'required', minLength: 1, maxLength: 200, writeOnly: true }),
-        email: attr.string({ create: 'required', minLength: 3, maxLength: 254 }),
-        password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true }),
+        email: attr.string({ create: 'required', minLength: 3, maxLength: 254, example: 'owner@example.com' }),
+        password: attr.string({ create: 'required', minLength: 1, maxLength: 1024, writeOnly: true, example: 'correct-horse-battery' }),
         full_name: attr.string({ create: true, maxLength: 200, description: 'Your name, for a new account.' }),
       },
       // Outside a transaction: a refused password must still count against the throttle.

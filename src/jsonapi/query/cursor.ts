@@ -9,7 +9,7 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Cursor, SortKey } from './types.js';
-import { UUID_PATTERN as UUID } from '../validate.js';
+import { UUID_PATTERN as UUID } from '../kinds.js';
 
 const MAC_BYTES = 16;
 

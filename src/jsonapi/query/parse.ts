@@ -4,12 +4,20 @@
  * problem into one 400.
  */
 import { ApiError, errorObject, type ErrorCode, type ErrorObject } from '../errors.js';
-import { fieldNames, type AttributeDef, type ResourceDef } from '../resource.js';
-import { converted, convertTimestamp, invalid, TIMESTAMP_RANGE_PROBLEM, UUID_PATTERN, type Conversion } from '../validate.js';
+import { converted, invalid, KINDS, operatorProblem, type Conversion } from '../kinds.js';
+import { fieldNames, type AttributeDef, type Registry, type ResourceDef } from '../resource.js';
 import type { CursorCodec } from './cursor.js';
-import type { FilterNode, FilterOperator, IncludeTree, PageParams, ParsedQuery, SortKey } from './types.js';
+import {
+  FILTER_OPERATORS,
+  type FilterNode,
+  type FilterOperator,
+  type IncludeTree,
+  type PageParams,
+  type ParsedQuery,
+  type SortKey,
+} from './types.js';
 
-export type Registry = ReadonlyMap<string, ResourceDef>;
+export type { Registry };
 
 export interface QueryLimits {
   defaultLimit: number;
@@ -25,44 +33,25 @@ export interface QueryOptions {
   cursors?: CursorCodec;
 }
 
-const MAX_FILTER_DEPTH = 4;
-const MAX_FILTER_CONDITIONS = 50;
-const MAX_IN_VALUES = 100;
-/** Nesting of a JSON object given as a filter value (`filter[metadata][contains]={...}`). */
-const MAX_FILTER_JSON_DEPTH = 32;
-
-/** Nesting depth of a parsed JSON value, without recursion (a hostile value may nest thousands deep). */
-function jsonDepth(value: unknown): number {
-  let deepest = 0;
-  const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length > 0) {
-    const [node, depth] = stack.pop()!;
-    if (typeof node !== 'object' || node === null) continue;
-    deepest = Math.max(deepest, depth);
-    if (deepest > MAX_FILTER_JSON_DEPTH) return deepest;
-    for (const child of Object.values(node)) stack.push([child, depth + 1]);
-  }
-  return deepest;
-}
-
-const OPERATORS: readonly FilterOperator[] = [
-  'eq',
-  'not_eq',
-  'in',
-  'less_than',
-  'greater_than',
-  'less_than_or_equal',
-  'greater_than_or_equal',
-  'is_nil',
-  'contains',
-  'matches',
-];
+/** Bounds of a filter, read by the parser and stated in the OpenAPI document. */
+export const MAX_FILTER_DEPTH = 4;
+export const MAX_FILTER_CONDITIONS = 50;
+export const MAX_IN_VALUES = 100;
 /** Words of a `matches` search taken into account; more are a 400. */
 const MAX_SEARCH_WORDS = 8;
-const ORDERED_OPERATORS = new Set<FilterOperator>(['less_than', 'greater_than', 'less_than_or_equal', 'greater_than_or_equal']);
 
-/** The filterable attribute definitions of a resource, with `id`. */
-const ID_ATTRIBUTE: AttributeDef = { kind: 'uuid' };
+/** `id`, filterable and sortable in every type. */
+const ID_ATTRIBUTE: AttributeDef = { kind: 'uuid', filterable: true };
+/** What a type's `searches` entry is filtered as: words, `matches` only. */
+const SEARCH_ATTRIBUTE: AttributeDef = { kind: 'string', searchable: true };
+
+/** The definition a filter on `name` is judged by (`id`, an attribute, a search), or undefined when there is none. */
+export function filterableAttribute(resource: ResourceDef, name: string): AttributeDef | undefined {
+  if (name === 'id') return ID_ATTRIBUTE;
+  if (resource.searches && Object.hasOwn(resource.searches, name)) return SEARCH_ATTRIBUTE;
+  const def = Object.hasOwn(resource.attributes, name) ? resource.attributes[name] : undefined;
+  return (def?.filterable || def?.searchable) && !def.writeOnly ? def : undefined;
+}
 
 class Problems {
   readonly list: ErrorObject[] = [];
@@ -152,16 +141,6 @@ function parseFields(value: unknown, registry: Registry, problems: Problems): Ma
   return fields;
 }
 
-/** What a type's `searches` entry is filtered as: words, `matches` only. */
-const SEARCH_ATTRIBUTE: AttributeDef = { kind: 'string', searchable: true };
-
-function filterableAttribute(resource: ResourceDef, name: string): AttributeDef | undefined {
-  if (name === 'id') return ID_ATTRIBUTE;
-  if (resource.searches && Object.hasOwn(resource.searches, name)) return SEARCH_ATTRIBUTE;
-  const def = Object.hasOwn(resource.attributes, name) ? resource.attributes[name] : undefined;
-  return (def?.filterable || def?.searchable) && !def.writeOnly ? def : undefined;
-}
-
 /**
  * A `matches` operand as a tsquery: each word (letters and digits, Unicode-aware) a prefix (`refund:*`), all of
  * them required. Nothing but those words reaches the query text, so no tsquery syntax can be injected.
@@ -227,8 +206,8 @@ function parseConditions(resource: ResourceDef, attribute: string, value: unknow
   const nodes: FilterNode[] = [];
   for (const [operator, operand] of operations) {
     const where = isObject(value) ? `${parameter}[${operator}]` : parameter;
-    if (!(OPERATORS as readonly string[]).includes(operator)) {
-      problems.add('invalid_filter', where, `Unknown operator \`${operator}\`; use one of ${OPERATORS.join(', ')}.`);
+    if (!(FILTER_OPERATORS as readonly string[]).includes(operator)) {
+      problems.add('invalid_filter', where, `Unknown operator \`${operator}\`; use one of ${FILTER_OPERATORS.join(', ')}.`);
       continue;
     }
     const result = convertOperand(def, operator as FilterOperator, operand);
@@ -240,18 +219,11 @@ function parseConditions(resource: ResourceDef, attribute: string, value: unknow
 
 /** The operand converted to the attribute's type, or a message saying why it cannot be. */
 function convertOperand(def: AttributeDef, operator: FilterOperator, operand: unknown): Conversion {
-  if (operator === 'matches') {
-    return def.searchable ? searchQuery(operand) : invalid('`matches` applies to searchable text only.');
-  }
-  if (def.searchable && !def.filterable) return invalid('This attribute takes `matches` only.');
+  const problem = operatorProblem(def, operator);
+  if (problem) return invalid(problem);
+  if (operator === 'matches') return searchQuery(operand);
   if (operator === 'is_nil') {
     return operand === 'true' || operand === 'false' ? converted(operand === 'true') : invalid('`is_nil` takes true or false.');
-  }
-  if (ORDERED_OPERATORS.has(operator) && (def.kind === 'object' || def.kind === 'boolean' || def.kind === 'string_array')) {
-    return invalid(`\`${operator}\` does not apply to this attribute.`);
-  }
-  if (operator === 'contains' && !['string', 'object', 'string_array'].includes(def.kind)) {
-    return invalid('`contains` applies to text, JSON objects and lists only.');
   }
   if (operator === 'in') {
     const items =
@@ -259,57 +231,19 @@ function convertOperand(def: AttributeDef, operator: FilterOperator, operand: un
     if (items.length === 0 || items.length > MAX_IN_VALUES) return invalid(`\`in\` takes 1 to ${MAX_IN_VALUES} values.`);
     const values: unknown[] = [];
     for (const item of items) {
-      const result = convertScalar(def, item, false);
+      const result = convertScalar(def, item);
       if (!result.ok) return result;
       values.push(result.value);
     }
     return converted(values);
   }
-  return convertScalar(def, operand, operator === 'contains');
+  return convertScalar(def, operand);
 }
 
-function convertScalar(def: AttributeDef, operand: unknown, contains: boolean): Conversion {
+function convertScalar(def: AttributeDef, operand: unknown): Conversion {
   if (typeof operand !== 'string') return invalid('The value must be a single string.');
   if (operand.includes('\u0000') || !operand.isWellFormed()) return invalid('The value contains characters that cannot be stored.');
-  switch (def.kind) {
-    case 'uuid':
-      return UUID_PATTERN.test(operand) ? converted(operand.toLowerCase()) : invalid('The value must be a UUID.');
-    case 'integer': {
-      const number = Number(operand);
-      return /^-?\d{1,10}$/.test(operand) && Math.abs(number) <= 2_147_483_647
-        ? converted(number)
-        : invalid('The value must be an integer.');
-    }
-    case 'boolean':
-      return operand === 'true' || operand === 'false' ? converted(operand === 'true') : invalid('The value must be true or false.');
-    case 'timestamp': {
-      const date = convertTimestamp(operand);
-      if (date.ok) return date;
-      return invalid(
-        date.problem === TIMESTAMP_RANGE_PROBLEM
-          ? `The value ${TIMESTAMP_RANGE_PROBLEM}.`
-          : 'The value must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z.',
-      );
-    }
-    case 'enum':
-      return def.values!.includes(operand) ? converted(operand) : invalid(`The value must be one of: ${def.values!.join(', ')}.`);
-    case 'object': {
-      try {
-        const parsed: unknown = JSON.parse(operand);
-        if (!isObject(parsed)) return invalid('The value must be a JSON object.');
-        // As deep as a request body may nest; deeper values would only exhaust the database's stack.
-        return jsonDepth(parsed) > MAX_FILTER_JSON_DEPTH
-          ? invalid(`The value nests deeper than ${MAX_FILTER_JSON_DEPTH} levels.`)
-          : converted(parsed);
-      } catch {
-        return invalid('The value must be a JSON object.');
-      }
-    }
-    case 'string_array':
-      return contains ? converted(operand) : invalid('Lists take `contains` or `is_nil` only.');
-    default:
-      return converted(operand);
-  }
+  return KINDS[def.kind].fromQuery(def, operand);
 }
 
 function parseSort(value: unknown, resource: ResourceDef, problems: Problems): SortKey[] {

@@ -1,7 +1,8 @@
 /** SQL fragments for filters, ordering and keyset paging over a resource's table, aliased `t`. */
 import { sql, type RawBuilder } from 'kysely';
+import { KINDS, typedParameter as typed } from '../kinds.js';
 import type { Principal } from '../principal.js';
-import { columnOf, sqlTypeOf, type AttributeDef, type ResourceDef } from '../resource.js';
+import { columnOf, type AttributeDef, type ResourceDef } from '../resource.js';
 import type { Cursor, FilterNode, SortKey } from './types.js';
 
 const ID: AttributeDef = { kind: 'uuid' };
@@ -12,13 +13,6 @@ function attributeOf(resource: ResourceDef, name: string): AttributeDef {
 
 function column(resource: ResourceDef, name: string): RawBuilder<unknown> {
   return sql.ref(`t.${name === 'id' ? 'id' : columnOf(name, resource.attributes[name])}`);
-}
-
-/** A parameter cast to the attribute's column type (JSON objects travel as text). */
-function typed(def: AttributeDef, value: unknown): RawBuilder<unknown> {
-  const type = sqlTypeOf(def);
-  const parameter = type === 'jsonb' && typeof value !== 'string' ? JSON.stringify(value) : value;
-  return sql`${parameter}::${sql.raw(type === 'text[]' ? 'text' : type)}`;
 }
 
 /** `principal` is needed by filterable computed attributes, whose expression depends on who asks. */
@@ -61,31 +55,21 @@ function condition(resource: ResourceDef, attribute: string, operator: string, v
   }
   const def = attributeOf(resource, attribute);
   const col = filterOperand(resource, attribute, principal);
-  switch (operator) {
-    case 'eq':
-      return sql`${col} = ${typed(def, value)}`;
-    case 'not_eq':
-      return sql`${col} IS DISTINCT FROM ${typed(def, value)}`;
-    case 'in':
-      return sql`${col} IN (${sql.join((value as unknown[]).map((v) => typed(def, v)))})`;
-    case 'less_than':
-      return sql`${col} < ${typed(def, value)}`;
-    case 'greater_than':
-      return sql`${col} > ${typed(def, value)}`;
-    case 'less_than_or_equal':
-      return sql`${col} <= ${typed(def, value)}`;
-    case 'greater_than_or_equal':
-      return sql`${col} >= ${typed(def, value)}`;
-    case 'is_nil':
-      return value ? sql`${col} IS NULL` : sql`${col} IS NOT NULL`;
-    case 'contains':
-      if (def.kind === 'object') return sql`${col} @> ${typed(def, value)}`;
-      if (def.kind === 'string_array') return sql`${value}::text = ANY(${col})`;
-      return sql`strpos(${col}, ${value}::text) > 0`;
-    default:
-      throw new Error(`unknown filter operator ${operator}`);
-  }
+  if (operator === 'is_nil') return value ? sql`${col} IS NULL` : sql`${col} IS NOT NULL`;
+  if (operator === 'contains') return KINDS[def.kind].contains!(col, value);
+  if (operator === 'in') return sql`${col} IN (${sql.join((value as unknown[]).map((v) => typed(def, v)))})`;
+  return sql`${col} ${sql.raw(COMPARISONS[operator])} ${typed(def, value)}`;
 }
+
+/** The SQL comparison of each operator that compares with one value. */
+const COMPARISONS: Record<string, string> = {
+  eq: '=',
+  not_eq: 'IS DISTINCT FROM',
+  less_than: '<',
+  greater_than: '>',
+  less_than_or_equal: '<=',
+  greater_than_or_equal: '>=',
+};
 
 const flip = (key: SortKey): SortKey => ({
   attribute: key.attribute,

@@ -5,17 +5,21 @@ export interface IncludeTree {
   [relationship: string]: IncludeTree;
 }
 
-export type FilterOperator =
-  | 'eq'
-  | 'not_eq'
-  | 'in'
-  | 'less_than'
-  | 'greater_than'
-  | 'less_than_or_equal'
-  | 'greater_than_or_equal'
-  | 'is_nil'
-  | 'contains'
-  | 'matches';
+/** Every filter operator, in the order the OpenAPI document lists them; which apply to an attribute: kinds.ts. */
+export const FILTER_OPERATORS = [
+  'eq',
+  'not_eq',
+  'in',
+  'less_than',
+  'greater_than',
+  'less_than_or_equal',
+  'greater_than_or_equal',
+  'is_nil',
+  'contains',
+  'matches',
+] as const;
+export type FilterOperator = (typeof FILTER_OPERATORS)[number];
+export const ORDERED_OPERATORS: readonly FilterOperator[] = ['less_than', 'greater_than', 'less_than_or_equal', 'greater_than_or_equal'];
 
 export type FilterNode =
   | { kind: 'and'; children: FilterNode[] }
