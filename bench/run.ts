@@ -71,6 +71,12 @@ const { values: args } = parseArgs({
     'idle-conversations': { type: 'string', default: '10000000' },
     /** Seconds over which the idle scenario measures the database's CPU. */
     'idle-window': { type: 'string', default: '60' },
+    /**
+     * The idle scenario on a server of your own (with pg_stat_statements preloaded) instead of a cluster started
+     * for the run: its database is kept and, with --reuse, not generated again (10,000,000 conversations take
+     * minutes to generate).
+     */
+    'idle-database-url': { type: 'string' },
     /** Conversations in the embedded database's data set (with items, calls and events in proportion). */
     'embedded-conversations': { type: 'string', default: '100000' },
     'database-url': { type: 'string', default: process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/parley_bench' },
@@ -729,10 +735,11 @@ function report() {
 const started = Date.now();
 if (section('idle')) {
   console.log('\nIdle:');
-  const idle = await idleBenchmark(`${baseUrl}_idle`, {
+  const idle = await idleBenchmark(args['idle-database-url'] ?? `${baseUrl}_idle`, {
     conversations: Number(args['idle-conversations']),
     windowSeconds: Number(args['idle-window']),
     reuse: args.reuse!,
+    server: args['idle-database-url'] ? 'given' : 'private',
   });
   console.log(idleChecks(idle).join('\n'));
 }
