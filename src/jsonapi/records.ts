@@ -20,7 +20,16 @@ import { mayPerform, requirePermission, rowScope } from './scope.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './services.js';
 import { validateAttributes } from './validate.js';
-import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
+import {
+  applyDefaults,
+  checkReferences,
+  columnValues,
+  eventBaseUrl,
+  insertRecord,
+  runTransaction,
+  STORED_VISIBLE,
+  updateRecord,
+} from './write.js';
 
 /** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
 export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
@@ -169,7 +178,9 @@ function bind(options: RecordsOptions, db: Database): Records {
       const { accepted } = acceptedAttributes(resource.attributes, 'update', system);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
-        const existing = await lockVisible(trx, resource, principal, id);
+        // A system write that no hook checks against the stored row needs no locking read first: the UPDATE finds
+        // the row in the organisation (404 when it does not) and returns it rendered, one statement for the three.
+        const existing = system && !resource.beforeUpdate ? undefined : await lockVisible(trx, resource, principal, id);
         // 404 before 403: a record the caller cannot see is not revealed by the refusal.
         if (!system) requirePermission(resource, principal, 'update');
         if (!system) await assertWritable(trx, resource, principal, id);
@@ -190,14 +201,8 @@ function bind(options: RecordsOptions, db: Database): Records {
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         await resource.beforeUpdate?.(ctx);
         const columns = columnValues(resource, values);
-        if (Object.keys(columns).length > 0) {
-          await trx
-            .updateTable(resource.table)
-            .set({ ...columns, updated_at: new Date() })
-            .where('id', '=', id)
-            .execute();
-        }
-        const record = await render(trx, { id, status: 200 });
+        const row = Object.keys(columns).length > 0 ? await updateRecord(ctx, id, { ...columns, updated_at: new Date() }) : undefined;
+        const record = await render(trx, { id, status: 200, row });
         const same = !opts.render && actor.kind === 'system' ? (record as Row) : undefined;
         if (Object.keys(columns).length > 0 || ctx.storedElsewhere) await emit(trx, actor, resource, 'updated', id, same);
         if (opts.event !== undefined) {

@@ -559,7 +559,7 @@ export class CallEvents {
   }
 
   /** The SIP users the calls' records and presence need (the callee or caller named on the Call, busy, restored). */
-  private async sipUsersOf(states: CallState[]): Promise<Map<string, SipUserRow>> {
+  private async sipUsersOf(states: Pick<CallState, 'organisationId' | 'create' | 'busy' | 'restore'>[]): Promise<Map<string, SipUserRow>> {
     const byOrganisation = new Map<string, Set<string>>();
     for (const state of states) {
       const wanted = byOrganisation.get(state.organisationId) ?? new Set<string>();
@@ -649,15 +649,6 @@ export class CallEvents {
     }
   }
 
-  private async sipUsers(organisationId: string, ids: string[]): Promise<Map<string, SipUserRow>> {
-    const valid = ids.filter((id) => UUID.test(id));
-    if (valid.length === 0) return new Map();
-    const { rows } = await sql<SipUserRow>`
-      SELECT s.id, s.sip_username, s.user_id, o.status FROM sip_users s LEFT JOIN operator_statuses o ON o.sip_user_id = s.id
-      WHERE s.organisation_id = ${organisationId} AND s.id = ANY(${valid}::uuid[])`.execute(this.options.db);
-    return new Map(rows.map((r) => [r.id, r]));
-  }
-
   /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
   async end(call: Pick<CallRow, 'id' | 'organisation_id'>, status: string, at: Date): Promise<void> {
     const state = await this.load(call.organisation_id, { id: call.id });
@@ -684,7 +675,7 @@ export class CallEvents {
       role: 'operator',
       joined_at: at,
     });
-    const users = await this.sipUsers(organisationId, [sipUserId]);
+    const users = await this.sipUsersOf([{ organisationId, busy: [sipUserId], restore: [] }]);
     const user = users.get(sipUserId);
     if (user?.user_id && user.status !== 'busy')
       await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: 'busy', source: 'system' });
