@@ -17,19 +17,11 @@ import type { Registry } from './query/parse.js';
 import { fetchById, type Reader } from './read.js';
 import type { ActionContext, ActionResult, AttributeDef, ResourceDef } from './resource.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
+import { selectList } from './select.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './services.js';
 import { validateAttributes } from './validate.js';
-import {
-  applyDefaults,
-  checkReferences,
-  columnValues,
-  eventBaseUrl,
-  insertRecord,
-  runTransaction,
-  STORED_VISIBLE,
-  updateRecord,
-} from './write.js';
+import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
 
 /** Renders the written record inside the transaction: once COMMIT succeeds nothing can fail any more. */
 export type RenderWritten<T> = (trx: Database, result: ActionResult) => Promise<T>;
@@ -311,6 +303,25 @@ export async function writtenRow(reader: Reader, resource: ResourceDef, result: 
   const row = await fetchById(reader, resource, result.id);
   if (!row) throw notFound();
   return row;
+}
+
+/**
+ * Updates `columns` of the row `id` when the principal's row scope covers it (else 404), and returns it as
+ * `insertRecord` does: the actor's select list, in the same statement.
+ */
+async function updateRecord(ctx: ActionContext, id: string, columns: Record<string, unknown>): Promise<Row> {
+  const { resource, principal } = ctx;
+  const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
+  const { rows } = await sql<Row>`
+    WITH t AS (
+      UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = ${columns[name]}`))}
+      WHERE u.id = ${id} AND ${rowScope(resource, principal, 'u')} RETURNING u.*
+    )
+    SELECT ${selectList(resource, principal, ctx.registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
+    ctx.db,
+  );
+  if (!rows[0]) throw notFound();
+  return rows[0];
 }
 
 /** The visible row, locked for the rest of the transaction; 404 when the actor cannot see it. */

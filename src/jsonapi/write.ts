@@ -2,7 +2,7 @@
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import { transaction, type Database } from '../db/connection.js';
-import { ApiError, errorObject, forbidden, notFound, type ErrorObject } from './errors.js';
+import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
 import type { Principal } from './principal.js';
 import type { Registry } from './query/parse.js';
 import { columnOf, type ActionContext, type ActionResult, type AttributeDef, type ResourceDef } from './resource.js';
@@ -77,25 +77,6 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
   );
   if (data) eventsWritten(ctx.db, ctx.principal.organisationId);
   return { id, status: 201, row: rows[0], evented: data !== undefined };
-}
-
-/**
- * Updates `columns` of the row `id` when the principal's row scope covers it (else 404), and returns it as
- * `insertRecord` does: the actor's select list, in the same statement.
- */
-export async function updateRecord(ctx: ActionContext, id: string, columns: Record<string, unknown>): Promise<Row> {
-  const { resource, principal } = ctx;
-  const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
-  const { rows } = await sql<Row>`
-    WITH t AS (
-      UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = ${columns[name]}`))}
-      WHERE u.id = ${id} AND ${rowScope(resource, principal, 'u')} RETURNING u.*
-    )
-    SELECT ${selectList(resource, principal, ctx.registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
-    ctx.db,
-  );
-  if (!rows[0]) throw notFound();
-  return rows[0];
 }
 
 export function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {

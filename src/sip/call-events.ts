@@ -300,14 +300,7 @@ export class CallEvents {
       for (const event of group) this.step(state, event);
       states.push(state);
     }
-    if (states.length === 0) return;
-    const users = await this.sipUsersOf(states);
-    const writes = states.filter(changed);
-    if (writes.length)
-      await this.options.records.transaction(async (records) => {
-        for (const state of writes) await this.writeRecords(records, state, users);
-      });
-    for (const state of states) await this.afterCommit(state, users);
+    if (states.length) await this.write(states);
   }
 
   private serialised(key: string, events: CallEvent[]): Promise<void> {
@@ -339,7 +332,7 @@ export class CallEvents {
     if (isTerminal(state.status)) return;
     for (const event of events) this.step(state, event);
     try {
-      await this.write(state);
+      await this.write([state]);
     } catch (error) {
       // Another process created the Call meanwhile (the unique Call-ID let it win): applied again onto it.
       if ((error as { status?: number }).status === 409 && state.create && !retried) return this.applyCall(events, true);
@@ -552,10 +545,14 @@ export class CallEvents {
   }
 
   /** What the events changed, through the records service in one transaction; then operator presence. */
-  private async write(state: CallState): Promise<void> {
-    const users = await this.sipUsersOf([state]);
-    if (changed(state)) await this.options.records.transaction((records) => this.writeRecords(records, state, users));
-    await this.afterCommit(state, users);
+  private async write(states: CallState[]): Promise<void> {
+    const users = await this.sipUsersOf(states);
+    const writes = states.filter(changed);
+    if (writes.length)
+      await this.options.records.transaction(async (records) => {
+        for (const state of writes) await this.writeRecords(records, state, users);
+      });
+    for (const state of states) await this.afterCommit(state, users);
   }
 
   /** The SIP users the calls' records and presence need (the callee or caller named on the Call, busy, restored). */
@@ -654,7 +651,7 @@ export class CallEvents {
     const state = await this.load(call.organisation_id, { id: call.id });
     if (!state || isTerminal(state.status)) return;
     this.finish(state, status, at);
-    await this.write(state);
+    await this.write([state]);
   }
 
   /**

@@ -334,7 +334,6 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
     TLS_KEY: settings.tlsKey ?? '',
     RUN_DIR: input.runDir,
     RING_TIMEOUT_MS: String(settings.ringTimeoutSeconds * 1000),
-    RING_EXPIRE_SECONDS: String(settings.ringTimeoutSeconds + 30),
     BAN_SECONDS: String(settings.banSeconds),
     AUTH_FAILURES: String(settings.authFailures),
     PIKE_DENSITY: String(settings.floodRequests),
