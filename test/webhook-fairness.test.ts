@@ -160,8 +160,16 @@ describe('fair claiming', () => {
     const latencies = arrived.map((at) => Math.round(at - written));
     console.log(`another organisation's deliveries with a hanging receiver: ${latencies.join(', ')} ms after the writes began`);
     expect(mostOpen).toBe(2);
-    const rows = await deliveries(quiet.endpointId);
-    expect(rows.every((r) => r.status === 'succeeded')).toBe(true);
+    // The receiver answers before the worker records the answer: wait for the rows rather than race the write.
+    const rows = await waitFor(
+      async () => {
+        const found = await deliveries(quiet.endpointId);
+        return found.length === 5 && found.every((r) => r.status === 'succeeded') ? found : undefined;
+      },
+      "the other organisation's deliveries to be recorded succeeded",
+      5000,
+    );
+    expect(rows).toHaveLength(5);
     hanging.closeAllConnections(); // its attempts end now rather than at the 30 s timeout
     await worker.stop();
   }, 60_000);
