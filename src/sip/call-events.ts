@@ -300,14 +300,7 @@ export class CallEvents {
       for (const event of group) this.step(state, event);
       states.push(state);
     }
-    if (states.length === 0) return;
-    const users = await this.sipUsersOf(states);
-    const writes = states.filter(changed);
-    if (writes.length)
-      await this.options.records.transaction(async (records) => {
-        for (const state of writes) await this.writeRecords(records, state, users);
-      });
-    for (const state of states) await this.afterCommit(state, users);
+    if (states.length) await this.write(states);
   }
 
   private serialised(key: string, events: CallEvent[]): Promise<void> {
@@ -339,7 +332,7 @@ export class CallEvents {
     if (isTerminal(state.status)) return;
     for (const event of events) this.step(state, event);
     try {
-      await this.write(state);
+      await this.write([state]);
     } catch (error) {
       // Another process created the Call meanwhile (the unique Call-ID let it win): applied again onto it.
       if ((error as { status?: number }).status === 409 && state.create && !retried) return this.applyCall(events, true);
@@ -552,14 +545,18 @@ export class CallEvents {
   }
 
   /** What the events changed, through the records service in one transaction; then operator presence. */
-  private async write(state: CallState): Promise<void> {
-    const users = await this.sipUsersOf([state]);
-    if (changed(state)) await this.options.records.transaction((records) => this.writeRecords(records, state, users));
-    await this.afterCommit(state, users);
+  private async write(states: CallState[]): Promise<void> {
+    const users = await this.sipUsersOf(states);
+    const writes = states.filter(changed);
+    if (writes.length)
+      await this.options.records.transaction(async (records) => {
+        for (const state of writes) await this.writeRecords(records, state, users);
+      });
+    for (const state of states) await this.afterCommit(state, users);
   }
 
   /** The SIP users the calls' records and presence need (the callee or caller named on the Call, busy, restored). */
-  private async sipUsersOf(states: CallState[]): Promise<Map<string, SipUserRow>> {
+  private async sipUsersOf(states: Pick<CallState, 'organisationId' | 'create' | 'busy' | 'restore'>[]): Promise<Map<string, SipUserRow>> {
     const byOrganisation = new Map<string, Set<string>>();
     for (const state of states) {
       const wanted = byOrganisation.get(state.organisationId) ?? new Set<string>();
@@ -649,21 +646,12 @@ export class CallEvents {
     }
   }
 
-  private async sipUsers(organisationId: string, ids: string[]): Promise<Map<string, SipUserRow>> {
-    const valid = ids.filter((id) => UUID.test(id));
-    if (valid.length === 0) return new Map();
-    const { rows } = await sql<SipUserRow>`
-      SELECT s.id, s.sip_username, s.user_id, o.status FROM sip_users s LEFT JOIN operator_statuses o ON o.sip_user_id = s.id
-      WHERE s.organisation_id = ${organisationId} AND s.id = ANY(${valid}::uuid[])`.execute(this.options.db);
-    return new Map(rows.map((r) => [r.id, r]));
-  }
-
   /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
   async end(call: Pick<CallRow, 'id' | 'organisation_id'>, status: string, at: Date): Promise<void> {
     const state = await this.load(call.organisation_id, { id: call.id });
     if (!state || isTerminal(state.status)) return;
     this.finish(state, status, at);
-    await this.write(state);
+    await this.write([state]);
   }
 
   /**
@@ -687,7 +675,7 @@ export class CallEvents {
       role: 'operator',
       joined_at: at,
     });
-    const users = await this.sipUsers(organisationId, [sipUserId]);
+    const users = await this.sipUsersOf([{ organisationId, busy: [sipUserId], restore: [] }]);
     const user = users.get(sipUserId);
     if (user?.user_id && user.status !== 'busy')
       await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: 'busy', source: 'system' });
