@@ -45,7 +45,7 @@ export interface SipSettings {
   banSeconds: number;
   /** Kamailio worker processes. */
   children: number;
-  /** How often gateway edits are looked for (and Kamailio told to reload them). */
+  /** How often gateway edits are looked for (and Kamailio told to reload them) and revoked softphones' calls ended. */
   reloadIntervalMs: number;
   /** How often calls whose dialog is gone are ended. */
   reconcileIntervalMs: number;
