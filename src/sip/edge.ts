@@ -249,12 +249,8 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
         .finally(() => (running = false));
     };
   };
-  const reload = guarded('gateway reload', reloadIfChanged);
-  const revoked = guarded('revoked credentials', endRevoked);
-  const reloadTimer = setInterval(() => {
-    reload();
-    revoked();
-  }, settings.reloadIntervalMs);
+  const checks = () => Promise.all([reloadIfChanged(), endRevoked()]);
+  const reloadTimer = setInterval(guarded('gateway reload or ending revoked calls', checks), settings.reloadIntervalMs);
   const reconcileTimer = setInterval(guarded('reconciliation', reconcile), settings.reconcileIntervalMs);
   reloadTimer.unref();
   reconcileTimer.unref();
