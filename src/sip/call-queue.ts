@@ -194,11 +194,7 @@ export class CallEventQueue {
 
   private async applyBatch(rows: Row[]): Promise<number> {
     const calls = new Map<string, Row[]>();
-    for (const row of rows) {
-      const list = calls.get(row.call_key);
-      if (list) list.push(row);
-      else calls.set(row.call_key, [row]);
-    }
+    for (const row of rows) calls.set(row.call_key, [...(calls.get(row.call_key) ?? []), row]);
     const done: string[] = [];
     // Each call's rows read and validated; a row that is not a valid event is kept out here.
     const groups: Valid[][] = [];
@@ -240,19 +236,14 @@ export class CallEventQueue {
   private async parse(rows: Row[]): Promise<Valid[]> {
     const valid: Valid[] = [];
     for (const row of rows) {
-      let body: unknown;
+      let parsed: ReturnType<typeof parseCallEvent>;
       try {
-        body = JSON.parse(Buffer.from(row.body, 'base64').toString('utf8'));
+        parsed = parseCallEvent(JSON.parse(Buffer.from(row.body, 'base64').toString('utf8')));
       } catch {
-        await this.keepOut(row, 'the body is not base64-encoded JSON');
-        continue;
+        parsed = { problems: ['the body is not base64-encoded JSON'] };
       }
-      const { event, problems } = parseCallEvent(body);
-      if (!event) {
-        await this.keepOut(row, problems.join('; '));
-        continue;
-      }
-      valid.push({ row, event });
+      if (parsed.event) valid.push({ row, event: parsed.event });
+      else await this.keepOut(row, parsed.problems.join('; '));
     }
     return valid;
   }
