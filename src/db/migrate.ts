@@ -28,6 +28,7 @@ import * as operatorUsers from './migrations/0023_operator_users.js';
 import * as toolSecrets from './migrations/0024_tool_secrets.js';
 import * as knowledge from './migrations/0025_knowledge.js';
 import * as openCalls from './migrations/0026_open_calls.js';
+import * as dialogFacts from './migrations/0028_dialog_facts.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -59,6 +60,7 @@ const migrations: Record<string, { up: string }> = {
   '0024_tool_secrets': toolSecrets,
   '0025_knowledge': knowledge,
   '0026_open_calls': openCalls,
+  '0028_dialog_facts': dialogFacts,
 };
 
 /** Every migration's name and SQL, in order (a template cluster is named after their digest: pglite-template). */

@@ -311,7 +311,7 @@ export const tables = {
     req_uri: varchar(),
     xdata: varchar().null(),
   },
-  sip_dialog_vars: { id: serial(), hash_entry: integer(), hash_id: integer(), dialog_key: varchar(), dialog_value: varchar() },
+  sip_dialog_vars: { id: serial(), hash_entry: integer(), hash_id: integer(), dialog_key: varchar(), dialog_value: text() },
   // The outbox and webhooks (migration 0006).
   events: { id: uuid(), organisation_id: uuid(), type: text(), occurred_at: timestamptz(), data: jsonb() },
   webhook_endpoints: {

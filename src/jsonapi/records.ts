@@ -16,6 +16,7 @@ import { ROLES } from './principal.js';
 import { fetchById, type Reader } from './read.js';
 import type { ActionContext, ActionResult, Records, Registry, RenderWritten, ResourceDef, WriteOptions } from './resource.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
+import { selectList } from './select.js';
 import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './resource.js';
 import type { Rendered, WriteValues } from './typed-writes.js';
@@ -109,20 +110,19 @@ function bind(options: RecordsOptions, db: Database): Records {
       const { accepted } = inputSpec(resource.attributes, 'update', system);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
       return runTransaction(db, resource, async (trx) => {
-        const existing = await lockWritable(trx, actor, resource, id, () => requirePermission(resource, principal, 'update'));
+        // A system write that no hook checks against the stored row needs no locking read first: the UPDATE finds
+        // the row in the organisation (404 when it does not) and returns it rendered, one statement for the three.
+        const existing =
+          system && !resource.beforeUpdate
+            ? undefined
+            : await lockWritable(trx, actor, resource, id, () => requirePermission(resource, principal, 'update'));
         const values = opts.validated ? opts.validated() : validateAttributes(input as Record<string, unknown>, accepted, []);
         const ctx = context(trx, actor, resource, values, existing);
         await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
         await resource.beforeUpdate?.(ctx);
         const columns = columnValues(resource, values);
-        if (Object.keys(columns).length > 0) {
-          await trx
-            .updateTable(resource.table)
-            .set({ ...columns, updated_at: new Date() })
-            .where('id', '=', id)
-            .execute();
-        }
-        const record = await render(trx, { id, status: 200 });
+        const row = Object.keys(columns).length > 0 ? await updateRecord(ctx, id, { ...columns, updated_at: new Date() }) : undefined;
+        const record = await render(trx, { id, status: 200, row });
         const same = !opts.render && actor.kind === 'system' ? (record as Row) : undefined;
         if (Object.keys(columns).length > 0 || ctx.storedElsewhere) await emit(trx, actor, resource, 'updated', id, same);
         if (opts.event !== undefined) {
@@ -221,6 +221,25 @@ export async function writtenRow(reader: Reader, resource: ResourceDef, result: 
   const row = await fetchById(reader, resource, result.id);
   if (!row) throw notFound();
   return row;
+}
+
+/**
+ * Updates `columns` of the row `id` when the principal's row scope covers it (else 404), and returns it as
+ * `insertRecord` does: the actor's select list, in the same statement.
+ */
+async function updateRecord(ctx: ActionContext, id: string, columns: Record<string, unknown>): Promise<Row> {
+  const { resource, principal } = ctx;
+  const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
+  const { rows } = await sql<Row>`
+    WITH t AS (
+      UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = ${columns[name]}`))}
+      WHERE u.id = ${id} AND ${rowScope(resource, principal, 'u')} RETURNING u.*
+    )
+    SELECT ${selectList(resource, principal, ctx.registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
+    ctx.db,
+  );
+  if (!rows[0]) throw notFound();
+  return rows[0];
 }
 
 /**

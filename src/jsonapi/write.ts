@@ -84,6 +84,7 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
     ctx.db,
   );
   if (data) eventsWritten(ctx.db, ctx.principal.organisationId);
+  noteCreated(ctx.db, ctx.principal, ctx.resource.type, id);
   return { id, status: 201, row: rows[0], evented: data !== undefined };
 }
 
@@ -100,11 +101,25 @@ export function applyDefaults(resource: ResourceDef, values: Record<string, unkn
  * see: outside the organisation it is a 422 on its pointer (as if missing);
  * inside it but hidden from the caller's role, a 403.
  */
+/**
+ * Records the system created in a transaction (`<organisation>/<type>/<id>`): a later write of the same transaction
+ * naming one (a Call its new Conversation, a leg its new Call) names a row of its organisation, not read again.
+ */
+const createdIn = new WeakMap<Database, Set<string>>();
+
+function noteCreated(trx: Database, principal: Principal, type: string, id: string): void {
+  if (principal.credential !== 'system' || !trx.isTransaction) return;
+  const created = createdIn.get(trx) ?? new Set<string>();
+  createdIn.set(trx, created.add(`${principal.organisationId}/${type}/${id}`));
+}
+
 export async function checkReferences(writer: Checker, attributes: Record<string, AttributeDef>, values: Record<string, unknown>) {
   const errors: ErrorObject[] = [];
+  const created = writer.principal.credential === 'system' ? createdIn.get(writer.db) : undefined;
   for (const [name, def] of Object.entries(attributes)) {
     const value = values[name];
     if (!def.references || def.referenceCheckedByAction || value === undefined || value === null) continue;
+    if (created?.has(`${writer.principal.organisationId}/${def.references}/${value}`)) continue;
     const target = writer.registry.get(def.references)!;
     const { rows } = await sql<{ visible: boolean }>`
       SELECT ${rowScope(target, writer.principal)} AS visible FROM ${sql.table(target.table)} t

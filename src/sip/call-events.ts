@@ -81,12 +81,8 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
   if (source !== 'sip' && source !== 'trunk') problems.push('source must be sip or trunk');
   const caller = str('caller_sip_user_id');
   const callee = str('callee_sip_user_id');
-  for (const [name, value] of [
-    ['caller_sip_user_id', caller],
-    ['callee_sip_user_id', callee],
-  ]) {
+  for (const [name, value] of Object.entries({ caller_sip_user_id: caller, callee_sip_user_id: callee }))
     if (value !== '' && !UUID.test(value)) problems.push(`${name} must be a UUID or empty`);
-  }
   const from = str('from');
   const to = str('to');
   let aiAgentId: string | undefined;
@@ -157,19 +153,11 @@ export function failureStatus(code: number): 'busy' | 'no_answer' | 'canceled' |
 const RANK: Record<string, number> = { initiated: 0, ringing: 1, in_progress: 2 };
 const isTerminal = (status: string) => (TERMINAL_CALL_STATUSES as readonly string[]).includes(status);
 const later = (a: Date, b: Date | null) => (b && a < b ? b : a);
+/** What no event has changed yet in a call's state. */
+const unchanged = () => ({ patch: {}, closeConversation: false, busy: [] as string[], restore: [] as { sipUserId: string }[] });
 /** Whether the events left anything to write (a create, attributes, new legs or legs that left). */
 const changed = (state: CallState) =>
   Boolean(state.create) || Object.keys(state.patch).length > 0 || state.legs.some((l) => !l.id || l.changed);
-
-/** A call as reconciliation reads it. */
-export interface CallRow {
-  id: string;
-  organisation_id: string;
-  status: string;
-  conversation_id: string | null;
-  started_at: Date | null;
-  answered_at: Date | null;
-}
 
 /** One leg (CallParticipant): stored (`id`) or new; `changed` when its `left_at` is to be written. */
 interface Leg {
@@ -300,14 +288,7 @@ export class CallEvents {
       for (const event of group) this.step(state, event);
       states.push(state);
     }
-    if (states.length === 0) return;
-    const users = await this.sipUsersOf(states);
-    const writes = states.filter(changed);
-    if (writes.length)
-      await this.options.records.transaction(async (records) => {
-        for (const state of writes) await this.writeRecords(records, state, users);
-      });
-    for (const state of states) await this.afterCommit(state, users);
+    if (states.length) await this.write(states);
   }
 
   private serialised(key: string, events: CallEvent[]): Promise<void> {
@@ -339,7 +320,7 @@ export class CallEvents {
     if (isTerminal(state.status)) return;
     for (const event of events) this.step(state, event);
     try {
-      await this.write(state);
+      await this.write([state]);
     } catch (error) {
       // Another process created the Call meanwhile (the unique Call-ID let it win): applied again onto it.
       if ((error as { status?: number }).status === 409 && state.create && !retried) return this.applyCall(events, true);
@@ -355,11 +336,8 @@ export class CallEvents {
       status: 'initiated',
       started_at: event.at,
       answered_at: null,
-      patch: {},
       legs: [{ member_uuid: event.caller_sip_user_id || `sip:${event.from}`, role: 'caller', joined_at: event.at, left_at: null }],
-      closeConversation: false,
-      busy: [],
-      restore: [],
+      ...unchanged(),
     };
   }
 
@@ -409,17 +387,8 @@ export class CallEvents {
         status: row.status,
         started_at: row.started_at,
         answered_at: row.answered_at,
-        patch: {},
-        legs: legs.map((l) => ({
-          id: l.id,
-          member_uuid: l.member_uuid,
-          role: l.role,
-          joined_at: new Date(l.joined_at),
-          left_at: l.left_at ? new Date(l.left_at) : null,
-        })),
-        closeConversation: false,
-        busy: [],
-        restore: [],
+        legs: legs.map((l) => ({ ...l, joined_at: new Date(l.joined_at), left_at: l.left_at ? new Date(l.left_at) : null })),
+        ...unchanged(),
       };
       if (byUuid.length) found.set(`${row.organisation_id}/${row.call_uuid}`, state);
       if (byId.some((w) => w.id === row.id)) found.set(`${row.organisation_id}/id:${row.id}`, { ...state });
@@ -552,14 +521,18 @@ export class CallEvents {
   }
 
   /** What the events changed, through the records service in one transaction; then operator presence. */
-  private async write(state: CallState): Promise<void> {
-    const users = await this.sipUsersOf([state]);
-    if (changed(state)) await this.options.records.transaction((records) => this.writeRecords(records, state, users));
-    await this.afterCommit(state, users);
+  private async write(states: CallState[]): Promise<void> {
+    const users = await this.sipUsersOf(states);
+    const writes = states.filter(changed);
+    if (writes.length)
+      await this.options.records.transaction(async (records) => {
+        for (const state of writes) await this.writeRecords(records, state, users);
+      });
+    for (const state of states) await this.afterCommit(state, users);
   }
 
   /** The SIP users the calls' records and presence need (the callee or caller named on the Call, busy, restored). */
-  private async sipUsersOf(states: CallState[]): Promise<Map<string, SipUserRow>> {
+  private async sipUsersOf(states: Pick<CallState, 'organisationId' | 'create' | 'busy' | 'restore'>[]): Promise<Map<string, SipUserRow>> {
     const byOrganisation = new Map<string, Set<string>>();
     for (const state of states) {
       const wanted = byOrganisation.get(state.organisationId) ?? new Set<string>();
@@ -649,21 +622,12 @@ export class CallEvents {
     }
   }
 
-  private async sipUsers(organisationId: string, ids: string[]): Promise<Map<string, SipUserRow>> {
-    const valid = ids.filter((id) => UUID.test(id));
-    if (valid.length === 0) return new Map();
-    const { rows } = await sql<SipUserRow>`
-      SELECT s.id, s.sip_username, s.user_id, o.status FROM sip_users s LEFT JOIN operator_statuses o ON o.sip_user_id = s.id
-      WHERE s.organisation_id = ${organisationId} AND s.id = ANY(${valid}::uuid[])`.execute(this.options.db);
-    return new Map(rows.map((r) => [r.id, r]));
-  }
-
   /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
-  async end(call: Pick<CallRow, 'id' | 'organisation_id'>, status: string, at: Date): Promise<void> {
+  async end(call: { id: string; organisation_id: string }, status: string, at: Date): Promise<void> {
     const state = await this.load(call.organisation_id, { id: call.id });
     if (!state || isTerminal(state.status)) return;
     this.finish(state, status, at);
-    await this.write(state);
+    await this.write([state]);
   }
 
   /**
@@ -687,7 +651,7 @@ export class CallEvents {
       role: 'operator',
       joined_at: at,
     });
-    const users = await this.sipUsers(organisationId, [sipUserId]);
+    const users = await this.sipUsersOf([{ organisationId, busy: [sipUserId], restore: [] }]);
     const user = users.get(sipUserId);
     if (user?.user_id && user.status !== 'busy')
       await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: 'busy', source: 'system' });

@@ -38,10 +38,7 @@ export interface CallQueueOptions {
   concurrency?: number;
   /** Calls written together in one transaction. */
   chunk?: number;
-  /**
-   * After a drain, how long the next waits at least (ms) unless the last one found a full batch: events that
-   * arrive meanwhile are applied together (one transaction for many calls) rather than each on its own.
-   */
+  /** The least time between the starts of two drains (ms): what arrives meanwhile is applied together. */
   gatherMs?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
 }
@@ -80,6 +77,7 @@ export class CallEventQueue {
   private running: Promise<void> | undefined;
   private again = false;
   private gathering: NodeJS.Timeout | undefined;
+  private lastStart = 0;
   private started = false;
 
   constructor(private readonly options: CallQueueOptions) {
@@ -89,7 +87,7 @@ export class CallEventQueue {
     this.leaseMs = options.leaseMs ?? 30_000;
     this.concurrency = options.concurrency ?? 32;
     this.chunk = options.chunk ?? 100;
-    this.gatherMs = options.gatherMs ?? 50;
+    this.gatherMs = options.gatherMs ?? 100;
     this.log = options.log ?? (() => {});
   }
 
@@ -122,9 +120,9 @@ export class CallEventQueue {
   }
 
   /**
-   * Runs a drain now unless one is running or about to (then it runs again when that one ends, `gatherMs` after
-   * the last one started: Kamailio writes a few events every few milliseconds, and what arrives meanwhile is
-   * applied together, many calls in one transaction, instead of a drain per notification).
+   * Runs a drain now unless one is running or about to, and at most one per `gatherMs`: Kamailio writes a few
+   * events every 20 ms, each write a notification, and a drain per notification cost its claim, reads, BEGIN,
+   * COMMIT and delete for one or two calls' events; what arrives until the next is applied together.
    */
   private wake(): void {
     if (!this.started || this.gathering) return;
@@ -132,7 +130,15 @@ export class CallEventQueue {
       this.again = true;
       return;
     }
-    const startedAt = Date.now();
+    const wait = this.gatherMs - (Date.now() - this.lastStart);
+    if (wait > 0) {
+      this.gathering = setTimeout(() => {
+        this.gathering = undefined;
+        this.wake();
+      }, wait);
+      return;
+    }
+    this.lastStart = Date.now();
     this.running = this.drain()
       .then(
         () => undefined,
@@ -142,12 +148,7 @@ export class CallEventQueue {
         this.running = undefined;
         if (!this.again) return;
         this.again = false;
-        const wait = this.gatherMs - (Date.now() - startedAt);
-        if (wait <= 0) return this.wake();
-        this.gathering = setTimeout(() => {
-          this.gathering = undefined;
-          this.wake();
-        }, wait);
+        this.wake();
       });
   }
 
@@ -193,11 +194,7 @@ export class CallEventQueue {
 
   private async applyBatch(rows: Row[]): Promise<number> {
     const calls = new Map<string, Row[]>();
-    for (const row of rows) {
-      const list = calls.get(row.call_key);
-      if (list) list.push(row);
-      else calls.set(row.call_key, [row]);
-    }
+    for (const row of rows) calls.set(row.call_key, [...(calls.get(row.call_key) ?? []), row]);
     const done: string[] = [];
     // Each call's rows read and validated; a row that is not a valid event is kept out here.
     const groups: Valid[][] = [];
@@ -239,19 +236,14 @@ export class CallEventQueue {
   private async parse(rows: Row[]): Promise<Valid[]> {
     const valid: Valid[] = [];
     for (const row of rows) {
-      let body: unknown;
+      let parsed: ReturnType<typeof parseCallEvent>;
       try {
-        body = JSON.parse(Buffer.from(row.body, 'base64').toString('utf8'));
+        parsed = parseCallEvent(JSON.parse(Buffer.from(row.body, 'base64').toString('utf8')));
       } catch {
-        await this.keepOut(row, 'the body is not base64-encoded JSON');
-        continue;
+        parsed = { problems: ['the body is not base64-encoded JSON'] };
       }
-      const { event, problems } = parseCallEvent(body);
-      if (!event) {
-        await this.keepOut(row, problems.join('; '));
-        continue;
-      }
-      valid.push({ row, event });
+      if (parsed.event) valid.push({ row, event: parsed.event });
+      else await this.keepOut(row, parsed.problems.join('; '));
     }
     return valid;
   }

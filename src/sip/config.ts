@@ -45,7 +45,7 @@ export interface SipSettings {
   banSeconds: number;
   /** Kamailio worker processes. */
   children: number;
-  /** How often gateway edits are looked for (and Kamailio told to reload them). */
+  /** How often gateway edits are looked for (and Kamailio told to reload them) and revoked softphones' calls ended. */
   reloadIntervalMs: number;
   /** How often calls whose dialog is gone are ended. */
   reconcileIntervalMs: number;
@@ -78,29 +78,10 @@ export interface SipSettings {
  * America 900/976, UK 09 and 0871-3, Germany 0900 and 0137, France 089, Italy 899/892, Spain 803/806/807/905,
  * Australia 190, and the international premium and satellite codes (+979, +881, +882, +883, +870).
  */
-export const DEFAULT_OUTBOUND_DENY_PREFIXES = [
-  '+1900',
-  '+1976',
-  '+449',
-  '+44871',
-  '+44872',
-  '+44873',
-  '+49900',
-  '+49137',
-  '+3389',
-  '+39899',
-  '+39892',
-  '+34803',
-  '+34806',
-  '+34807',
-  '+34905',
-  '+61190',
-  '+979',
-  '+881',
-  '+882',
-  '+883',
-  '+870',
-];
+export const DEFAULT_OUTBOUND_DENY_PREFIXES =
+  '+1900 +1976 +449 +44871 +44872 +44873 +49900 +49137 +3389 +39899 +39892 +34803 +34806 +34807 +34905 +61190 +979 +881 +882 +883 +870'.split(
+    ' ',
+  );
 
 function prefixes(env: NodeJS.ProcessEnv): string[] {
   const raw = env.SIP_OUTBOUND_DENY_PREFIXES;

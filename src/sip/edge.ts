@@ -227,6 +227,18 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
     return count;
   };
 
+  // A party's softphone credential that stopped standing (sign-out, revocation, member removed) ends the call at
+  // the edge, not only in the console: dlg.end_dlg sends a BYE to both (docs/sip.md, "Softphone credentials").
+  const endRevoked = async () => {
+    const { rows } = await sql<{ hash_entry: number; hash_id: number; credential: string }>`
+      SELECT hash_entry, hash_id, dialog_value AS credential FROM sip_dialog_vars v WHERE dialog_key IN ('cred_caller', 'cred_callee')
+        AND NOT EXISTS (SELECT 1 FROM sip_subscriber s WHERE s.username = v.dialog_value)`.execute(db);
+    for (const d of rows) {
+      const answer = await kamailio.rpc('dlg.end_dlg', String(d.hash_entry), String(d.hash_id));
+      log('info', `call ended: credential ${d.credential} no longer stands`, { answer: answer.trim() });
+    }
+  };
+
   const guarded = (name: string, work: () => Promise<unknown>) => {
     let running = false;
     return () => {
@@ -237,7 +249,8 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
         .finally(() => (running = false));
     };
   };
-  const reloadTimer = setInterval(guarded('gateway reload', reloadIfChanged), settings.reloadIntervalMs);
+  const checks = () => Promise.all([reloadIfChanged(), endRevoked()]);
+  const reloadTimer = setInterval(guarded('gateway reload or ending revoked calls', checks), settings.reloadIntervalMs);
   const reconcileTimer = setInterval(guarded('reconciliation', reconcile), settings.reconcileIntervalMs);
   reloadTimer.unref();
   reconcileTimer.unref();

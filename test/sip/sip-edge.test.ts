@@ -195,6 +195,45 @@ describe.skipIf(skip !== undefined)('SIP edge (Kamailio + SIPp)', () => {
       expect(conversation.body.data[0].attributes).toMatchObject({ channel: 'voice', mode: 'voice', status: 'closed' });
     });
 
+    it('ended by the edge itself (dlg.end_dlg, as for a revoked softphone credential): completed when it ended, both legs left', async () => {
+      const caller = await sipUser();
+      const callee = await sipUser();
+      const calleePort = await freeUdpPort();
+      expect((await register(stack, callee.name, callee.password, calleePort)).code).toBe(0);
+      const answering = sipp('callee_answer', undefined, { localPort: calleePort });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      // caller_hold ends well only on a BYE: the one the dialog module sends.
+      const holding = sipp('caller_hold', stack.port, {
+        localPort: await freeUdpPort(),
+        keys: { from: caller.name },
+        args: ['-s', callee.name, '-au', caller.name, '-ap', caller.password],
+        timeoutSeconds: 30,
+      });
+      const dialog = await until(
+        () =>
+          t.db
+            .selectFrom('sip_dialogs')
+            .select(['hash_entry', 'hash_id'])
+            .where('from_uri', 'like', `sip:${caller.name}@%`)
+            .where('state', '=', 4)
+            .executeTakeFirst(),
+        'the confirmed dialog',
+      );
+      const endedAt = Date.now();
+      const answer = await stack.edge.kamailio.rpc('dlg.end_dlg', String(dialog.hash_entry), String(dialog.hash_id));
+      expect(answer).not.toMatch(/^error/m);
+      const [held, answered] = await Promise.all([holding, answering]);
+      expect(held.errors + answered.errors).toBe('');
+      expect(held.code).toBe(0);
+      expect(answered.code).toBe(0);
+      // Reconciliation is off in this stack (SIP_RECONCILE_INTERVAL_MS): only the call event can end the Call.
+      const record = await callWhenTerminal(caller.name, callee.name);
+      expect(record.attributes.status).toBe('completed');
+      expect(Date.parse(record.attributes.ended_at)).toBeGreaterThanOrEqual(endedAt - 1000);
+      const legs = await participants(record.id);
+      expect(legs.every((l: { left_at: string | null }) => l.left_at !== null)).toBe(true);
+    });
+
     it('busy (486): busy, the caller leg left', async () => {
       const caller = await sipUser();
       const callee = await sipUser();

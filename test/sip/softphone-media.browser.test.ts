@@ -549,6 +549,44 @@ describe.skipIf(skip !== undefined)('audio between the browser softphone and a p
     expect(stack.kamailioLog.join('\n')).toMatch(/registered with credential admin\.web~\S+, which no longer stands: not called/);
     await page.close();
   }, 150_000);
+
+  it('a page that ignores its revoked session (a stolen one) loses its call too: the edge ends it', async () => {
+    const waiting = sipp('caller_hold', stack.port, {
+      localPort: await freeUdpPort(),
+      keys: { from: caller.name, domain },
+      args: ['-s', operatorSip.name, '-au', caller.name, '-ap', caller.password],
+      timeoutSeconds: 60,
+    });
+    const panel = tab.getByRole('region', { name: 'Incoming call' });
+    await panel.waitFor({ timeout: 20_000 });
+    await panel.getByRole('button', { name: 'Answer' }).click();
+    const inCall = tab.getByRole('region', { name: 'Call' });
+    await inCall.getByText(/In call/).waitFor({ timeout: 15_000 });
+    // The page no longer reaches the API, so it never learns of the revocation and never hangs up itself.
+    await tab.route('**/api/**', (route) => route.abort());
+    const owner = client(t.app, tenant.owner.token);
+    const revokedAt = Date.now();
+    const revoked = await owner.patch(
+      `/api/users/${tenant.operator.id}`,
+      resourceDocument('User', { revoke_tokens: true }, tenant.operator.id),
+    );
+    expect(revoked.status).toBe(200);
+    // The edge ends the dialog (BYE to both): caller_hold ends well only on a BYE, and the page's call ends.
+    const ended = await waiting;
+    expect(sippErrors(ended.errors), ended.errors).toBe('');
+    expect(ended.code).toBe(0);
+    await inCall.waitFor({ state: 'detached', timeout: 15_000 });
+    expect(await tab.getByText(/session expired or was revoked/i).count()).toBe(0);
+    const record = await until(async () => {
+      const call = (await owner.get(`/api/calls?filter[to_number]=${operatorSip.name}&sort=-started_at`)).body.data[0];
+      return call?.attributes.status === 'completed' ? call : undefined;
+    }, 'the call ended at the edge to be recorded completed');
+    expect(Date.parse(record.attributes.ended_at)).toBeGreaterThanOrEqual(revokedAt - 1000);
+    const legs = (await owner.get(`/api/call_participants?filter[call_id]=${record.id}`)).body.data;
+    expect(legs.length).toBe(2);
+    expect(legs.every((p: { attributes: { left_at: string | null } }) => p.attributes.left_at !== null)).toBe(true);
+    await tab.unroute('**/api/**');
+  }, 150_000);
 });
 
 /** rtpengine's local port facing each remote endpoint port of a session (ng `query`). */
