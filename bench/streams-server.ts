@@ -6,19 +6,13 @@
  */
 import fs from 'node:fs';
 import http from 'node:http';
-import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config/index.js';
 import { openDatabase } from '../src/db/connection.js';
 import { buildServer } from '../src/http/server.js';
+import { countStatements } from './statements.js';
 
-// Counted at the driver, below Kysely and the pool: each call is one statement (or one simple-query string).
-let statements = 0;
-const query = pg.Client.prototype.query;
-pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-  statements++;
-  return (query as (...a: unknown[]) => unknown).apply(this, args);
-} as typeof query;
+const statements = countStatements();
 
 const config = loadConfig();
 const database = await openDatabase(config);
@@ -32,7 +26,7 @@ const stats = http.createServer((_request, response) => {
   response.writeHead(200, { 'content-type': 'application/json' });
   response.end(
     JSON.stringify({
-      statements,
+      statements: statements.count,
       cpuMs: (cpu.user + cpu.system) / 1000,
       rssMb: memory.rss / 2 ** 20,
       heapMb: memory.heapUsed / 2 ** 20,

@@ -12,11 +12,11 @@
  * delay, garbage collection pauses, and the process's CPU time.
  */
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
-import pg from 'pg';
 import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config/index.js';
 import { openDatabase } from '../src/db/connection.js';
 import { VoiceRuntime } from '../src/voice/runtime.js';
+import { countStatements } from './statements.js';
 
 export interface RuntimeReport {
   type: 'report';
@@ -33,12 +33,7 @@ export interface RuntimeReport {
   statements: number;
 }
 
-let statements = 0;
-const query = pg.Client.prototype.query;
-pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-  statements++;
-  return (query as (...a: unknown[]) => unknown).apply(this, args);
-} as typeof query;
+const statements = countStatements();
 
 const config = loadConfig(process.env);
 const database = await openDatabase(config);
@@ -85,7 +80,7 @@ function reset() {
   Object.assign(gc, { count: 0, totalMs: 0, maxMs: 0 });
   cpu = process.cpuUsage();
   started = performance.now();
-  statements = 0;
+  statements.reset();
 }
 
 process.on('message', async (message: { type: string }) => {
@@ -105,7 +100,7 @@ process.on('message', async (message: { type: string }) => {
     eventLoopDelay: { p99: delay.percentile(99) / 1e6, max: delay.max / 1e6 },
     gc,
     packets: lateness.length,
-    statements,
+    statements: statements.count,
   };
   process.send!(report, () => {
     void (async () => {

@@ -41,7 +41,6 @@ import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { sql } from 'kysely';
-import pg from 'pg';
 import { AgentRuntime } from '../src/agents/runtime.js';
 import { createServices } from '../src/app.js';
 import { createOrganisation } from '../src/auth/accounts.js';
@@ -54,6 +53,7 @@ import { parseRtp, RtpSender } from '../src/voice/rtp.js';
 import { parseSip } from '../src/voice/sip-message.js';
 import { recreateDatabase } from './database.js';
 import { serveNodeFlags } from './serve-flags.js';
+import { countStatements } from './statements.js';
 import type { RuntimeReport } from './voice-runtime.js';
 
 const percentile = (values: number[], p: number) => {
@@ -65,14 +65,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ENDPOINT_MS = 600;
 
 /** Statements this process (the agent runtime's) sends to PostgreSQL: every `pg` query, BEGIN and COMMIT included. */
-let statements = 0;
+const statements = countStatements();
 /** The agent runtime's turns (claimed -> committed, ms), from its `onTurn`. */
 const agentTurns: number[] = [];
-const query = pg.Client.prototype.query;
-pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-  statements++;
-  return (query as (...a: unknown[]) => unknown).apply(this, args);
-} as typeof query;
 
 async function listen(server: http.Server): Promise<string> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -332,7 +327,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
   child.send({ type: 'reset' });
   await next('reset');
   const since = new Date();
-  statements = 0;
+  statements.reset();
   agentTurns.length = 0;
   const v2v: number[] = [];
   const started = performance.now();
@@ -343,7 +338,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
     }),
   );
   const minutes = (performance.now() - started) / 60_000;
-  const agentStatements = statements;
+  const agentStatements = statements.count;
   child.send({ type: 'stop' });
   const report = await next<RuntimeReport>('report');
   await new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : child.once('exit', () => resolve())));
