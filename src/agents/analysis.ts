@@ -101,27 +101,14 @@ export class Analyst {
       SELECT a.name AS agent_name, a.workflow FROM conversations c LEFT JOIN ai_agents a ON a.id = c.ai_agent_id
       WHERE c.id = ${claimed.conversation_id}`.execute(db);
     if (!rows[0]) return; // deleted meanwhile: its row went with it
-    const now = () => new Date().toISOString();
-    if (claimed.attempts > config.analysisMaxAttempts) {
-      // Every attempt ended without storing anything (a crash, a write refused): stop, and say so.
-      await this.store(claimed, {
-        summary: null,
-        data: null,
-        success: null,
-        analysed_at: now(),
-        error: 'The analysis could not be completed.',
-      });
-      return;
-    }
+    /** An analysis that ends without one, saying why. */
+    const without = (why: { error: string } | { skipped: string }) =>
+      this.store(claimed, { summary: null, data: null, success: null, analysed_at: new Date().toISOString(), ...why });
+    // Every attempt ended without storing anything (a crash, a write refused): stop, and say so.
+    if (claimed.attempts > config.analysisMaxAttempts) return without({ error: 'The analysis could not be completed.' });
     const transcript = await this.transcript(claimed.conversation_id);
-    if (!model) {
-      await this.store(claimed, { summary: null, data: null, success: null, analysed_at: now(), skipped: SKIPPED_NO_MODEL });
-      return;
-    }
-    if (transcript === '') {
-      await this.store(claimed, { summary: null, data: null, success: null, analysed_at: now(), skipped: SKIPPED_NOTHING_SAID });
-      return;
-    }
+    if (!model) return without({ skipped: SKIPPED_NO_MODEL });
+    if (transcript === '') return without({ skipped: SKIPPED_NOTHING_SAID });
     const settings = rows[0].workflow?.analysis ?? {};
     try {
       const analysis = await analyse(model, config.analysisMaxAttempts, rows[0].agent_name ?? 'the agent', settings, transcript);
@@ -143,13 +130,7 @@ export class Analyst {
                   WHERE conversation_id = ${claimed.conversation_id} AND version = ${claimed.version}::bigint`.execute(db);
         return;
       }
-      await this.store(claimed, {
-        summary: null,
-        data: null,
-        success: null,
-        analysed_at: now(),
-        error: `The model did not answer after ${claimed.attempts} attempts.`,
-      });
+      await without({ error: `The model did not answer after ${claimed.attempts} attempts.` });
     }
   }
 

@@ -643,9 +643,8 @@ export class AgentRuntime {
     const started = performance.now();
     const declared = Array.isArray(agent.workflow?.tools) ? agent.workflow.tools : [];
     // search_knowledge is offered only when the agent's knowledge is a tool (it has documents, mode `tool`).
-    const tools = offeredTools(declared, conversation).filter(
-      (t) => mode === 'tool' || !(t.type === 'function' && t.function.name === 'search_knowledge'),
-    );
+    const isSearch = (t: ReturnType<typeof offeredTools>[number]) => t.type === 'function' && t.function.name === 'search_knowledge';
+    const tools = offeredTools(declared, conversation).filter((t) => mode === 'tool' || !isSearch(t));
     const env: ToolEnvironment = {
       db: this.db,
       config: this.options.config,
@@ -673,15 +672,14 @@ export class AgentRuntime {
     let attempts = 0;
     let final: { effect?: ToolEffect } | undefined;
     let usage: ModelAnswer['usage'];
+    // The turn hands off without a reply: the workflow stays where it was, the tool calls so far are recorded.
+    const givenUp = (handoff: NonNullable<TurnResult['handoff']>): TurnResult => ({ ...out, answers, tools: recorded, state, handoff });
     try {
       // The model answers; while it calls tools, their results go back to it, up to AGENT_MAX_TOOL_CALLS calls.
       for (;;) {
         // The knowledge base's searches are bounded per turn: past the bound the model is no longer offered one.
         const searched = env.knowledge && env.knowledge.searches >= MAX_SEARCHES_PER_TURN;
-        answer = await model.complete(
-          messages,
-          searched ? tools.filter((t) => !(t.type === 'function' && t.function.name === 'search_knowledge')) : tools,
-        );
+        answer = await model.complete(messages, searched ? tools.filter((t) => !isSearch(t)) : tools);
         attempts += answer.attempts;
         if (answer.usage)
           usage = usage
@@ -697,17 +695,11 @@ export class AgentRuntime {
             { conversation: conversation.id, item: item.id, calls: recorded.length, asked: answer.toolCalls.map((c) => c.name) },
             'agent runtime: the tool loop was cut; handing the conversation to an operator',
           );
-          return {
-            ...out,
-            answers,
-            tools: recorded,
-            state, // the workflow stays where it was
-            handoff: {
-              reason: 'The AI agent could not finish its answer; an operator will take over.',
-              metadata: { rule: 'tool_loop', tool_calls: recorded.length },
-              detail: `The model asked for more than ${this.options.config.agentMaxToolCalls} tool calls in one turn.`,
-            },
-          };
+          return givenUp({
+            reason: 'The AI agent could not finish its answer; an operator will take over.',
+            metadata: { rule: 'tool_loop', tool_calls: recorded.length },
+            detail: `The model asked for more than ${this.options.config.agentMaxToolCalls} tool calls in one turn.`,
+          });
         }
         messages.push({
           role: 'assistant',
@@ -751,17 +743,11 @@ export class AgentRuntime {
         'agent runtime: the model did not answer; handing the conversation to an operator',
       );
       // The user item keeps no assistant reply: the system item says what happened and an operator takes over.
-      return {
-        ...out,
-        answers,
-        tools: recorded,
-        state, // the workflow stays where it was
-        handoff: {
-          reason: 'The AI model did not answer; an operator will take over.',
-          metadata: { rule: 'model_failure', attempts: error.attempts },
-          detail: error.message,
-        },
-      };
+      return givenUp({
+        reason: 'The AI model did not answer; an operator will take over.',
+        metadata: { rule: 'model_failure', attempts: error.attempts },
+        detail: error.message,
+      });
     }
     const sources = sourcesOf(found);
     const modelMetadata = {
@@ -788,14 +774,7 @@ export class AgentRuntime {
         reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } },
       };
     const effect = final?.effect;
-    const fallback =
-      effect?.kind === 'transfer'
-        ? TRANSFER_TEXT
-        : effect?.kind === 'handoff'
-          ? HANDOFF_TEXT
-          : effect?.kind === 'close'
-            ? GOODBYE_TEXT
-            : '';
+    const fallback = { transfer: TRANSFER_TEXT, handoff: HANDOFF_TEXT, close: GOODBYE_TEXT, answer: '' }[effect?.kind ?? 'answer'];
     const content = [...scripted, answer.text || fallback].filter(Boolean).join('\n\n');
     // Never empty: the last round had text (the model client retries an answer with neither text nor a call), or
     // it ended the turn with a call, whose default text stands in.

@@ -1,10 +1,9 @@
 import { systemActor } from '../jsonapi/actor.js';
 import { ApiError } from '../jsonapi/errors.js';
-import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
-import { busy, guardsFor, invalidCredentials } from './login.js';
+import type { ActionResult } from '../jsonapi/resource.js';
+import { busy, invalidCredentials, type SignInContext, signIn } from './login.js';
 import { verifyPassword } from './passwords.js';
 import { tokenHash } from './tokens.js';
-import { issueUserToken } from './user-tokens.js';
 
 const refused = () =>
   ApiError.of('invalid_attribute', 'The invitation is unknown, accepted already, expired, or for another e-mail address.', {
@@ -19,16 +18,11 @@ const refused = () =>
  * user with an access token, as login's. Failed attempts (a wrong token or password) count against login's
  * throttle, for the e-mail in this organisation and the client address.
  */
-export async function acceptInvitation(
-  ctx: ActionContext & { clientAddress: string; signal?: AbortSignal },
-): Promise<ActionResult & { meta: Record<string, unknown> }> {
+export function acceptInvitation(ctx: SignInContext): Promise<ActionResult & { meta: Record<string, unknown> }> {
   const email = String(ctx.values.email).trim();
   const password = String(ctx.values.password);
   const organisationId = ctx.principal.organisationId;
-  const { throttle, gate } = guardsFor(ctx.services);
-  const reservation = await throttle.reserve(organisationId, email, ctx.clientAddress);
-  let failed = false;
-  try {
+  return signIn(ctx, email, 201, async ({ gate }, failed) => {
     const invitation = await ctx.db
       .selectFrom('invitations')
       .select(['id', 'email', 'role', 'expires_at', 'accepted_at'])
@@ -40,10 +34,8 @@ export async function acceptInvitation(
       invitation.accepted_at !== null ||
       new Date(invitation.expires_at).getTime() <= Date.now() ||
       invitation.email.toLowerCase() !== email.toLowerCase()
-    ) {
-      failed = true;
-      throw refused();
-    }
+    )
+      throw failed(refused());
     const account = await ctx.db
       .selectFrom('users')
       .select(['id', 'password_hash'])
@@ -52,13 +44,10 @@ export async function acceptInvitation(
     if (account) {
       const checked = await gate.run(() => verifyPassword(account.password_hash, password), ctx.signal);
       if (!checked) throw busy();
-      if (!checked.value) {
-        failed = true;
-        throw invalidCredentials();
-      }
+      if (!checked.value) throw failed(invalidCredentials());
     }
     const system = systemActor(organisationId, 'engine');
-    const userId = await ctx.records.transaction(async (records) => {
+    return ctx.records.transaction(async (records) => {
       const values: Record<string, unknown> = { email: invitation.email, role: invitation.role };
       // A new account: the password the person chose (checked like any user's), and their name.
       if (!account) Object.assign(values, { password, ...(ctx.values.full_name !== undefined ? { full_name: ctx.values.full_name } : {}) });
@@ -67,9 +56,5 @@ export async function acceptInvitation(
       await records.update(system, 'Invitation', invitation.id, { accepted_at: new Date(), user_id: member.id });
       return member.id;
     });
-    const { token, expiresAt } = await issueUserToken(ctx.db, ctx.services, { organisationId, userId });
-    return { id: userId, status: 201, meta: { token, token_expires_at: expiresAt.toISOString().replace(/\.\d{3}Z$/, 'Z') } };
-  } finally {
-    if (!failed) await reservation.release();
-  }
+  });
 }

@@ -41,23 +41,44 @@ export async function countRefusedLogin(services: AppServices, clientAddress: st
     .catch(() => undefined);
 }
 
+export type SignInContext = ActionContext & { clientAddress: string; signal?: AbortSignal };
+
+/**
+ * A sign-in (login, accepting an invitation): the attempt is counted before `check` runs (see throttle.ts) and
+ * given back unless `check` throws an error passed through `refused`; the user `check` names gets an access token
+ * in meta.token.
+ */
+export async function signIn(
+  ctx: SignInContext,
+  email: string,
+  status: 200 | 201,
+  check: (guards: ReturnType<typeof guardsFor>, refused: (error: ApiError) => ApiError) => Promise<string>,
+): Promise<ActionResult & { meta: Record<string, unknown> }> {
+  const organisationId = ctx.principal.organisationId;
+  const guards = guardsFor(ctx.services);
+  const reservation = await guards.throttle.reserve(organisationId, email, ctx.clientAddress);
+  let failed = false;
+  try {
+    const userId = await check(guards, (error) => {
+      failed = true;
+      return error;
+    });
+    return { id: userId, status, meta: (await issueUserToken(ctx.db, ctx.services, { organisationId, userId })).meta };
+  } finally {
+    if (!failed) await reservation.release();
+  }
+}
+
 /**
  * POST /api/users/login: a member of the credential's organisation signs in
  * with e-mail and password and receives a user access token in meta.token.
- * Unknown e-mail and wrong password answer alike, in similar time. The attempt
- * is counted before the password is checked (see throttle.ts) and given back
- * when it succeeds.
+ * Unknown e-mail and wrong password answer alike, in similar time.
  */
-export async function login(
-  ctx: ActionContext & { clientAddress: string; signal?: AbortSignal },
-): Promise<ActionResult & { meta: Record<string, unknown> }> {
+export function login(ctx: SignInContext): Promise<ActionResult & { meta: Record<string, unknown> }> {
   const email = String(ctx.values.email);
   const password = String(ctx.values.password);
   const organisationId = ctx.principal.organisationId;
-  const { throttle, gate } = guardsFor(ctx.services);
-  const reservation = await throttle.reserve(organisationId, email, ctx.clientAddress);
-  let failed = false;
-  try {
+  return signIn(ctx, email, 200, async ({ throttle, gate }, refused) => {
     const { rows } = await sql<{ id: string; password_hash: string }>`
       SELECT u.id, u.password_hash FROM users u
       JOIN memberships m ON m.user_id = u.id AND m.organisation_id = ${organisationId}
@@ -67,18 +88,11 @@ export async function login(
       // The organisation's budget of checks for unknown e-mails is spent: the same answer, after about the time a
       // check takes, without one (a timer, not a password-check slot).
       await new Promise((resolve) => setTimeout(resolve, gate.typicalMs));
-      failed = true;
-      throw invalidCredentials();
+      throw refused(invalidCredentials());
     }
     const checked = await gate.run(() => (user ? verifyPassword(user.password_hash, password) : verifyAgainstDummy(password)), ctx.signal);
     if (!checked) throw busy();
-    if (!user || !checked.value) {
-      failed = true;
-      throw invalidCredentials();
-    }
-    const { token, expiresAt } = await issueUserToken(ctx.db, ctx.services, { organisationId, userId: user.id });
-    return { id: user.id, status: 200, meta: { token, token_expires_at: expiresAt.toISOString().replace(/\.\d{3}Z$/, 'Z') } };
-  } finally {
-    if (!failed) await reservation.release();
-  }
+    if (!user || !checked.value) throw refused(invalidCredentials());
+    return user.id;
+  });
 }

@@ -11,8 +11,7 @@ import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import { ApiError } from '../jsonapi/errors.js';
 import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
-
-const seconds = (date: Date) => date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+import { expiryIn } from './tokens.js';
 
 /** The credential as the API returns it (meta.sip_credential). */
 export interface SipCredential {
@@ -56,12 +55,11 @@ export async function issueSipCredential(ctx: ActionContext): Promise<ActionResu
   if (!wsUri) {
     throw ApiError.of('conflict', 'This server has no SIP WebSocket address (SIP_WS_URL), so the softphone is not set up.');
   }
-  const expiresAt = new Date(Date.now() + services.config.sipCredentialTtlSeconds * 1000);
-  expiresAt.setUTCMilliseconds(0);
+  const expiry = expiryIn(services.config.sipCredentialTtlSeconds);
   const credential: SipCredential = {
     username: `${sipUser.sip_username}~${randomBytes(9).toString('base64url')}`,
     password: randomBytes(24).toString('base64url'),
-    expires_at: seconds(expiresAt),
+    expires_at: expiry.text,
     uri: `sip:${sipUser.sip_username}@${sipUser.domain}`,
     domain: sipUser.domain,
     ws_uri: wsUri,
@@ -74,6 +72,6 @@ export async function issueSipCredential(ctx: ActionContext): Promise<ActionResu
     VALUES (${uuidv7()}, ${principal.organisationId}, ${sipUser.id}, ${principal.userId},
             ${principal.credential === 'user_token' ? principal.credentialId : null},
             ${principal.credential === 'secret_key' ? principal.credentialId : null},
-            ${credential.username}, ${credential.password}, ${expiresAt})`.execute(ctx.db);
+            ${credential.username}, ${credential.password}, ${expiry.at})`.execute(ctx.db);
   return { id: sipUser.id, status: 200, unchanged: true, meta: { sip_credential: credential } };
 }

@@ -20,6 +20,12 @@ export interface TokenClaims {
   cnv?: string;
 }
 
+/** An expiry `ttlSeconds` from now in whole seconds (as a JWT holds it), and as responses show it (RFC 3339). */
+export function expiryIn(ttlSeconds: number): { at: Date; text: string } {
+  const at = new Date(Math.floor(Date.now() / 1000 + ttlSeconds) * 1000);
+  return { at, text: at.toISOString().replace('.000Z', 'Z') };
+}
+
 export async function signToken(claims: TokenClaims, key: Uint8Array, expiresAt?: Date): Promise<string> {
   const { sub, jti, ...rest } = claims;
   const jwt = new SignJWT({ ...rest })

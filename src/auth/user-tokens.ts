@@ -1,13 +1,13 @@
 import { uuidv7 } from 'uuidv7';
 import type { Db } from '../db/schema.js';
 import type { AppServices } from '../jsonapi/services.js';
-import { signToken } from './tokens.js';
+import { expiryIn, signToken } from './tokens.js';
 
 /** A user access token for one organisation, backed by a user_sessions row (for revocation). */
 export async function issueUserToken(db: Db, services: AppServices, input: { organisationId: string; userId: string }) {
   const sessionId = uuidv7();
-  const expiresAt = new Date(Date.now() + services.config.userTokenTtlSeconds * 1000);
-  expiresAt.setUTCMilliseconds(0);
+  const expiry = expiryIn(services.config.userTokenTtlSeconds);
+  const expiresAt = expiry.at;
   await db
     .insertInto('user_sessions')
     .values({ id: sessionId, organisation_id: input.organisationId, user_id: input.userId, expires_at: expiresAt, created_at: new Date() })
@@ -17,17 +17,18 @@ export async function issueUserToken(db: Db, services: AppServices, input: { org
     services.signingKey,
     expiresAt,
   );
-  return { token, expiresAt, sessionId };
+  return { token, expiresAt, sessionId, meta: { token, token_expires_at: expiry.text } };
 }
 
-/** Revokes every live token of a user (in one organisation, or all); returns how many. */
-export async function revokeUserTokens(db: Db, input: { userId: string; organisationId?: string }): Promise<number> {
+/** Revokes every live token of a user (in one organisation, or all; but the session `except`); returns how many. */
+export async function revokeUserTokens(db: Db, input: { userId: string; organisationId?: string; except?: string }): Promise<number> {
   let query = db
     .updateTable('user_sessions')
     .set({ revoked_at: new Date() })
     .where('user_id', '=', input.userId)
     .where('revoked_at', 'is', null);
   if (input.organisationId) query = query.where('organisation_id', '=', input.organisationId);
+  if (input.except) query = query.where('id', '<>', input.except);
   const result = await query.executeTakeFirst();
   return Number(result.numUpdatedRows);
 }

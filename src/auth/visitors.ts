@@ -8,9 +8,7 @@ import { sql } from 'kysely';
 import { ApiError, forbidden } from '../jsonapi/errors.js';
 import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
 import { systemActor } from '../jsonapi/actor.js';
-import { signToken } from './tokens.js';
-
-const seconds = (date: Date) => date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+import { expiryIn, signToken } from './tokens.js';
 
 /** POST /api/visitor_sessions: a new chat conversation (answered by `ai_agent_id` when given) and its visitor token. */
 export async function openVisitorSession(ctx: ActionContext): Promise<ActionResult & { meta: Record<string, unknown> }> {
@@ -38,12 +36,11 @@ export async function openVisitorSession(ctx: ActionContext): Promise<ActionResu
   // Through the one write path (validation, defaults such as public_id, the event), as the system: the
   // publishable key's own role plays no part in what a visitor session may create.
   const { id } = await ctx.records.create(systemActor(principal.organisationId, 'widget'), 'Conversation', values);
-  const expiresAt = new Date(Date.now() + services.config.visitorTokenTtlSeconds * 1000);
-  expiresAt.setUTCMilliseconds(0);
+  const expiry = expiryIn(services.config.visitorTokenTtlSeconds);
   const token = await signToken(
     { typ: 'visitor', sub: visitorId, org: principal.organisationId, jti: principal.credentialId, cnv: id },
     services.signingKey,
-    expiresAt,
+    expiry.at,
   );
-  return { id, status: 201, meta: { token, token_expires_at: seconds(expiresAt) } };
+  return { id, status: 201, meta: { token, token_expires_at: expiry.text } };
 }

@@ -57,13 +57,7 @@ export const userList = (o: { org: string; json?: boolean }) =>
 
 export const userCreate = (o: { org: string; email: string; password: string; fullName: string; role: Role; json?: boolean }) =>
   withDatabase(!!o.json, async (_db, records) => {
-    const created = await createUserInOrganisation(records, {
-      organisationId: o.org,
-      email: o.email,
-      password: o.password,
-      fullName: o.fullName,
-      role: o.role,
-    });
+    const created = await createUserInOrganisation(records, { ...o, organisationId: o.org });
     return { result: created, text: `user ${created.id} (${created.email}, ${created.role})` };
   });
 

@@ -201,32 +201,22 @@ function dataDir(raw: string | undefined): string {
   return raw?.startsWith('memory://') ? raw : path.resolve(raw ?? 'data');
 }
 
-/** A comma-separated list of origins; each must be scheme://host[:port] (an origin as browsers send it, RFC 6454). */
 /** SIP_WS_URL: a ws:// or wss:// URL (the SIP edge's WebSocket, RFC 7118), or unset. */
 function wsUrl(raw: string | undefined): string | undefined {
   if (!raw) return undefined;
-  let parsed: URL | undefined;
-  try {
-    parsed = new URL(raw);
-  } catch {
-    parsed = undefined;
-  }
+  const parsed = URL.canParse(raw) ? new URL(raw) : undefined;
   if (!parsed || !/^wss?:$/.test(parsed.protocol) || parsed.username || parsed.password || parsed.search || parsed.hash) {
     throw new Error(`SIP_WS_URL: "${raw}" is not a WebSocket URL like wss://sip.example.com:8443`);
   }
   return raw;
 }
 
+/** A comma-separated list of origins; each must be scheme://host[:port] (an origin as browsers send it, RFC 6454). */
 export function origins(raw: string | undefined, name = 'CORS_ALLOWED_ORIGINS'): string[] {
   if (!raw) return [];
   return raw.split(',').map((entry) => {
     const origin = entry.trim().replace(/\/+$/, '');
-    let parsed: URL | undefined;
-    try {
-      parsed = new URL(origin);
-    } catch {
-      parsed = undefined;
-    }
+    const parsed = URL.canParse(origin) ? new URL(origin) : undefined;
     if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.origin !== origin) {
       throw new Error(`${name}: "${entry.trim()}" is not an origin like https://www.example.com`);
     }

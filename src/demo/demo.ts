@@ -178,15 +178,7 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
   const people = PEOPLE.map((p) => ({ ...p, password: newPassword() }));
   const users = [];
   for (const person of people) {
-    users.push(
-      await createUserInOrganisation(records, {
-        organisationId: org,
-        email: person.email,
-        password: person.password,
-        fullName: person.full_name,
-        role: person.role,
-      }),
-    );
+    users.push(await createUserInOrganisation(records, { ...person, organisationId: org, fullName: person.full_name }));
   }
   const [owner, , ana, omar] = users;
   const keys = await issueKeys(records, org, owner.id);
@@ -229,9 +221,8 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
     sipUsers.push((await records.create(actor, 'SipUser', { sip_username: name, user_id: user.id })).id);
   }
   // Ana's history: available, busy on a call, available again (each change an OperatorStatusEvent).
-  const anaActor = systemActor(org, 'demo');
   for (const status of ['available', 'busy', 'available']) {
-    await records.create(anaActor, 'OperatorStatus', { sip_user_id: sipUsers[0], status, source: 'widget' });
+    await records.create(actor, 'OperatorStatus', { sip_user_id: sipUsers[0], status, source: 'widget' });
   }
 
   const conversations: string[] = [];

@@ -6,7 +6,6 @@ import { DEFAULT_QUERY_LIMITS, filterableAttribute, MAX_FILTER_CONDITIONS, MAX_F
 import { FILTER_OPERATORS } from './query/types.js';
 import { inputSpec, writableLinkage } from './validate.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
-type Operation = { method: 'get' | 'post' | 'patch' | 'delete'; path: string };
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const nullable = (schema: Schema, isNullable?: boolean): Schema =>
@@ -74,36 +73,27 @@ function resourceSchemas(resource: ResourceDef): Record<string, Schema> {
         meta: { type: 'object' },
       },
     },
-    [`${t}Document`]: {
-      type: 'object',
-      required: ['data', 'included', 'meta', 'jsonapi'],
-      properties: { data: ref(`${t}Resource`), included: ref('Included'), meta: { type: 'object' }, jsonapi: ref('JsonApi') },
-    },
-    [`${t}RelatedDocument`]: {
-      type: 'object',
-      required: ['data', 'included', 'meta', 'links', 'jsonapi'],
-      properties: {
-        data: { oneOf: [ref(`${t}Resource`), { type: 'null' }] },
-        included: ref('Included'),
-        meta: { type: 'object' },
-        links: { type: 'object', required: ['self'], properties: { self: { type: 'string', format: 'uri' } } },
-        jsonapi: ref('JsonApi'),
+    [`${t}Document`]: document(ref(`${t}Resource`), { type: 'object' }),
+    [`${t}RelatedDocument`]: document(
+      { oneOf: [ref(`${t}Resource`), { type: 'null' }] },
+      { type: 'object' },
+      {
+        type: 'object',
+        required: ['self'],
+        properties: { self: { type: 'string', format: 'uri' } },
       },
-    },
-    [`${t}ListDocument`]: {
-      type: 'object',
-      required: ['data', 'included', 'meta', 'links', 'jsonapi'],
-      properties: {
-        data: { type: 'array', items: ref(`${t}Resource`) },
-        included: ref('Included'),
-        meta: ref('PageMeta'),
-        links: ref('PageLinks'),
-        jsonapi: ref('JsonApi'),
-      },
-    },
+    ),
+    [`${t}ListDocument`]: document({ type: 'array', items: ref(`${t}Resource`) }, ref('PageMeta'), ref('PageLinks')),
   };
   return schemas;
 }
+
+/** A top-level document with `data` and `included` (and `links` when given). */
+const document = (data: Schema, meta: Schema, links?: Schema): Schema => ({
+  type: 'object',
+  required: links ? ['data', 'included', 'meta', 'links', 'jsonapi'] : ['data', 'included', 'meta', 'jsonapi'],
+  properties: { data, included: ref('Included'), meta, ...(links ? { links } : {}), jsonapi: ref('JsonApi') },
+});
 
 /** What a request body does: a member action names its record like an update and takes attributes like a create. */
 type RequestKind = 'create' | 'update' | 'action' | 'member';
@@ -235,27 +225,17 @@ const ok = (description: string, schema: Schema, extra: Record<string, Schema> =
   content: jsonApi(schema),
 });
 
+const bearer = (description: string) => ({ type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description });
 const SECURITY = {
-  userToken: {
-    type: 'http',
-    scheme: 'bearer',
-    bearerFormat: 'JWT',
-    description:
-      'A user access token from POST /api/users/login: acts as that user with the role of their membership (owner, admin or operator).',
-  },
-  secretKey: {
-    type: 'http',
-    scheme: 'bearer',
-    bearerFormat: 'JWT',
-    description:
-      "A secret API key (server to server), issued by owners and admins (POST /api/api_keys) or the command line: acts as the key's user with their role. Keep it secret.",
-  },
-  publishableKey: {
-    type: 'http',
-    scheme: 'bearer',
-    bearerFormat: 'JWT',
-    description: 'A publishable API key (may appear in a web page): only signs users in (POST /api/users/login); 403 everywhere else.',
-  },
+  userToken: bearer(
+    'A user access token from POST /api/users/login: acts as that user with the role of their membership (owner, admin or operator).',
+  ),
+  secretKey: bearer(
+    "A secret API key (server to server), issued by owners and admins (POST /api/api_keys) or the command line: acts as the key's user with their role. Keep it secret.",
+  ),
+  publishableKey: bearer(
+    'A publishable API key (may appear in a web page): only signs users in (POST /api/users/login); 403 everywhere else.',
+  ),
 };
 const MEMBER_SECURITY = [{ userToken: [] }, { secretKey: [] }];
 
@@ -412,31 +392,6 @@ const relatedNames = (resource: ResourceDef, resources: readonly ResourceDef[]) 
     .filter(([, relationship]) => resources.some((r) => r.type === relationship.type))
     .map(([name]) => name);
 
-/** method + path of every operation the definitions yield (the spec's 22). */
-export function openApiOperations(resources: ResourceDef[]): Operation[] {
-  const operations: Operation[] = [];
-  for (const r of resources) {
-    if (!r.path) {
-      for (const action of routedActions(r)) operations.push({ method: 'post', path: actionPath(r, action) });
-      continue;
-    }
-    if (r.operations.list) operations.push({ method: 'get', path: `/api/${r.path}` });
-    if (r.operations.get) operations.push({ method: 'get', path: `/api/${r.path}/{id}` });
-    for (const alias of Object.keys(r.aliases ?? {})) operations.push({ method: 'get', path: `/api/${r.path}/${alias}` });
-    if (r.operations.get)
-      for (const name of relatedNames(r, resources)) operations.push({ method: 'get', path: `/api/${r.path}/{id}/${name}` });
-    if (r.operations.create) operations.push({ method: 'post', path: `/api/${r.path}` });
-    if (r.operations.update) operations.push({ method: 'patch', path: `/api/${r.path}/{id}` });
-    if (r.operations.delete) operations.push({ method: 'delete', path: `/api/${r.path}/{id}` });
-    for (const action of routedActions(r)) operations.push({ method: 'post', path: actionPath(r, action) });
-  }
-  // The event stream (src/events/stream.ts), when any type's changes are events.
-  if (resources.some((r) => r.events !== false)) operations.push({ method: 'get', path: '/api/events' });
-  // Typing signals (src/events/typing.ts), handed to the event stream.
-  if (hasTyping(resources)) operations.push({ method: 'post', path: '/api/conversations/{id}/typing' });
-  return operations;
-}
-
 const hasTyping = (resources: readonly ResourceDef[]) => resources.some((r) => r.type === 'Conversation' && r.events !== false);
 
 /** POST /api/conversations/{id}/typing: an ephemeral signal, not a resource (docs/events.md, "Typing"). */
@@ -517,8 +472,6 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
 const PASSWORD_ACTION_TEXT =
   ' Failed attempts (a refused body among them) are limited per organisation and e-mail and per client network, its /24 or /64 (429 with Retry-After); the body is at most 16 KiB (413); when too many passwords are being checked at once, 503 with Retry-After.';
 
-const routedActions = (r: ResourceDef) => Object.values(r.actions ?? {}).filter((a) => a.path);
-
 /** A custom action's path: under the collection, or under one record (`member`). */
 const actionPath = (r: ResourceDef, action: CustomAction) => (action.member ? `/api/${r.path}/{id}/${action.path}` : `/api/${action.path}`);
 
@@ -543,6 +496,13 @@ function actionOperation(resource: ResourceDef, name: string, action: CustomActi
   };
 }
 
+/** A document of `meta` alone, with one member `name`. */
+const metaDocument = (name: string, schema: Schema): Schema => ({
+  type: 'object',
+  required: ['meta', 'jsonapi'],
+  properties: { meta: { type: 'object', required: [name], properties: { [name]: schema } }, jsonapi: ref('JsonApi') },
+});
+
 export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: string; version?: string } = {}): Record<string, unknown> {
   const schemas: Record<string, Schema> = {
     JsonApi: { type: 'object', properties: { version: { const: '1.0' } } },
@@ -557,45 +517,19 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
       type: 'object',
       properties: Object.fromEntries(['self', 'first', 'next', 'prev'].map((k) => [k, { type: ['string', 'null'], format: 'uri' }])),
     },
-    TypingDocument: {
+    TypingDocument: metaDocument('typing', {
       type: 'object',
-      required: ['meta', 'jsonapi'],
+      required: ['expires_at', 'coalesced'],
       properties: {
-        meta: {
-          type: 'object',
-          required: ['typing'],
-          properties: {
-            typing: {
-              type: 'object',
-              required: ['expires_at', 'coalesced'],
-              properties: {
-                expires_at: { type: 'string', format: 'date-time', description: 'When the signal that stands expires.' },
-                coalesced: { type: 'boolean', description: 'A repeat within 2 s: answered, not passed on.' },
-              },
-            },
-          },
-        },
-        jsonapi: { $ref: '#/components/schemas/JsonApi' },
+        expires_at: { type: 'string', format: 'date-time', description: 'When the signal that stands expires.' },
+        coalesced: { type: 'boolean', description: 'A repeat within 2 s: answered, not passed on.' },
       },
-    },
-    DeleteDocument: {
+    }),
+    DeleteDocument: metaDocument('removed', {
       type: 'object',
-      required: ['meta', 'jsonapi'],
-      properties: {
-        meta: {
-          type: 'object',
-          required: ['removed'],
-          properties: {
-            removed: {
-              type: 'object',
-              description: 'Exact counts of the records the delete removed, by type: the record itself and what it took along.',
-              additionalProperties: { type: 'integer', minimum: 1 },
-            },
-          },
-        },
-        jsonapi: { $ref: '#/components/schemas/JsonApi' },
-      },
-    },
+      description: 'Exact counts of the records the delete removed, by type: the record itself and what it took along.',
+      additionalProperties: { type: 'integer', minimum: 1 },
+    }),
     ErrorDocument: {
       type: 'object',
       required: ['errors', 'jsonapi'],

@@ -6,6 +6,7 @@
  */
 import { Ajv, type ErrorObject as AjvError, type ValidateFunction } from 'ajv';
 import { ApiError, errorObject } from '../jsonapi/index.js';
+import { urlFormProblem } from './webhook-url.js';
 
 const id = { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A name for the step, unique in the workflow.' };
 const text = { type: 'string', minLength: 1, maxLength: 4000 };
@@ -314,26 +315,11 @@ function toolProblems(tools: unknown[], rules: WorkflowRules) {
       if (typeof schema === 'string') found.push({ pointer: `/tools/${index}/parameters`, detail: schema });
     }
     if (typeof tool.url === 'string') {
-      const problem = toolUrlProblem(tool.url, rules.allowPrivateUrls === true);
+      // The URL's form only: its addresses are checked when it is called, after the name is resolved (the answer
+      // may change between the two: checking then is what keeps internal services out of reach).
+      const problem = urlFormProblem(tool.url, rules.allowPrivateUrls === true, 'https://example.com/tools/lookup');
       if (problem) found.push({ pointer: `/tools/${index}/url`, detail: problem });
     }
   });
   return found;
-}
-
-/**
- * The URL's own rules, checked on save. Its addresses are checked when it is called, after the name is resolved
- * (the answer may change between the two: checking then is what keeps internal services out of reach).
- */
-function toolUrlProblem(value: string, allowPrivate: boolean): string | undefined {
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    return 'must be an absolute URL, such as https://example.com/tools/lookup';
-  }
-  if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) return 'must be an https URL';
-  if (url.username || url.password) return 'must not carry a user name or password';
-  if (url.hash) return 'must not have a fragment';
-  return undefined;
 }

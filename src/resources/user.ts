@@ -4,6 +4,7 @@ import { uuidv7 } from 'uuidv7';
 import { acceptInvitation } from '../auth/invitations.js';
 import { countRefusedLogin, login, LOGIN_BODY_LIMIT_BYTES } from '../auth/login.js';
 import { hashPassword, verifyPassword } from '../auth/passwords.js';
+import { revokeUserTokens } from '../auth/user-tokens.js';
 import type { Db } from '../db/schema.js';
 import {
   type ActionContext,
@@ -128,6 +129,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
   const system = actor.kind === 'system';
   const self = principal.userId === id;
   const now = new Date();
+  const ownSession = principal.credential === 'user_token' ? principal.credentialId : undefined;
   if (!system) {
     if (values.full_name !== undefined && !self)
       throw ApiError.of('forbidden', 'Only the user may change their own name.', at('full_name'));
@@ -152,9 +154,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
       .where('id', '=', id)
       .execute();
     // Every other session, in every organisation (the password is the user's), stops working at once.
-    let sessions = db.updateTable('user_sessions').set({ revoked_at: now }).where('user_id', '=', id).where('revoked_at', 'is', null);
-    if (!system && principal.credential === 'user_token') sessions = sessions.where('id', '<>', principal.credentialId);
-    await sessions.execute();
+    await revokeUserTokens(db, { userId: id, except: system ? undefined : ownSession });
   }
   if (values.revoke_tokens === true) {
     if (!system && !self) {
@@ -163,14 +163,7 @@ async function updateMember(ctx: ActionContext): Promise<void> {
       requireOwnerFor(ctx, (await roleIn(db, principal.organisationId, id)) === 'owner', 'revoke_tokens');
     }
     // Sessions in this organisation; a user signing themselves out elsewhere keeps the token making the request.
-    let sessions = db
-      .updateTable('user_sessions')
-      .set({ revoked_at: now })
-      .where('user_id', '=', id)
-      .where('organisation_id', '=', principal.organisationId)
-      .where('revoked_at', 'is', null);
-    if (!system && self && principal.credential === 'user_token') sessions = sessions.where('id', '<>', principal.credentialId);
-    await sessions.execute();
+    await revokeUserTokens(db, { userId: id, organisationId: principal.organisationId, except: system || !self ? undefined : ownSession });
   }
   if (values.role !== undefined) {
     if (!system && !ADMINS.includes(principal.role as Role))

@@ -54,18 +54,21 @@ function resolveAll(hostname: string): Promise<string[]> {
   });
 }
 
-/** Why `value` cannot be a webhook URL, or undefined. Resolves the host name (every address must be public). */
-export async function webhookUrlProblem(value: string, allowPrivate: boolean): Promise<string | undefined> {
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    return 'must be an absolute URL, such as https://example.com/webhooks';
-  }
+/** Why `value` cannot be a URL Parley posts to (a webhook's, an agent tool's), by its form alone, or undefined. */
+export function urlFormProblem(value: string, allowPrivate: boolean, example: string): string | undefined {
+  if (!URL.canParse(value)) return `must be an absolute URL, such as ${example}`;
+  const url = new URL(value);
   if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) return 'must be an https URL';
   if (url.username || url.password) return 'must not carry a user name or password';
   if (url.hash) return 'must not have a fragment';
-  if (allowPrivate) return undefined;
+  return undefined;
+}
+
+/** Why `value` cannot be a webhook URL, or undefined. Resolves the host name (every address must be public). */
+export async function webhookUrlProblem(value: string, allowPrivate: boolean): Promise<string | undefined> {
+  const problem = urlFormProblem(value, allowPrivate, 'https://example.com/webhooks');
+  if (problem || allowPrivate) return problem;
+  const url = new URL(value);
   const host = url.hostname.replace(/^\[|\]$/g, '');
   if (isIP(host)) return isPublicAddress(host) ? undefined : `names ${host}, which is not a public address`;
   let addresses: string[];
@@ -120,13 +123,11 @@ export function signedPost(
       clearTimeout(timer);
       resolve(outcome);
     };
-    let target: URL;
-    try {
-      target = new URL(url);
-    } catch {
+    if (!URL.canParse(url)) {
       done({ ok: false, error: 'The URL is not valid.' });
       return;
     }
+    const target = new URL(url);
     // Node connects to an IP literal without calling `lookup`, so the check there never sees it: check it here,
     // on every attempt (the URL may have been saved under other rules).
     const literal = target.hostname.replace(/^\[|\]$/g, '');
