@@ -77,13 +77,7 @@ describe('resourceJson', () => {
     const resource = resources.find((r) => r.type === 'Conversation')!;
     const rows = [row(resource, 0), row(resource, 1)];
     const links = { self: `${ctx.baseUrl}/api/conversations`, next: null };
-    expect(
-      documentJson(
-        rows.map((r) => resourceJson(resource, r, ctx)),
-        { page: { limit: 25 } },
-        links,
-      ),
-    ).toBe(
+    expect(documentJson(resource, rows, ctx, { page: { limit: 25 } }, links)).toBe(
       JSON.stringify(
         document(
           rows.map((r) => renderResource(resource, r, ctx)),
@@ -93,10 +87,8 @@ describe('resourceJson', () => {
         ),
       ),
     );
-    expect(documentJson(resourceJson(resource, rows[0], ctx), {})).toBe(
-      JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})),
-    );
-    expect(documentJson([], { page: { limit: 25 } })).toBe(JSON.stringify(document([], [], { page: { limit: 25 } })));
+    expect(documentJson(resource, rows[0], ctx, {})).toBe(JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})));
+    expect(documentJson(resource, [], ctx, { page: { limit: 25 } })).toBe(JSON.stringify(document([], [], { page: { limit: 25 } })));
   });
 });
 
