@@ -118,29 +118,7 @@ interface ResourceParts {
 }
 const compiled = new WeakMap<ResourceDef, ResourceParts>();
 
-function partsOf(resource: ResourceDef): ResourceParts {
-  let render = compiled.get(resource);
-  if (!render) {
-    render = compileResourceParts(resource);
-    compiled.set(resource, render);
-  }
-  return render;
-}
-
-/**
- * One resource object as JSON text: exactly `JSON.stringify(renderResource(resource, row, ctx))` (the same
- * members, order and values) for the common case of no sparse fieldset for the type, no included to-many
- * linkage and no revealed attribute, which callers check (`plainRendering`). The member names and the
- * constant parts are worked out once per resource; a row then costs one `JSON.stringify` per value and a join.
- */
-export function resourceJson(resource: ResourceDef, row: Row, ctx: RenderContext): string {
-  const render = partsOf(resource);
-  const parts = new Array<string>(render.size);
-  render.write(row, ctx, parts, 0);
-  return parts.join('');
-}
-
-/** Whether `resourceJson` renders `resource` as `renderResource` would for this request. */
+/** Whether `documentJson` renders `resource` as `renderResource` would for this request. */
 export const plainRendering = (resource: ResourceDef, ctx: RenderContext) =>
   !ctx.fields.has(resource.type) && !ctx.revealed && !(ctx.principal?.role === 'visitor' && hidesFromVisitors(resource));
 
@@ -184,7 +162,7 @@ function compileResourceParts(resource: ResourceDef): ResourceParts {
   // character, so the text of a concatenation is the texts' (the prefix ends in `/`, no surrogate half).
   let base: string | undefined;
   let prefix = '';
-  // A to-one relationship is 3 pieces, a to-many 4.
+  // Each relationship is 4 pieces.
   type Write = (row: Row, ctx: RenderContext, parts: string[], at: number, id: string) => void;
   const relationships = Object.entries(resource.relationships).map(([name, relationship], i): Write => {
     const key = `${i === 0 ? '' : ','}${JSON.stringify(name)}:`;
@@ -204,6 +182,7 @@ function compileResourceParts(resource: ResourceDef): ResourceParts {
         parts[at] = id ? open : none;
         parts[at + 1] = id ? lastJson : '';
         parts[at + 2] = id ? close : '';
+        parts[at + 3] = '';
       };
     }
     const linked = resource.path !== undefined && resource.operations.get;
@@ -217,10 +196,8 @@ function compileResourceParts(resource: ResourceDef): ResourceParts {
       parts[at + 3] = tail;
     };
   });
-  const offsets = Object.values(resource.relationships).map((r) => (r.cardinality === 'one' ? 3 : 4));
-  const size = 3 + 2 * attributes.length + offsets.reduce((sum, n) => sum + n, 0) + 4;
   return {
-    size,
+    size: 3 + 2 * attributes.length + 4 * relationships.length + 4,
     write(row, ctx, parts, at) {
       const idJson = JSON.stringify(String(row.id));
       // The id's text inside quotes, for the links.
@@ -236,7 +213,7 @@ function compileResourceParts(resource: ResourceDef): ResourceParts {
         parts[n + 1] = texts[i]?.get(value as string) ?? JSON.stringify(renderValue(def, value));
       }
       parts[n++] = closing;
-      for (let i = 0; i < relationships.length; n += offsets[i++]) relationships[i](row, ctx, parts, n, id);
+      for (let i = 0; i < relationships.length; n += 4) relationships[i++](row, ctx, parts, n, id);
       parts[n] = resource.path ? '},"links":{"self":' : '},"meta":{}}';
       parts[n + 1] = resource.path ? prefix : '';
       parts[n + 2] = resource.path ? id : '';
@@ -246,11 +223,13 @@ function compileResourceParts(resource: ResourceDef): ResourceParts {
 }
 
 /**
- * `document(...)` as JSON text, its primary data `resourceJson`'s records: one record, or an array of them (a
- * list). The document is one join of its pieces, a flat string: built by concatenation, each record's text and
- * then the document were strings of strings, copied once into the document and once more when the server
- * measured the body (`Buffer.byteLength` flattens them), and those concatenations were a third of the memory a
- * list request allocated (docs/benchmarks.md, tenth round).
+ * `document(...)` as JSON text, exactly `JSON.stringify(document(...))` of `renderResource`'s objects for the
+ * common case of no sparse fieldset for the type, no included to-many linkage and no revealed attribute, which
+ * callers check (`plainRendering`); its primary data one record, or an array of them (a list). The member names
+ * and constant texts are worked out once per resource; a record then costs one `JSON.stringify` per value. The
+ * document is one join of its pieces: concatenated, each record's text and then the document were strings of
+ * strings, copied into the document and again when the server measured the body (`Buffer.byteLength`
+ * flattens them), a third of the memory a list request allocated (docs/benchmarks.md, tenth round).
  */
 export function documentJson(
   resource: ResourceDef,
@@ -259,7 +238,8 @@ export function documentJson(
   meta: Record<string, unknown>,
   links?: Record<string, string | null>,
 ): string {
-  const render = partsOf(resource);
+  let render = compiled.get(resource);
+  if (!render) compiled.set(resource, (render = compileResourceParts(resource)));
   const rows = Array.isArray(data) ? data : [data];
   const parts = new Array<string>(rows.length * (render.size + 1) + 2);
   parts[0] = Array.isArray(data) ? '{"data":[' : '{"data":';

@@ -11,7 +11,6 @@ import {
   document,
   queryString,
   renderResource,
-  resourceJson,
   type RenderContext,
   type Row,
 } from '../../src/jsonapi/serialize.js';
@@ -63,12 +62,12 @@ function row(resource: (typeof resources)[number], variant: number): Row {
   return values;
 }
 
-describe('resourceJson', () => {
+describe('documentJson', () => {
   for (const resource of resources) {
     it(`renders ${resource.type} exactly as the serialised resource object`, () => {
       for (const variant of [0, 1, 2, 3]) {
         const r = row(resource, variant);
-        expect(resourceJson(resource, r, ctx)).toBe(JSON.stringify(renderResource(resource, r, ctx)));
+        expect(documentJson(resource, r, ctx, {})).toBe(JSON.stringify(document(renderResource(resource, r, ctx), [], {})));
       }
     });
   }
