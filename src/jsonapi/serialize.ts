@@ -147,6 +147,14 @@ function withoutHiddenKeys(def: AttributeDef, value: unknown): unknown {
   return copy;
 }
 
+/** Writes four pieces from `at`. */
+function put(parts: string[], at: number, a: string, b: string, c: string, d: string) {
+  parts[at] = a;
+  parts[at + 1] = b;
+  parts[at + 2] = c;
+  parts[at + 3] = d;
+}
+
 function compileResourceParts(resource: ResourceDef): ResourceParts {
   // The texts between values: `{"id":` id `,"type":...,"attributes":{"first":` value `,"second":` value ...
   const attributes = Object.entries(resource.attributes).filter(([, def]) => !def.writeOnly);
@@ -168,33 +176,21 @@ function compileResourceParts(resource: ResourceDef): ResourceParts {
     const key = `${i === 0 ? '' : ','}${JSON.stringify(name)}:`;
     if (relationship.cardinality === 'one') {
       const column = linkageColumn(name);
-      const [open, close, none] = [
-        `${key}{"data":{"id":`,
-        `,"type":${JSON.stringify(relationship.type)},"meta":{}}}`,
-        `${key}{"data":null}`,
-      ];
+      const [open, close] = [`${key}{"data":{"id":`, `,"type":${JSON.stringify(relationship.type)},"meta":{}}}`];
       // The last id's text: a page's records mostly name the same organisation, agent or user.
       let last: unknown;
       let lastJson = '';
       return (row, ctx, parts, at) => {
         const id = relationship.resolve ? relationship.resolve(ctx.principal) : row[column];
         if (id && id !== last) [last, lastJson] = [id, JSON.stringify(String(id))];
-        parts[at] = id ? open : none;
-        parts[at + 1] = id ? lastJson : '';
-        parts[at + 2] = id ? close : '';
-        parts[at + 3] = '';
+        put(parts, at, id ? open : `${key}{"data":null}`, id ? lastJson : '', id ? close : '', '');
       };
     }
     const linked = resource.path !== undefined && resource.operations.get;
     const [open, tail] = linked
       ? [`${key}{"links":{"related":`, `${JSON.stringify(`/${name}`).slice(1)}},"meta":{}}`]
       : [`${key}{"meta":{}}`, ''];
-    return (_row, _ctx, parts, at, id) => {
-      parts[at] = open;
-      parts[at + 1] = linked ? prefix : '';
-      parts[at + 2] = linked ? id : '';
-      parts[at + 3] = tail;
-    };
+    return (_row, _ctx, parts, at, id) => put(parts, at, open, linked ? prefix : '', linked ? id : '', tail);
   });
   return {
     size: 3 + 2 * attributes.length + 4 * relationships.length + 4,
@@ -214,10 +210,8 @@ function compileResourceParts(resource: ResourceDef): ResourceParts {
       }
       parts[n++] = closing;
       for (let i = 0; i < relationships.length; n += 4) relationships[i++](row, ctx, parts, n, id);
-      parts[n] = resource.path ? '},"links":{"self":' : '},"meta":{}}';
-      parts[n + 1] = resource.path ? prefix : '';
-      parts[n + 2] = resource.path ? id : '';
-      parts[n + 3] = resource.path ? '"},"meta":{}}' : '';
+      if (resource.path) put(parts, n, '},"links":{"self":', prefix, id, '"},"meta":{}}');
+      else put(parts, n, '},"meta":{}}', '', '', '');
     },
   };
 }
