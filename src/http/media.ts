@@ -1,7 +1,7 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isIPv6 } from 'node:net';
 import qs from 'qs';
-import { isApiPath, requestPath } from '../auth/plugin.js';
+import { isApiPath } from '../auth/plugin.js';
 import { ApiError } from '../jsonapi/errors.js';
 import { jsonShapeProblem } from './json-limits.js';
 
@@ -104,12 +104,12 @@ function validHost(host: string): boolean {
  * Host is a 400 anywhere (RFC 9112 section 3.2); an empty Host is refused on /api unless PUBLIC_URL supplies
  * the authority.
  */
-function checkHost(request: FastifyRequest, publicUrl: string | undefined): void {
+function checkHost(request: FastifyRequest, publicUrl: string | undefined, api: boolean): void {
   const { headers } = request;
   if (headers.host === undefined && request.raw.httpVersion === '1.1') {
     throw ApiError.of('bad_request', 'An HTTP/1.1 request needs a Host header.', { header: 'Host' });
   }
-  if (!isApiPath(request)) return;
+  if (!api) return;
   const forwarded = headers['x-forwarded-host'] !== undefined && request.host !== (headers.host ?? '');
   const header = forwarded ? 'X-Forwarded-Host' : 'Host';
   const host = request.host;
@@ -120,20 +120,6 @@ function checkHost(request: FastifyRequest, publicUrl: string | undefined): void
   if (protocol !== 'http' && protocol !== 'https') {
     throw ApiError.of('bad_request', 'X-Forwarded-Proto must be http or https.', { header: 'X-Forwarded-Proto' });
   }
-}
-
-/** Deepest nesting a request body may have; deeper documents are refused before any work. */
-const MAX_JSON_DEPTH = 32;
-
-function depthExceeds(value: unknown, limit: number): boolean {
-  const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length > 0) {
-    const [node, depth] = stack.pop()!;
-    if (typeof node !== 'object' || node === null) continue;
-    if (depth > limit) return true;
-    for (const child of Object.values(node)) stack.push([child, depth + 1]);
-  }
-  return false;
 }
 
 /** Query strings in bracket notation (`filter[a][in][0]=x`), bounded in depth and size. */
@@ -154,14 +140,11 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
     // A request without a body is fine whatever its Content-Type (a DELETE from a client library that always
     // sends it): no document, and the route that needs one says so.
     if (body === '') return done(null, undefined);
-    // Bounded work first: too many members or levels are refused before any object is built (json-limits.ts).
+    // Bounded work first: too many members or levels (deeper than 32) are refused before any object is built
+    // (json-limits.ts), so the parsed document needs no walk of its own.
     const tooComplex = typeof body === 'string' ? jsonShapeProblem(body) : undefined;
     if (tooComplex) return done(tooComplex, undefined);
-    return defaultParser(request, body, (error, value) => {
-      if (!error && depthExceeds(value, MAX_JSON_DEPTH)) {
-        done(ApiError.of('invalid_body', `The body nests deeper than ${MAX_JSON_DEPTH} levels.`, { pointer: '' }), undefined);
-      } else done(error, value);
-    });
+    return defaultParser(request, body, done);
   };
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSONAPI_MEDIA_TYPE, { parseAs: 'string' }, (request, body, done) => {
@@ -182,25 +165,32 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
   app.addContentTypeParser('application/json', { parseAs: 'string' }, parseJson);
 
   // Registered before authentication, so a malformed Host or Accept is refused before anything else runs.
-  app.addHook('onRequest', async (request) => {
-    checkHost(request, options.publicUrl);
-    if (isApiPath(request)) checkAccept(request);
-  });
-  // Every JSON:API document, wherever its URL, is exactly application/vnd.api+json (Fastify would append a
-  // charset) with Vary: Accept; so is everything under /api but the OpenAPI document.
-  app.addHook('onSend', async (request, reply, payload) => {
-    const contentType = reply.getHeader('content-type');
-    const jsonApi = typeof contentType === 'string' && isJsonApi(contentType);
-    const path = requestPath(request);
-    if (jsonApi || (path.startsWith('/api/') && path !== '/api/open_api')) {
-      reply.header('Content-Type', JSONAPI_MEDIA_TYPE);
-      const vary = reply.getHeader('vary');
-      const values = (Array.isArray(vary) ? vary.join(',') : String(vary ?? ''))
-        .split(',')
-        .map((v) => v.trim())
-        .filter(Boolean);
-      if (!values.some((v) => v.toLowerCase() === 'accept' || v === '*')) reply.header('Vary', [...values, 'Accept'].join(', '));
+  app.addHook('onRequest', (request, _reply, done) => {
+    try {
+      const api = isApiPath(request);
+      checkHost(request, options.publicUrl, api);
+      if (api) checkAccept(request);
+    } catch (error) {
+      return done(error as Error);
     }
-    return payload;
+    done();
   });
+}
+
+/**
+ * Every JSON:API document, wherever its URL, is exactly application/vnd.api+json (Fastify would append a
+ * charset) with Vary: Accept; so is everything under /api but the OpenAPI document (`path`: `requestPath`).
+ */
+export function mediaHeaders(reply: FastifyReply, path: string): void {
+  const contentType = reply.getHeader('content-type');
+  const jsonApi = typeof contentType === 'string' && isJsonApi(contentType);
+  if (jsonApi || (path.startsWith('/api/') && path !== '/api/open_api')) {
+    reply.header('Content-Type', JSONAPI_MEDIA_TYPE);
+    const vary = reply.getHeader('vary');
+    const values = (Array.isArray(vary) ? vary.join(',') : String(vary ?? ''))
+      .split(',')
+      .map((v) => v.trim())
+      .filter(Boolean);
+    if (!values.some((v) => v.toLowerCase() === 'accept' || v === '*')) reply.header('Vary', [...values, 'Accept'].join(', '));
+  }
 }

@@ -40,9 +40,11 @@ export async function registerOps(app: FastifyInstance, options: { database: Dat
     registers: [registry],
   });
 
-  app.addHook('onResponse', async (request, reply) => {
+  // A callback, not an async hook: no promise per request.
+  app.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? 'unmatched';
     requests.observe({ method: request.method, route, status: String(reply.statusCode) }, reply.elapsedTime / 1000);
+    done();
   });
 
   const open = { config: { public: true } };

@@ -76,8 +76,7 @@ export async function registerRateLimit(app: FastifyInstance, config: Config, re
       );
     }
   };
-  app.addHook('preHandler', async (request) => {
-    const budget = request.routeOptions.config?.addressBudget;
+  const tighter = async (request: FastifyRequest, budget: { max: number; timeWindowMs: number } | undefined) => {
     if (budget) {
       const url = request.routeOptions.url ?? '';
       await spend(
@@ -97,5 +96,11 @@ export async function registerRateLimit(app: FastifyInstance, config: Config, re
       request,
       'Visitors from your address',
     );
+  };
+  // A callback: a request with no tighter budget (almost every one) costs no promise.
+  app.addHook('preHandler', (request, _reply, done) => {
+    const budget = request.routeOptions.config?.addressBudget;
+    if (!budget && request.principal?.credential !== 'visitor') return done();
+    tighter(request, budget).then(() => done(), done);
   });
 }

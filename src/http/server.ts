@@ -6,7 +6,7 @@ import { registerWebAssets } from '../web/assets.js';
 import { registerCors } from './cors.js';
 import { registerDocs } from './docs.js';
 import { connectionError, frameworkError, registerErrorHandling } from './errors.js';
-import { parseQueryString, registerMedia } from './media.js';
+import { mediaHeaders, parseQueryString, registerMedia } from './media.js';
 import { registerOps } from './ops.js';
 import { registerResources } from '../jsonapi/routes.js';
 import { registerEventStream } from '../events/stream.js';
@@ -45,8 +45,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
   registerErrorHandling(app);
   routeEveryMethod(app);
-  securityHeaders(app);
-  closeConnectionsWhenDone(app);
+  responseHeaders(app);
   registerMedia(app, { publicUrl: config.publicUrl });
   await registerCors(app, config);
   await registerOps(app, options);
@@ -86,27 +85,22 @@ function routeEveryMethod(app: FastifyInstance): void {
  * Every response: `X-Content-Type-Options: nosniff`, so a browser never reads a JSON document as HTML or script.
  * Everything under /api/ but the OpenAPI document answers for a credential and may carry secrets (a login's
  * token, SIP passwords): `Cache-Control: no-store` keeps it out of every cache (RFC 9111 section 5.2.2.5).
+ * Once shutdown starts, every response closes its connection, so that keep-alive clients do not hold the server
+ * open after their in-flight requests are answered. Then the media type's headers (`mediaHeaders`). One hook
+ * with a callback, not three async ones: each hook's promise and each reading of the request's path (Fastify
+ * builds `routeOptions` anew at every read) was work of every request.
  */
-function securityHeaders(app: FastifyInstance): void {
-  app.addHook('onSend', async (request, reply, payload) => {
-    reply.header('X-Content-Type-Options', 'nosniff');
-    const path = requestPath(request);
-    if (path.startsWith('/api/') && path !== '/api/open_api') reply.header('Cache-Control', 'no-store');
-    return payload;
-  });
-}
-
-/**
- * Once shutdown starts, every response closes its connection, so that keep-alive
- * clients do not hold the server open after their in-flight requests are answered.
- */
-function closeConnectionsWhenDone(app: FastifyInstance): void {
+function responseHeaders(app: FastifyInstance): void {
   let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onSend', async (_request, reply, payload) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
+    reply.header('X-Content-Type-Options', 'nosniff');
+    const path = requestPath(request);
+    if (path.startsWith('/api/') && path !== '/api/open_api') reply.header('Cache-Control', 'no-store');
     if (closing) reply.header('Connection', 'close');
-    return payload;
+    mediaHeaders(reply, path);
+    done(null, payload);
   });
 }

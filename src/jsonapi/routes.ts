@@ -12,7 +12,7 @@ import type { Principal } from './principal.js';
 import type { ActionResult, CustomAction, RelationshipDef, ResourceDef } from './resource.js';
 import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
-import { document, documentJson, plainRendering, queryString, resourceJson, type RenderContext } from './serialize.js';
+import { document, documentJson, plainRendering, queryString, type RenderContext } from './serialize.js';
 import { inputSpec, UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
 import { createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
@@ -98,13 +98,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (result.total !== undefined) page.total = result.total;
     const links = listLinks(`${ctx.baseUrl}${url}`, request.query as Query, query, result, cursors);
     if (noIncludes(query) && plainRendering(resource, ctx)) {
-      return reply.send(
-        documentJson(
-          result.rows.map((row) => resourceJson(resource, row, ctx)),
-          { page },
-          links,
-        ),
-      );
+      return reply.send(documentJson(resource, result.rows, ctx, { page }, links));
     }
     const { data, included } = await renderWithIncludes(reader, resource, result.rows, query.include, ctx);
     return document(data, included, { page }, links);
@@ -206,7 +200,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         if (noIncludes(query) && plainRendering(resource, ctx)) {
           const row = await fetchById({ db, principal, registry }, resource, id);
           if (!row) throw notFound();
-          return reply.send(documentJson(resourceJson(resource, row, ctx), {}));
+          return reply.send(documentJson(resource, row, ctx, {}));
         }
         return single(request, resource, id, query);
       });

@@ -107,27 +107,18 @@ export function document(data: unknown, included: unknown[], meta: Record<string
   return doc;
 }
 
-type ResourceJson = (row: Row, ctx: RenderContext) => string;
-const compiled = new WeakMap<ResourceDef, ResourceJson>();
-
 /**
- * One resource object as JSON text: exactly `JSON.stringify(renderResource(resource, row, ctx))` (the same
- * members, order and values) for the common case of no sparse fieldset for the type, no included to-many
- * linkage and no revealed attribute, which callers check (`plainRendering`). The member names and the
- * constant parts are worked out once per resource; a row then costs a string concatenation with one
- * `JSON.stringify` per value, a third of building the objects and serialising them (measured for a page of
- * 25 conversations).
+ * Writes one resource object's JSON text into `parts` from index `at`, as `size` pieces (constant texts, each
+ * value's JSON, empty strings for what a record leaves out): a document's array is then allocated once at its
+ * size, where growing it piece by piece was a fifth of the memory a page's rendering allocated.
  */
-export function resourceJson(resource: ResourceDef, row: Row, ctx: RenderContext): string {
-  let render = compiled.get(resource);
-  if (!render) {
-    render = compileResourceJson(resource);
-    compiled.set(resource, render);
-  }
-  return render(row, ctx);
+interface ResourceParts {
+  size: number;
+  write(row: Row, ctx: RenderContext, parts: string[], at: number): void;
 }
+const compiled = new WeakMap<ResourceDef, ResourceParts>();
 
-/** Whether `resourceJson` renders `resource` as `renderResource` would for this request. */
+/** Whether `documentJson` renders `resource` as `renderResource` would for this request. */
 export const plainRendering = (resource: ResourceDef, ctx: RenderContext) =>
   !ctx.fields.has(resource.type) && !ctx.revealed && !(ctx.principal?.role === 'visitor' && hidesFromVisitors(resource));
 
@@ -156,47 +147,101 @@ function withoutHiddenKeys(def: AttributeDef, value: unknown): unknown {
   return copy;
 }
 
-function compileResourceJson(resource: ResourceDef): ResourceJson {
-  const typeJson = JSON.stringify(resource.type);
-  const attributes = Object.entries(resource.attributes)
-    .filter(([, def]) => !def.writeOnly)
-    .map(([name, def], i) => ({ name, def, key: `${i === 0 ? '' : ','}${JSON.stringify(name)}:` }));
+/** Writes four pieces from `at`. */
+function put(parts: string[], at: number, a: string, b: string, c: string, d: string) {
+  parts[at] = a;
+  parts[at + 1] = b;
+  parts[at + 2] = c;
+  parts[at + 3] = d;
+}
+
+function compileResourceParts(resource: ResourceDef): ResourceParts {
+  // The texts between values: `{"id":` id `,"type":...,"attributes":{"first":` value `,"second":` value ...
+  const attributes = Object.entries(resource.attributes).filter(([, def]) => !def.writeOnly);
+  const opening = `,"type":${JSON.stringify(resource.type)},"attributes":{`;
+  const keys = attributes.map(([name], i) => `${i === 0 ? opening : ','}${JSON.stringify(name)}:`);
+  // An enumeration's values' texts, made once.
+  const texts = attributes.map(([, def]) =>
+    def.kind === 'enum' && def.values ? new Map(def.values.map((value) => [value, JSON.stringify(value)])) : undefined,
+  );
+  const closing = attributes.length === 0 ? `${opening}},"relationships":{` : '},"relationships":{';
   // Links are `${baseUrl}/api/${path}/${id}` (then `/${relationship}`): the JSON text of the prefix is made once
   // per base URL (the last one: a Host header may be anything), the id's is the "id" member's. Escaping is per
   // character, so the text of a concatenation is the texts' (the prefix ends in `/`, no surrogate half).
   let base: string | undefined;
   let prefix = '';
-  const relationships = Object.entries(resource.relationships).map(([name, relationship], i) => {
+  // Each relationship is 4 pieces.
+  type Write = (row: Row, ctx: RenderContext, parts: string[], at: number, id: string) => void;
+  const relationships = Object.entries(resource.relationships).map(([name, relationship], i): Write => {
     const key = `${i === 0 ? '' : ','}${JSON.stringify(name)}:`;
     if (relationship.cardinality === 'one') {
       const column = linkageColumn(name);
-      const relatedType = JSON.stringify(relationship.type);
-      return (row: Row, ctx: RenderContext) => {
+      const [open, close] = [`${key}{"data":{"id":`, `,"type":${JSON.stringify(relationship.type)},"meta":{}}}`];
+      // The last id's text: a page's records mostly name the same organisation, agent or user.
+      let last: unknown;
+      let lastJson = '';
+      return (row, ctx, parts, at) => {
         const id = relationship.resolve ? relationship.resolve(ctx.principal) : row[column];
-        return `${key}{"data":${id ? `{"id":${JSON.stringify(String(id))},"type":${relatedType},"meta":{}}` : 'null'}}`;
+        if (id && id !== last) [last, lastJson] = [id, JSON.stringify(String(id))];
+        put(parts, at, id ? open : `${key}{"data":null}`, id ? lastJson : '', id ? close : '', '');
       };
     }
-    const tail = `${JSON.stringify(`/${name}`).slice(1)}},"meta":{}}`;
-    return resource.path && resource.operations.get
-      ? (_row: Row, _ctx: RenderContext, links: string, idJson: string) => `${key}{"links":{"related":${links}${idJson.slice(1, -1)}${tail}`
-      : () => `${key}{"meta":{}}`;
+    const linked = resource.path !== undefined && resource.operations.get;
+    const [open, tail] = linked
+      ? [`${key}{"links":{"related":`, `${JSON.stringify(`/${name}`).slice(1)}},"meta":{}}`]
+      : [`${key}{"meta":{}}`, ''];
+    return (_row, _ctx, parts, at, id) => put(parts, at, open, linked ? prefix : '', linked ? id : '', tail);
   });
-  return (row, ctx) => {
-    const idJson = JSON.stringify(String(row.id));
-    if (ctx.baseUrl !== base) [base, prefix] = [ctx.baseUrl, JSON.stringify(`${ctx.baseUrl}/api/${resource.path}/`).slice(0, -1)];
-    let json = `{"id":${idJson},"type":${typeJson},"attributes":{`;
-    for (const { name, def, key } of attributes)
-      json += key + JSON.stringify(renderValue(def, def.revealedOnCreate ? undefined : row[name]));
-    json += '},"relationships":{';
-    for (const relationship of relationships) json += relationship(row, ctx, prefix, idJson);
-    json += '}';
-    if (resource.path) json += `,"links":{"self":${prefix}${idJson.slice(1)}}`;
-    return `${json},"meta":{}}`;
+  return {
+    size: 3 + 2 * attributes.length + 4 * relationships.length + 4,
+    write(row, ctx, parts, at) {
+      const idJson = JSON.stringify(String(row.id));
+      // The id's text inside quotes, for the links.
+      const id = idJson.slice(1, -1);
+      if (ctx.baseUrl !== base) [base, prefix] = [ctx.baseUrl, JSON.stringify(`${ctx.baseUrl}/api/${resource.path}/`).slice(0, -1)];
+      parts[at] = '{"id":';
+      parts[at + 1] = idJson;
+      let n = at + 2;
+      for (let i = 0; i < attributes.length; i++, n += 2) {
+        const [name, def] = attributes[i];
+        const value = def.revealedOnCreate ? undefined : row[name];
+        parts[n] = keys[i];
+        parts[n + 1] = texts[i]?.get(value as string) ?? JSON.stringify(renderValue(def, value));
+      }
+      parts[n++] = closing;
+      for (let i = 0; i < relationships.length; n += 4) relationships[i++](row, ctx, parts, n, id);
+      if (resource.path) put(parts, n, '},"links":{"self":', prefix, id, '"},"meta":{}}');
+      else put(parts, n, '},"meta":{}}', '', '', '');
+    },
   };
 }
 
-/** `document(...)` as JSON text, with primary data already rendered as JSON text (an object, or an array's items). */
-export function documentJson(data: string | string[], meta: Record<string, unknown>, links?: Record<string, string | null>): string {
-  const primary = Array.isArray(data) ? `[${data.join(',')}]` : data;
-  return `{"data":${primary},"included":[],"meta":${JSON.stringify(meta)}${links ? `,"links":${JSON.stringify(links)}` : ''},"jsonapi":{"version":"1.0"}}`;
+/**
+ * `document(...)` as JSON text, exactly `JSON.stringify(document(...))` of `renderResource`'s objects for the
+ * common case of no sparse fieldset for the type, no included to-many linkage and no revealed attribute, which
+ * callers check (`plainRendering`); its primary data one record, or an array of them (a list). The member names
+ * and constant texts are worked out once per resource; a record then costs one `JSON.stringify` per value. The
+ * document is one join of its pieces: concatenated, each record's text and then the document were strings of
+ * strings, copied into the document and again when the server measured the body (`Buffer.byteLength`
+ * flattens them), a third of the memory a list request allocated (docs/benchmarks.md, tenth round).
+ */
+export function documentJson(
+  resource: ResourceDef,
+  data: Row | Row[],
+  ctx: RenderContext,
+  meta: Record<string, unknown>,
+  links?: Record<string, string | null>,
+): string {
+  let render = compiled.get(resource);
+  if (!render) compiled.set(resource, (render = compileResourceParts(resource)));
+  const rows = Array.isArray(data) ? data : [data];
+  const parts = new Array<string>(rows.length * (render.size + 1) + 2);
+  parts[0] = Array.isArray(data) ? '{"data":[' : '{"data":';
+  for (let i = 0; i < rows.length; i++) {
+    parts[1 + i * (render.size + 1)] = i > 0 ? ',' : '';
+    render.write(rows[i], ctx, parts, 2 + i * (render.size + 1));
+  }
+  const end = `,"included":[],"meta":${JSON.stringify(meta)}${links ? `,"links":${JSON.stringify(links)}` : ''},"jsonapi":{"version":"1.0"}}`;
+  parts[parts.length - 1] = Array.isArray(data) ? `]${end}` : end;
+  return parts.join('');
 }

@@ -11,7 +11,6 @@ import {
   document,
   queryString,
   renderResource,
-  resourceJson,
   type RenderContext,
   type Row,
 } from '../../src/jsonapi/serialize.js';
@@ -63,12 +62,12 @@ function row(resource: (typeof resources)[number], variant: number): Row {
   return values;
 }
 
-describe('resourceJson', () => {
+describe('documentJson', () => {
   for (const resource of resources) {
     it(`renders ${resource.type} exactly as the serialised resource object`, () => {
       for (const variant of [0, 1, 2, 3]) {
         const r = row(resource, variant);
-        expect(resourceJson(resource, r, ctx)).toBe(JSON.stringify(renderResource(resource, r, ctx)));
+        expect(documentJson(resource, r, ctx, {})).toBe(JSON.stringify(document(renderResource(resource, r, ctx), [], {})));
       }
     });
   }
@@ -77,13 +76,7 @@ describe('resourceJson', () => {
     const resource = resources.find((r) => r.type === 'Conversation')!;
     const rows = [row(resource, 0), row(resource, 1)];
     const links = { self: `${ctx.baseUrl}/api/conversations`, next: null };
-    expect(
-      documentJson(
-        rows.map((r) => resourceJson(resource, r, ctx)),
-        { page: { limit: 25 } },
-        links,
-      ),
-    ).toBe(
+    expect(documentJson(resource, rows, ctx, { page: { limit: 25 } }, links)).toBe(
       JSON.stringify(
         document(
           rows.map((r) => renderResource(resource, r, ctx)),
@@ -93,10 +86,8 @@ describe('resourceJson', () => {
         ),
       ),
     );
-    expect(documentJson(resourceJson(resource, rows[0], ctx), {})).toBe(
-      JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})),
-    );
-    expect(documentJson([], { page: { limit: 25 } })).toBe(JSON.stringify(document([], [], { page: { limit: 25 } })));
+    expect(documentJson(resource, rows[0], ctx, {})).toBe(JSON.stringify(document(renderResource(resource, rows[0], ctx), [], {})));
+    expect(documentJson(resource, [], ctx, { page: { limit: 25 } })).toBe(JSON.stringify(document([], [], { page: { limit: 25 } })));
   });
 });
 
