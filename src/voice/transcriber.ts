@@ -136,7 +136,7 @@ export class CallTranscriber {
   async stop(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweepTimer);
-    await Promise.all([...this.forks.values()].map((f) => this.stopFork(f)));
+    await Promise.all([...this.forks.values()].map((f) => this.stopFork(f, 'transcriber_stopped')));
     await Promise.all([...this.pending]);
     await Promise.all([...this.writeChains.values()]);
   }
@@ -320,14 +320,15 @@ export class CallTranscriber {
     return leg;
   }
 
-  private async stopFork(fork: Fork): Promise<void> {
+  /** Ends a fork; `reason` marks the utterance it cuts short (the call ended, or the transcriber stopped before it). */
+  private async stopFork(fork: Fork, reason = 'call_ended'): Promise<void> {
     if (fork.stopped) return;
     fork.stopped = true;
     await fork.starting?.catch(() => {});
     this.forks.delete(fork.key);
     for (const leg of fork.legs) {
       // The utterance under way when the call ended is transcribed too.
-      this.finishUtterance(fork, leg);
+      this.finishUtterance(fork, leg, reason);
       closeLeg(leg);
     }
     // Our subscriptions keep rtpengine's session alive after Kamailio deleted the dialog's (at the BYE):
@@ -372,13 +373,13 @@ export class CallTranscriber {
     }
   }
 
-  /** Ends an utterance still under way (the call ended mid-sentence). */
-  private finishUtterance(fork: Fork, leg: Leg): void {
+  /** Ends an utterance still under way (the call ended, or the transcriber stopped, mid-sentence). */
+  private finishUtterance(fork: Fork, leg: Leg, reason: string): void {
     if (!leg.vad.inSpeech) return;
     // Enough quiet frames to close it: the hangover's worth.
     const quiet = new Int16Array(FRAME_SAMPLES);
     for (let n = 0; n * FRAME_MS <= this.o.endpointMs && leg.vad.inSpeech; n++) {
-      for (const event of leg.vad.push(quiet)) if (event.type === 'speech_end') this.utterance(fork, leg, event.audio, 'call_ended');
+      for (const event of leg.vad.push(quiet)) if (event.type === 'speech_end') this.utterance(fork, leg, event.audio, reason);
     }
   }
 
