@@ -66,11 +66,7 @@ export class FrameGrid {
 }
 
 /** What a play ended with: frames sent, when the first left (main-thread performance.now()), cut short or not. */
-export interface Played {
-  frames: number;
-  firstAt?: number;
-  interrupted: boolean;
-}
+type Played = { frames: number; firstAt?: number; interrupted: boolean };
 
 type ToWorker =
   | { op: 'open'; id: number; address: string; min: number; max: number; first?: number }
@@ -146,7 +142,7 @@ export class RtpStream {
 export class MediaWorker {
   private static shared?: MediaWorker;
   static get(): MediaWorker {
-    if (!MediaWorker.shared) MediaWorker.shared = new MediaWorker();
+    MediaWorker.shared ??= new MediaWorker();
     return MediaWorker.shared;
   }
 
@@ -159,12 +155,9 @@ export class MediaWorker {
     const url = new URL(import.meta.url);
     // From the sources (tests, benchmarks under tsx) the worker loads TypeScript through tsx's loader;
     // built, it is the same module compiled to JavaScript.
-    this.worker = url.pathname.endsWith('.ts')
-      ? new Worker(`import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(url.href)}); })`, {
-          eval: true,
-          workerData: { parleyMedia: true },
-        })
-      : new Worker(url, { workerData: { parleyMedia: true } });
+    const workerData = { parleyMedia: true };
+    const tsx = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(url.href)}); })`;
+    this.worker = url.pathname.endsWith('.ts') ? new Worker(tsx, { eval: true, workerData }) : new Worker(url, { workerData });
     this.worker.unref();
     this.worker.on('message', (m: FromWorker) => this.receive(m));
     this.worker.on('error', () => this.lost());
@@ -185,9 +178,7 @@ export class MediaWorker {
   }
 
   /** @internal */
-  post(message: ToWorker, transfer: ArrayBuffer[] = []): void {
-    this.worker.postMessage(message, transfer);
-  }
+  post = (message: ToWorker, transfer: ArrayBuffer[] = []) => this.worker.postMessage(message, transfer);
 
   private receive(m: FromWorker): void {
     if (m.op === 'opened') {

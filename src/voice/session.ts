@@ -96,8 +96,6 @@ export class VoiceSession {
   private framesIn = 0;
   /** A line said while the caller waits for the reply (a tool's `say_while_waiting`): the reply follows it. */
   private waiting?: Promise<void>;
-  /** Frames heard while the previous frame's decoding is still to be pushed (reordering is not attempted). */
-  readonly stats = { packetsIn: 0, bargeIns: 0, turns: 0 };
 
   constructor(private readonly o: SessionOptions) {
     this.codec = createCodec(o.negotiated.codec);
@@ -165,7 +163,6 @@ export class VoiceSession {
     if (this.closed) return;
     const packet = parseRtp(data);
     if (!packet) return;
-    this.stats.packetsIn++;
     if (packet.payloadType === this.o.negotiated.dtmfPt) {
       this.onDtmf(packet.payload, packet.timestamp);
       return;
@@ -184,10 +181,7 @@ export class VoiceSession {
         // The caller is there: the next silence gets a prompt again before the hang-up.
         this.prompted = false;
         // Barge-in: the caller speaks over the agent, so the agent stops at the next frame.
-        if (this.playing) {
-          this.stats.bargeIns++;
-          this.o.stream.flush();
-        }
+        if (this.playing) this.o.stream.flush();
       } else {
         const lateFrames = this.framesIn - 1 - event.atFrame;
         const speechEndAt = performance.now() - lateFrames * FRAME_MS;
@@ -253,7 +247,6 @@ export class VoiceSession {
     marks.transcriptAt = performance.now();
     if (text === '') return this.armSilence(); // noise, a cough: nothing to answer
     const durationMs = Math.round((audio.length / 16000) * 1000);
-    this.stats.turns++;
     const reply = await this.o.sink.userTurn({
       text,
       kind: 'speech',

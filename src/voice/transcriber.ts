@@ -175,7 +175,7 @@ export class CallTranscriber {
         fork.starting = this.track(
           this.startFork(fork, event).catch((error) => {
             this.o.logger?.warn({ err: error, callId: dialogCallId }, 'transcriber: the call is not transcribed');
-            void this.stopFork(fork);
+            void this.stopFork(fork, 'fork_failed');
           }),
         );
       } else if (event.event === 'ended') {
@@ -332,9 +332,12 @@ export class CallTranscriber {
       closeLeg(leg);
     }
     // Our subscriptions keep rtpengine's session alive after Kamailio deleted the dialog's (at the BYE):
-    // deleting them lets it go. Unknown by now (the session already gone) is fine.
+    // deleting them lets it go. Unknown by now (the session already gone) is fine. A call that goes on (the
+    // transcriber stopped) is unsubscribed from instead: a `delete` there ended the whole session, and with it the
+    // phones' media (found by test/sip/transcribe.test.ts).
     for (const leg of fork.legs) {
-      await this.o.ng('delete', { 'call-id': fork.dialogCallId, 'from-tag': leg.forkTag }).catch(() => undefined);
+      const [command, tag] = reason === 'call_ended' ? ['delete', 'from-tag'] : ['unsubscribe', 'to-tag'];
+      await this.o.ng(command, { 'call-id': fork.dialogCallId, [tag]: leg.forkTag }).catch(() => undefined);
     }
     this.o.logger?.info(
       { callId: fork.dialogCallId, packets: fork.legs.map((l) => `${l.speaker}:${l.packets}`) },
