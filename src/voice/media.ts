@@ -1,22 +1,17 @@
 /**
- * Paced RTP sending off the main thread. One worker thread per process owns the agent calls' RTP sockets and
- * the 20 ms frame grid; the main thread (SIP, SQL, JSON, speech, VAD, garbage collection) hands it whole encoded
- * prompts ahead of time and hears back what was sent. A main-thread stall of tens of milliseconds then moves no
- * packet as long as audio is queued (bench:voice, docs/benchmarks.md). A UDP port cannot be shared between
- * threads (Node cannot pass a socket, and a second socket bound to the port with SO_REUSEADDR takes its
- * receiving on Linux), so the worker binds and receives as well and posts each packet received to its stream.
+ * The media worker (docs/voice.md, "The media worker"): a worker thread that owns the agent calls' RTP ports and
+ * the 20 ms frame grid, takes whole encoded prompts from the main thread and sends them on time, so the main
+ * thread's work (SQL, JSON, SIP, speech, its garbage collection) no longer moves a packet. A UDP port cannot be
+ * shared between threads, so the worker receives too, and posts each packet to the main thread.
  */
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import type { Socket } from 'node:dgram';
 import { bindRtp, RtpSender } from './rtp.js';
 
 /**
- * The frame grid: one timer for every stream. Ticks are due at `origin + k * period` (from `performance.now()`),
- * never relative to the previous tick, so timer lateness does not accumulate. setTimeout only resolves to about a
- * millisecond and fires late under load, so the last `spinMs` before a due time are waited in `setImmediate`
- * turns. One grid spins once per period whatever the number of calls (a timer per call spun 50 x 2 ms of every
- * 20 ms at 50 calls), and every stream's frame goes out in one turn. Ticks missed entirely (the thread was not
- * scheduled) are run back to back, each with its own due time, so each stream's RTP timestamps stay whole.
+ * The frame grid: one timer for every stream, ticks due at `origin + k * period` whatever the lateness of earlier
+ * ones; the last `spinMs` before a due time waited in `setImmediate` turns (setTimeout resolves to about a
+ * millisecond); ticks missed entirely run back to back with their own due times (docs/voice.md, "Frames and pacing").
  */
 export class FrameGrid {
   private readonly members = new Set<(due: number, now: number) => void>();
@@ -108,7 +103,7 @@ export class RtpStream {
    * frame has been sent, or when it was flushed or the stream closed.
    */
   play(frames: Uint8Array, frameBytes: number): Promise<Played> {
-    if (this.closed) return Promise.resolve({ frames: 0, interrupted: true });
+    if (this.closed || this.media.dead) return Promise.resolve({ frames: 0, interrupted: true });
     const n = ++this.plays;
     return new Promise((resolve) => {
       this.playing.set(n, resolve);
@@ -150,6 +145,9 @@ export class MediaWorker {
   private readonly opening = new Map<number, (reply: { port?: number; error?: string }) => void>();
   private readonly worker: Worker;
   private nextId = 1;
+  dead = false;
+  /** Resolves when the worker takes messages (its module loaded). */
+  readonly ready: Promise<unknown>;
 
   private constructor() {
     const url = new URL(import.meta.url);
@@ -159,6 +157,7 @@ export class MediaWorker {
     const tsx = `import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(url.href)}); })`;
     this.worker = url.pathname.endsWith('.ts') ? new Worker(tsx, { eval: true, workerData }) : new Worker(url, { workerData });
     this.worker.unref();
+    this.ready = new Promise((resolve) => this.opening.set(0, resolve)); // its first message, id 0
     this.worker.on('message', (m: FromWorker) => this.receive(m));
     this.worker.on('error', () => this.lost());
     this.worker.on('exit', () => this.lost());
@@ -200,6 +199,7 @@ export class MediaWorker {
 
   /** The worker died (a bug): every stream's prompt ends unheard and new streams get a new worker. */
   private lost(): void {
+    this.dead = true;
     if (MediaWorker.shared === this) MediaWorker.shared = undefined;
     for (const resolve of this.opening.values()) resolve({ error: 'the media worker stopped' });
     for (const stream of this.streams.values()) stream.ended();
@@ -274,4 +274,7 @@ function serve(): void {
   });
 }
 
-if (!isMainThread && workerData?.parleyMedia) serve();
+if (!isMainThread && workerData?.parleyMedia) {
+  serve();
+  parentPort!.postMessage({ op: 'opened', id: 0 }); // ready
+}

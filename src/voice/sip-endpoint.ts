@@ -115,6 +115,9 @@ export class SipEndpoint {
   }
 
   async start(): Promise<void> {
+    // The media worker is started now, not at the first call: its start (seconds from the sources under load) would
+    // hold that call's answer back.
+    await MediaWorker.get().ready;
     const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
     socket.on('message', (data, rinfo) => this.onMessage(data, rinfo));
     socket.on('error', (error) => this.options.logger?.error({ err: error }, 'voice: SIP socket error'));
