@@ -182,6 +182,9 @@ export class CallTranscriber {
         // (Not `failed`: after the answer that is another branch's failure, and the call goes on.)
         const fork = this.forks.get(key);
         if (fork) void this.track(this.stopFork(fork));
+        // Not forked here: a previous run's subscriptions (unsubscribed at its stop) may still hold rtpengine's
+        // session after Kamailio's delete; the dialog is over, so the session goes (unknown: already gone, fine).
+        else void this.track(this.o.ng('delete', { 'call-id': dialogCallId }).catch(() => undefined));
       }
     }
   };
