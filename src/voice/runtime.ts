@@ -221,7 +221,7 @@ export class VoiceRuntime implements CallHandler {
     });
     const v = this.o.config.voice;
     const session = new VoiceSession({
-      socket: dialog.rtp,
+      stream: dialog.rtp,
       negotiated: dialog.negotiated,
       remote: { address: dialog.offer.address, port: dialog.offer.port },
       stt: this.stt,

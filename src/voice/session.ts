@@ -5,9 +5,9 @@
  * nothing about the database: what it hears and says goes through `CallSink` (runtime.ts), which
  * writes through the records service.
  */
-import type { Socket } from 'node:dgram';
 import { createCodec, type FrameCodec } from './codecs.js';
-import { FrameClock, parseRtp, parseTelephoneEvent, RtpSender } from './rtp.js';
+import type { RtpStream } from './media.js';
+import { parseRtp, parseTelephoneEvent } from './rtp.js';
 import type { Negotiated } from './sdp.js';
 import { SpeechFailure, type SpeechToText } from './stt.js';
 import type { TextToSpeech } from './tts.js';
@@ -60,7 +60,8 @@ export interface CallSink {
 }
 
 export interface SessionOptions {
-  socket: Socket;
+  /** The call's RTP port; the media worker paces what is sent on it. */
+  stream: RtpStream;
   negotiated: Negotiated;
   remote: { address: string; port: number };
   stt: SpeechToText;
@@ -79,21 +80,11 @@ export interface SessionOptions {
   onError?: (error: unknown) => void;
 }
 
-interface Playback {
-  text: string;
-  pcm: Int16Array;
-  offset: number;
-  marks?: TurnMarks;
-  done: (result: { spokenMs: number; interrupted: boolean }) => void;
-}
-
 export class VoiceSession {
   private readonly codec: FrameCodec;
-  private readonly sender: RtpSender;
-  private readonly clock: FrameClock;
   private readonly vad: Vad;
-  private readonly silenceFrame: Uint8Array;
-  private playing?: Playback;
+  /** Prompts queued in the media worker whose report has not come back (a replaced one's may be on its way). */
+  private playing = 0;
   private closed = false;
   private turnChain: Promise<void> = Promise.resolve();
   private digits = '';
@@ -105,20 +96,18 @@ export class VoiceSession {
   private framesIn = 0;
   /** A line said while the caller waits for the reply (a tool's `say_while_waiting`): the reply follows it. */
   private waiting?: Promise<void>;
-  /** Frames heard while the previous frame's decoding is still to be pushed (reordering is not attempted). */
-  readonly stats = { packetsIn: 0, packetsOut: 0, bargeIns: 0, turns: 0 };
 
   constructor(private readonly o: SessionOptions) {
     this.codec = createCodec(o.negotiated.codec);
-    this.sender = new RtpSender(o.negotiated.pt);
     this.vad = new Vad({ maxUtteranceMs: o.maxUtteranceMs, hangoverMs: o.endpointMs, frameMs: FRAME_MS });
-    this.silenceFrame = createCodec(o.negotiated.codec).encode(new Int16Array(FRAME_SAMPLES));
-    this.clock = new FrameClock(FRAME_MS, ({ due }) => this.tick(due));
   }
 
   start(): void {
-    this.o.socket.on('message', (data) => this.onRtp(data));
-    this.clock.start();
+    const { stream, negotiated, remote } = this.o;
+    stream.onPacket = (data) => this.onRtp(data);
+    stream.onSent = this.o.onPacketSent;
+    const silence = createCodec(negotiated.codec).encode(new Int16Array(FRAME_SAMPLES));
+    stream.start({ remote, pt: negotiated.pt, step: this.codec.timestampStep, silence });
     this.armSilence();
     this.enqueue(async () => {
       const reply = await this.o.sink.userTurn({ text: 'Hello', kind: 'connected' });
@@ -145,19 +134,18 @@ export class VoiceSession {
     });
   }
 
-  /** The call is over (either side): stop the clock; a reply being spoken is recorded as cut off. */
+  /** The call is over (either side): the stream stops; a reply being spoken is recorded as cut off. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.clock.stop();
     clearTimeout(this.silenceTimer);
     clearTimeout(this.digitTimer);
-    this.stopPlayback(true);
+    this.o.stream.close();
   }
 
   /** The local RTP port (diagnostics, tests). */
   get rtpPort(): number {
-    return this.o.socket.address().port;
+    return this.o.stream.port;
   }
 
   get isClosed(): boolean {
@@ -171,11 +159,10 @@ export class VoiceSession {
 
   // ------------------------------------------------------------ media in
 
-  private onRtp(data: Buffer): void {
+  private onRtp(data: Uint8Array): void {
     if (this.closed) return;
     const packet = parseRtp(data);
     if (!packet) return;
-    this.stats.packetsIn++;
     if (packet.payloadType === this.o.negotiated.dtmfPt) {
       this.onDtmf(packet.payload, packet.timestamp);
       return;
@@ -194,10 +181,7 @@ export class VoiceSession {
         // The caller is there: the next silence gets a prompt again before the hang-up.
         this.prompted = false;
         // Barge-in: the caller speaks over the agent, so the agent stops at the next frame.
-        if (this.playing) {
-          this.stats.bargeIns++;
-          this.stopPlayback(true);
-        }
+        if (this.playing) this.o.stream.flush();
       } else {
         const lateFrames = this.framesIn - 1 - event.atFrame;
         const speechEndAt = performance.now() - lateFrames * FRAME_MS;
@@ -214,7 +198,7 @@ export class VoiceSession {
     this.lastDtmfTimestamp = timestamp;
     clearTimeout(this.silenceTimer);
     this.prompted = false;
-    if (this.playing) this.stopPlayback(true);
+    if (this.playing) this.o.stream.flush();
     clearTimeout(this.digitTimer);
     if (event.digit === '#') {
       this.flushDigits();
@@ -263,7 +247,6 @@ export class VoiceSession {
     marks.transcriptAt = performance.now();
     if (text === '') return this.armSilence(); // noise, a cough: nothing to answer
     const durationMs = Math.round((audio.length / 16000) * 1000);
-    this.stats.turns++;
     const reply = await this.o.sink.userTurn({
       text,
       kind: 'speech',
@@ -306,7 +289,7 @@ export class VoiceSession {
     // A line said while the reply was being made (synthesised meanwhile) is not cut off by it.
     await this.waiting;
     this.waiting = undefined;
-    const result = await this.play(reply.text, pcm, marks);
+    const result = await this.play(pcm, marks);
     const latency = latencyOf(marks);
     await this.o.sink.agentLine(
       reply.text,
@@ -345,7 +328,7 @@ export class VoiceSession {
       tts = this.o.fallbackTts;
       pcm = await tts.synthesize(text);
     }
-    const result = await this.play(text, pcm);
+    const result = await this.play(pcm);
     await this.o.sink.agentLine(text, { ...metadata, spoken: !result.interrupted, spoken_ms: result.spokenMs, tts: tts.name });
   }
 
@@ -373,39 +356,27 @@ export class VoiceSession {
 
   // ------------------------------------------------------------ media out
 
-  private play(text: string, pcm: Int16Array, marks?: TurnMarks): Promise<{ spokenMs: number; interrupted: boolean }> {
-    if (this.closed) return Promise.resolve({ spokenMs: 0, interrupted: true });
-    this.stopPlayback(true);
-    return new Promise((done) => {
-      this.playing = { text, pcm, offset: 0, marks, done };
-    });
-  }
-
-  private stopPlayback(interrupted: boolean): void {
-    const p = this.playing;
-    if (!p) return;
-    this.playing = undefined;
-    p.done({ spokenMs: Math.round((p.offset / 16000) * 1000), interrupted });
-  }
-
-  /** One 20 ms tick of the clock: the next frame of speech, or silence (the stream never stops, RFC 3550 timing stays whole). */
-  private tick(due: number): void {
-    if (this.closed) return;
-    let payload = this.silenceFrame;
-    const p = this.playing;
-    if (p) {
-      const frame = new Int16Array(FRAME_SAMPLES);
-      frame.set(p.pcm.subarray(p.offset, p.offset + FRAME_SAMPLES));
-      p.offset += FRAME_SAMPLES;
-      payload = this.codec.encode(frame);
+  /**
+   * Hands the whole line, encoded, to the media worker (replacing any other); resolves when it has been sent or
+   * cut short (barge-in, hang-up), with the time its first packet left, which is the turn's first-audio mark.
+   */
+  private async play(pcm: Int16Array, marks?: TurnMarks): Promise<{ spokenMs: number; interrupted: boolean }> {
+    if (this.closed) return { spokenMs: 0, interrupted: true };
+    const count = Math.ceil(pcm.length / FRAME_SAMPLES);
+    const frame = new Int16Array(FRAME_SAMPLES);
+    let frames = new Uint8Array(0);
+    for (let i = 0; i < count; i++) {
+      frame.fill(0).set(pcm.subarray(i * FRAME_SAMPLES, (i + 1) * FRAME_SAMPLES));
+      const payload = this.codec.encode(frame);
+      if (i === 0) frames = new Uint8Array(count * payload.length);
+      frames.set(payload, i * payload.length);
     }
-    const packet = this.sender.next(payload, this.codec.timestampStep);
-    this.o.socket.send(packet, this.o.remote.port, this.o.remote.address);
-    const now = performance.now();
-    this.stats.packetsOut++;
-    this.o.onPacketSent?.(now, due);
-    if (p?.marks && p.marks.firstAudioAt === undefined) p.marks.firstAudioAt = now;
-    if (p && p.offset >= p.pcm.length) this.stopPlayback(false);
+    if (count === 0) return { spokenMs: 0, interrupted: false };
+    this.playing++;
+    const played = await this.o.stream.play(frames, frames.length / count);
+    this.playing--;
+    if (marks && played.firstAt !== undefined) marks.firstAudioAt ??= played.firstAt;
+    return { spokenMs: Math.min(played.frames * FRAME_MS, Math.round((pcm.length / 16000) * 1000)), interrupted: played.interrupted };
   }
 }
 

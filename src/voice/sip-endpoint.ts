@@ -12,7 +12,7 @@
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { bindRtp } from './rtp.js';
+import { MediaWorker, type RtpStream } from './media.js';
 import { buildAnswer, negotiate, parseOffer, SdpError, type Negotiated, type SdpOffer } from './sdp.js';
 import { cseqOf, header, parseSip, serialize, type SipMessage, tagOf, uriOf, userOf } from './sip-message.js';
 
@@ -38,8 +38,8 @@ export interface DialogHandle {
   callId: string;
   negotiated: Negotiated;
   offer: SdpOffer;
-  /** Our RTP socket, bound before the answer was sent. */
-  rtp: Socket;
+  /** Our RTP port, bound (in the media worker) before the answer was sent. */
+  rtp: RtpStream;
   /** Ends the call from our side (BYE). */
   hangup(): Promise<void>;
   /**
@@ -91,7 +91,7 @@ interface Dialog {
   ended: boolean;
   handle?: DialogHandle;
   retransmit?: NodeJS.Timeout;
-  rtp?: Socket;
+  rtp?: RtpStream;
   byeDone?: () => void;
   /** A REFER in progress: its final response, then each NOTIFY's sipfrag status. */
   referResponse?: (status: number) => void;
@@ -115,6 +115,9 @@ export class SipEndpoint {
   }
 
   async start(): Promise<void> {
+    // The media worker is started now, not at the first call: its start (seconds from the sources under load) would
+    // hold that call's answer back.
+    await MediaWorker.get().ready;
     const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
     socket.on('message', (data, rinfo) => this.onMessage(data, rinfo));
     socket.on('error', (error) => this.options.logger?.error({ err: error }, 'voice: SIP socket error'));
@@ -297,11 +300,11 @@ export class SipEndpoint {
       final(admission.reject, admission.reason, admission.reject === 503 || admission.reject === 486 ? [['Retry-After', '5']] : []);
       return this.forget(dialog);
     }
-    let rtp: Socket;
+    let rtp: RtpStream;
     try {
       const { rtpPortMin: min, rtpPortMax: max } = this.options;
-      ({ rtp } = await bindRtp(this.options.host, { min, max, first: this.nextPort }));
-      this.nextPort = rtp.address().port + 2 > max ? min + (min % 2) : rtp.address().port + 2;
+      rtp = await MediaWorker.get().open(this.options.host, { min, max, first: this.nextPort });
+      this.nextPort = rtp.port + 2 > max ? min + (min % 2) : rtp.port + 2;
     } catch {
       final(503, 'Service Unavailable', [['Retry-After', '5']]);
       return this.forget(dialog);
@@ -337,7 +340,7 @@ export class SipEndpoint {
     const handle = dialog.handle!;
     return buildAnswer({
       address: this.address,
-      port: handle.rtp.address().port,
+      port: handle.rtp.port,
       sessionId: String(dialog.localSeq),
       negotiated: handle.negotiated,
       direction: handle.offer.direction,
@@ -493,9 +496,7 @@ export class SipEndpoint {
     if (dialog.ended) return;
     dialog.ended = true;
     clearTimeout(dialog.retransmit);
-    try {
-      dialog.rtp?.close();
-    } catch {}
+    dialog.rtp?.close();
     this.options.handler.ended(dialog.info.callId, by);
     // Keep the dialog a while to answer retransmitted BYEs and INVITEs (32 s, timer J/H of 17.2).
     setTimeout(() => this.dialogs.delete(dialog.info.callId), 32_000).unref();

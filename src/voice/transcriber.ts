@@ -136,7 +136,7 @@ export class CallTranscriber {
   async stop(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweepTimer);
-    await Promise.all([...this.forks.values()].map((f) => this.stopFork(f)));
+    await Promise.all([...this.forks.values()].map((f) => this.stopFork(f, 'transcriber_stopped')));
     await Promise.all([...this.pending]);
     await Promise.all([...this.writeChains.values()]);
   }
@@ -175,13 +175,16 @@ export class CallTranscriber {
         fork.starting = this.track(
           this.startFork(fork, event).catch((error) => {
             this.o.logger?.warn({ err: error, callId: dialogCallId }, 'transcriber: the call is not transcribed');
-            void this.stopFork(fork);
+            void this.stopFork(fork, 'fork_failed');
           }),
         );
       } else if (event.event === 'ended') {
         // (Not `failed`: after the answer that is another branch's failure, and the call goes on.)
         const fork = this.forks.get(key);
         if (fork) void this.track(this.stopFork(fork));
+        // Not forked here: a previous run's subscriptions (unsubscribed at its stop) may still hold rtpengine's
+        // session after Kamailio's delete; the dialog is over, so the session goes (unknown: already gone, fine).
+        else void this.track(this.o.ng('delete', { 'call-id': dialogCallId }).catch(() => undefined));
       }
     }
   };
@@ -320,20 +323,24 @@ export class CallTranscriber {
     return leg;
   }
 
-  private async stopFork(fork: Fork): Promise<void> {
+  /** Ends a fork; `reason` marks the utterance it cuts short (the call ended, or the transcriber stopped before it). */
+  private async stopFork(fork: Fork, reason = 'call_ended'): Promise<void> {
     if (fork.stopped) return;
     fork.stopped = true;
     await fork.starting?.catch(() => {});
     this.forks.delete(fork.key);
     for (const leg of fork.legs) {
       // The utterance under way when the call ended is transcribed too.
-      this.finishUtterance(fork, leg);
+      this.finishUtterance(fork, leg, reason);
       closeLeg(leg);
     }
     // Our subscriptions keep rtpengine's session alive after Kamailio deleted the dialog's (at the BYE):
-    // deleting them lets it go. Unknown by now (the session already gone) is fine.
+    // deleting them lets it go. Unknown by now (the session already gone) is fine. A call that goes on (the
+    // transcriber stopped) is unsubscribed from instead: a `delete` there ended the whole session, and with it the
+    // phones' media (found by test/sip/transcribe.test.ts).
     for (const leg of fork.legs) {
-      await this.o.ng('delete', { 'call-id': fork.dialogCallId, 'from-tag': leg.forkTag }).catch(() => undefined);
+      const [command, tag] = reason === 'call_ended' ? ['delete', 'from-tag'] : ['unsubscribe', 'to-tag'];
+      await this.o.ng(command, { 'call-id': fork.dialogCallId, [tag]: leg.forkTag }).catch(() => undefined);
     }
     this.o.logger?.info(
       { callId: fork.dialogCallId, packets: fork.legs.map((l) => `${l.speaker}:${l.packets}`) },
@@ -372,13 +379,13 @@ export class CallTranscriber {
     }
   }
 
-  /** Ends an utterance still under way (the call ended mid-sentence). */
-  private finishUtterance(fork: Fork, leg: Leg): void {
+  /** Ends an utterance still under way (the call ended, or the transcriber stopped, mid-sentence). */
+  private finishUtterance(fork: Fork, leg: Leg, reason: string): void {
     if (!leg.vad.inSpeech) return;
     // Enough quiet frames to close it: the hangover's worth.
     const quiet = new Int16Array(FRAME_SAMPLES);
     for (let n = 0; n * FRAME_MS <= this.o.endpointMs && leg.vad.inSpeech; n++) {
-      for (const event of leg.vad.push(quiet)) if (event.type === 'speech_end') this.utterance(fork, leg, event.audio, 'call_ended');
+      for (const event of leg.vad.push(quiet)) if (event.type === 'speech_end') this.utterance(fork, leg, event.audio, reason);
     }
   }
 

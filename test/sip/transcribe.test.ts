@@ -65,6 +65,7 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
   let admin: Client;
   let stack: SipStack;
   let transcriber: CallTranscriber;
+  let unobserve: () => unknown;
   let n = 0;
   const cleanup: (() => Promise<unknown>)[] = [];
 
@@ -74,6 +75,11 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
     admin = client(t.app, tenant.admin.token);
     // No in-dialog keep-alive OPTIONS during the long calls: the SIPp phones do not answer them.
     stack = await startSipStack(t, { SIP_KEEPALIVE_SECONDS: '600' });
+    unobserve = startTranscriber();
+  }, 60_000);
+
+  /** A transcriber following the edge's call events, as `sip serve` starts it (again, after a restart). */
+  function startTranscriber() {
     transcriber = new CallTranscriber({
       db: t.db,
       records: t.services.records!,
@@ -83,9 +89,10 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
       endpointMs: 600,
       maxUtteranceMs: 15_000,
     });
-    stack.edge.events.observe(transcriber.onCallEvents);
+    const unobserve = stack.edge.events.observe(transcriber.onCallEvents);
     transcriber.start();
-  }, 60_000);
+    return unobserve;
+  }
   afterAll(async () => {
     for (const step of cleanup.reverse()) await step().catch(() => {});
     await transcriber?.stop();
@@ -252,6 +259,52 @@ describe.skipIf(skip !== undefined)('calls between people transcribed per leg (r
 
     // The call ended: the fork stopped and rtpengine's session is gone with our subscriptions.
     await until(async () => (transcriber.active().some((f) => f.callId === callId) ? undefined : true), 'the fork to stop');
+    await until(
+      async () => ((await stack.edge.rtpengine.ng('query', { 'call-id': callId })).result === 'error' ? true : undefined),
+      "rtpengine's session to be deleted",
+    );
+  }, 200_000);
+
+  it('the transcriber restarted mid-call: the utterance under way is written, the call goes on and is recorded, the new one does not fork it', async () => {
+    const calleePhone = await sipUser();
+    let restarted = false;
+    const media = { before: 0, after: 0 };
+    const { callId, callRowId } = await call('G722', calleePhone, 30_000, async (c) => {
+      await until(async () => (transcriber.active().find((f) => f.callId === c.callId)?.legs.length === 2 ? true : undefined), 'the fork');
+      c.caller.socket.on('message', () => {
+        media[restarted ? 'after' : 'before']++;
+      });
+      // The callee says something first (quiet), so that rtpengine sends to both phones from now on.
+      await speak(c.callee.socket, c.callee.port, 'G722', silence(1000));
+      // The caller is mid-sentence when `sip serve` stops the transcriber (SIGTERM) and starts it again.
+      const speaking = speak(c.caller.socket, c.caller.port, 'G722', concat(silence(400), festival(CALLER_SAYS), festival(CALLER_SAYS)));
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      await transcriber.stop();
+      restarted = true;
+      unobserve();
+      unobserve = startTranscriber();
+      // rtpengine's session goes on with the phones' legs (our subscriptions were ended, not the session).
+      const tags = Object.keys((await stack.edge.rtpengine.ng('query', { 'call-id': c.callId })).tags ?? {});
+      expect(tags.filter((tag) => !tag.startsWith('parley-fork-')).length).toBe(2);
+      await speaking;
+      await speak(c.callee.socket, c.callee.port, 'G722', concat(festival(CALLEE_SAYS), silence(1000)));
+      // The call's media still flows between the phones: the caller hears the callee, who spoke after the restart
+      // (rtpengine sends to a phone once it has heard from it: the caller spoke first).
+      expect(media.before, JSON.stringify(media)).toBeGreaterThan(10);
+      expect(media.after, JSON.stringify(media)).toBeGreaterThan(25);
+      // The call up before this start is not forked by it (the fork starts on the answer's event).
+      expect(transcriber.active().some((f) => f.callId === c.callId)).toBe(false);
+    });
+    await until(async () => ((await callStatus(callRowId)) === 'completed' ? true : undefined), 'the call to be completed');
+    const lines = await transcripts(callRowId);
+    // The stop wrote the caller's utterance under way, marked as cut there; nothing of the callee, who spoke after the
+    // restart; one order, no gaps.
+    expect(lines.length).toBeGreaterThan(0);
+    expect(lines.every((l) => l.speaker === 'caller')).toBe(true);
+    expect(lines.map((l) => l.content_index)).toEqual(lines.map((_, i) => i));
+    expect(lines.at(-1)?.metadata).toMatchObject({ leg: 'caller', source: 'fork', cut: 'transcriber_stopped' });
+    const heard = lines.map((l) => l.content).join(' ');
+    expect(wordsHeard(heard, ['would', 'like', 'check', 'order', 'status', 'please']).length, heard).toBeGreaterThanOrEqual(2);
     await until(
       async () => ((await stack.edge.rtpengine.ng('query', { 'call-id': callId })).result === 'error' ? true : undefined),
       "rtpengine's session to be deleted",

@@ -3,6 +3,7 @@
  * RTP packets and pacing, SDP negotiation, voice activity detection, and the SIP parser.
  */
 import { execFileSync } from 'node:child_process';
+import dgram from 'node:dgram';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -19,7 +20,8 @@ import {
   toWav,
   ulawToLinear,
 } from '../../src/voice/codecs.js';
-import { buildRtp, FrameClock, FrameGrid, parseRtp, parseTelephoneEvent, RtpSender } from '../../src/voice/rtp.js';
+import { FrameGrid, MediaWorker } from '../../src/voice/media.js';
+import { buildRtp, parseRtp, parseTelephoneEvent, type RtpPacket, RtpSender } from '../../src/voice/rtp.js';
 import { buildAnswer, negotiate, parseOffer, SdpError } from '../../src/voice/sdp.js';
 import { latencyOf, unspokenRest } from '../../src/voice/session.js';
 import { cseqOf, parseSip, SipParseError, tagOf, uriOf, userOf } from '../../src/voice/sip-message.js';
@@ -240,50 +242,97 @@ describe('RTP', () => {
   });
 
   it('paces ticks against the start time: due times are exact multiples of 20 ms, late ticks do not shift later ones', async () => {
-    const ticks: { index: number; due: number; now: number }[] = [];
-    const clock = new FrameClock(20, (tick) => {
-      ticks.push(tick);
-      if (tick.index === 3) {
+    const grid = new FrameGrid(20);
+    const ticks: { due: number; now: number }[] = [];
+    const member = (due: number, now: number) => {
+      ticks.push({ due, now });
+      if (ticks.length === 4) {
         const until = performance.now() + 45; // a stall of two frames
         while (performance.now() < until) {}
       }
-    });
-    clock.start();
-    const origin = clock.dueTime(0);
+    };
+    const origin = grid.join(member);
     // Until 13 ticks have run (about 260 ms; longer on a loaded machine: the property holds either way).
     for (let waited = 0; ticks.length < 13 && waited < 5000; waited += 20) await new Promise((r) => setTimeout(r, 20));
-    clock.stop();
+    grid.leave(member);
     expect(ticks.length).toBeGreaterThanOrEqual(13);
     ticks.forEach((t, i) => {
-      expect(t.index).toBe(i);
+      // After the stall the grid catches up: tick 12 is due at origin + 240 whatever happened before.
       expect(t.due).toBeCloseTo(origin + i * 20, 6);
       expect(t.now).toBeGreaterThanOrEqual(t.due);
     });
-    // After the stall the clock catches up: tick 12 is due at origin + 240 whatever happened before.
-    expect(clock.dueTime(12) - origin).toBeCloseTo(240, 6);
   });
 
-  it('puts every stream on one grid: clocks started apart tick in the same turn, on multiples of 20 ms from each other', async () => {
+  it('puts every stream on one grid: members joined apart tick in the same turn, on multiples of 20 ms from each other', async () => {
     const grid = new FrameGrid(20);
-    const seen: { clock: number; due: number; now: number }[] = [];
-    const a = new FrameClock(20, ({ due, now }) => seen.push({ clock: 0, due, now }), grid);
-    const b = new FrameClock(20, ({ due, now }) => seen.push({ clock: 1, due, now }), grid);
-    a.start();
+    const seen: { member: number; due: number }[] = [];
+    const a = (due: number) => seen.push({ member: 0, due });
+    const b = (due: number) => seen.push({ member: 1, due });
+    const originA = grid.join(a);
     await new Promise((r) => setTimeout(r, 30));
-    b.start();
-    const offset = b.dueTime(0) - a.dueTime(0);
+    const offset = grid.join(b) - originA;
     expect(offset).toBeGreaterThan(0);
     expect(offset / 20).toBeCloseTo(Math.round(offset / 20), 6);
-    for (let waited = 0; seen.filter((s) => s.clock === 1).length < 5 && waited < 5000; waited += 20)
+    for (let waited = 0; seen.filter((s) => s.member === 1).length < 5 && waited < 5000; waited += 20)
       await new Promise((r) => setTimeout(r, 20));
-    a.stop();
-    b.stop();
+    grid.leave(a);
+    grid.leave(b);
     // Each tick of b comes with a's tick of the same due time (one timer for both).
-    for (const t of seen.filter((s) => s.clock === 1)) expect(seen.some((s) => s.clock === 0 && s.due === t.due)).toBe(true);
-    // Stopped clocks leave the grid: nothing more is ticked.
+    for (const t of seen.filter((s) => s.member === 1)) expect(seen.some((s) => s.member === 0 && s.due === t.due)).toBe(true);
+    // Members that left are not ticked any more.
     const count = seen.length;
     await new Promise((r) => setTimeout(r, 60));
     expect(seen.length).toBe(count);
+  });
+
+  it('sends from the media worker: silence, then a queued prompt whole and on time while the main thread is stalled, flushed at once', async () => {
+    const phone = dgram.createSocket('udp4');
+    await new Promise<void>((r) => phone.bind(0, '127.0.0.1', r));
+    const heard: RtpPacket[] = [];
+    phone.on('message', (data) => heard.push(parseRtp(data)!));
+    const stream = await MediaWorker.get().open('127.0.0.1', { min: 0, max: 0 });
+    const sent: { at: number; due: number }[] = [];
+    stream.onSent = (at, due) => sent.push({ at, due });
+    const received: Uint8Array[] = [];
+    stream.onPacket = (data) => received.push(data);
+    phone.send(Uint8Array.of(1, 2, 3), stream.port, '127.0.0.1');
+    const silence = new Uint8Array(160).fill(0xff);
+    stream.start({ remote: { address: '127.0.0.1', port: phone.address().port }, pt: 0, step: 160, silence });
+    await new Promise((r) => setTimeout(r, 100));
+    // 10 frames of 160 bytes, each filled with its index.
+    const frames = new Uint8Array(1600).map((_, i) => Math.floor(i / 160));
+    const asked = performance.now();
+    const played = stream.play(frames, 160);
+    // The main thread is busy for 120 ms: the worker's sends go on meanwhile.
+    const until = performance.now() + 120;
+    while (performance.now() < until) {}
+    const result = await played;
+    expect(result).toMatchObject({ frames: 10, interrupted: false });
+    expect(result.firstAt).toBeGreaterThan(asked);
+    // A second prompt, flushed after about three frames: it ends interrupted, with what was sent.
+    const second = stream.play(new Uint8Array(16000).fill(7), 160);
+    await new Promise((r) => setTimeout(r, 60));
+    stream.flush();
+    const cut = await second;
+    expect(cut.interrupted).toBe(true);
+    expect(cut.frames).toBeGreaterThan(0);
+    expect(cut.frames).toBeLessThan(100);
+    // The worker reports its sends 50 at a time: wait for the first report (a second of packets).
+    for (let waited = 0; sent.length < 50 && waited < 5000; waited += 20) await new Promise((r) => setTimeout(r, 20));
+    stream.close();
+    phone.close();
+    // Packets left during the main thread's stall (six are due in it; fewer only if the worker was not scheduled).
+    expect(sent.filter((s) => s.at > asked && s.at < until).length).toBeGreaterThanOrEqual(2);
+    expect(received.map((d) => [...d])).toEqual([[1, 2, 3]]);
+    // One stream: consecutive sequence numbers and timestamps; silence, the 10 frames in order, silence, the cut prompt.
+    const payloads = heard.map((p) => p.payload[0]);
+    const start = payloads.indexOf(0);
+    expect(payloads.slice(start, start + 10)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    expect(payloads.filter((p) => p === 7).length).toBeGreaterThanOrEqual(cut.frames);
+    heard.slice(1).forEach((p, i) => {
+      expect((p.sequence - heard[i].sequence) & 0xffff).toBe(1);
+      expect((p.timestamp - heard[i].timestamp) >>> 0).toBe(160);
+    });
   });
 });
 

@@ -17,7 +17,7 @@ import { parseRtp, RtpSender } from '../../src/voice/rtp.js';
 import { VoiceRuntime } from '../../src/voice/runtime.js';
 import { PocketsphinxStt } from '../../src/voice/stt.js';
 import { freeUdpPort } from '../sip/harness.js';
-import { startTestApp } from '../support/app.js';
+import { startTestApp, type TestApp } from '../support/app.js';
 import { seedTenant } from '../support/seed.js';
 
 export function haveProgram(name: string): boolean {
@@ -353,9 +353,46 @@ export const DESK = {
 };
 
 /**
- * A test app with the order desk agent, and the agent runtime and the voice runtime in this process, the runtime's
- * endpoint taking calls from loopback (the test's caller dials it directly: no SIP edge in front) and no model.
+ * The voice runtime as the tests run it, in this process on the test app's database: its SIP endpoint on a free
+ * loopback port taking calls from loopback (the test's caller dials it directly: no SIP edge in front), RTP ports
+ * from the kernel, the agent runtime's commits heard through the database's notifications (as `sip serve`), no
+ * model (the agents' workflows answer), a 30 s silence timeout; `overrides` changes voice settings. With
+ * `agents`, that agent runtime answers the turns (a test that restarts the voice runtime keeps it); without, one
+ * is started with the runtime and stopped with it.
  */
+export async function startVoiceRuntime(t: TestApp, overrides: Partial<Config['voice']> = {}, agents?: AgentRuntime) {
+  const config: Config = {
+    ...t.config,
+    agentPollMs: 50,
+    llmBaseUrl: undefined,
+    llmApiKey: undefined,
+    voice: {
+      ...t.config.voice,
+      sipHost: '127.0.0.1',
+      sipPort: await freeUdpPort(),
+      rtpPortMin: 0,
+      rtpPortMax: 0,
+      sipTrusted: ['127.0.0.1'],
+      silenceTimeoutMs: 30_000,
+      ...overrides,
+    },
+  };
+  const own = agents ?? new AgentRuntime({ db: t.db, services: t.services, config, listen: t.database.listen });
+  if (!agents) own.start();
+  const logger = pino({ level: process.env.VOICE_TEST_LOG ?? 'silent' });
+  const voice = new VoiceRuntime({ db: t.db, services: t.services, config, agents: own, listen: t.database.listen, logger });
+  await voice.start();
+  return {
+    voice,
+    config,
+    async stop() {
+      await voice.stop();
+      if (!agents) await own.stop();
+    },
+  };
+}
+
+/** A test app with the order desk agent and the voice runtime (`startVoiceRuntime`). */
 export async function startDesk(tenantName: string) {
   const t = await startTestApp();
   const tenant = await seedTenant(t, tenantName);
@@ -371,39 +408,14 @@ export async function startDesk(tenantName: string) {
       ],
     },
   });
-  const config: Config = {
-    ...t.config,
-    agentPollMs: 50,
-    llmBaseUrl: undefined,
-    llmApiKey: undefined,
-    voice: {
-      ...t.config.voice,
-      sipHost: '127.0.0.1',
-      sipPort: await freeUdpPort(),
-      rtpPortMin: 0,
-      rtpPortMax: 0,
-      sipTrusted: ['127.0.0.1'],
-      silenceTimeoutMs: 30_000,
-    },
-  };
-  const agents = new AgentRuntime({ db: t.db, services: t.services, config });
-  agents.start();
-  const voice = new VoiceRuntime({
-    db: t.db,
-    services: t.services,
-    config,
-    agents,
-    logger: pino({ level: process.env.VOICE_TEST_LOG ?? 'silent' }),
-  });
-  await voice.start();
+  const runtime = await startVoiceRuntime(t);
   return {
     t,
     tenant,
     agentId: agent.id,
-    config,
+    config: runtime.config,
     async close() {
-      await voice.stop();
-      await agents.stop();
+      await runtime.stop();
       await t.close();
     },
   };

@@ -20,11 +20,12 @@ import type { Config } from '../../src/config/index.js';
 import { systemActor } from '../../src/jsonapi/actor.js';
 import { toWav } from '../../src/voice/codecs.js';
 import { parseRtp } from '../../src/voice/rtp.js';
-import { VoiceRuntime } from '../../src/voice/runtime.js';
+import type { VoiceRuntime } from '../../src/voice/runtime.js';
 import { parseSip, type SipMessage } from '../../src/voice/sip-message.js';
 import { freeUdpPort, until } from '../sip/harness.js';
 import { startTestApp, type TestApp } from '../support/app.js';
 import { seedTenant } from '../support/seed.js';
+import { startVoiceRuntime } from './harness.js';
 
 /** A speech provider: no words heard, and 10 s of a 440 Hz tone for anything said. */
 function fakeSpeech(): http.Server {
@@ -107,7 +108,7 @@ describe.skipIf(!process.env.DATABASE_URL)('the voice runtime restarted mid-call
   let t: TestApp;
   let organisationId: string;
   let agentId: string;
-  let config: Config;
+  let voiceSettings: Partial<Config['voice']> & { sipPort: number; sttBaseUrl: string };
   let agents: AgentRuntime;
   const speech = fakeSpeech();
 
@@ -127,23 +128,15 @@ describe.skipIf(!process.env.DATABASE_URL)('the voice runtime restarted mid-call
     agentId = agent.id;
     await new Promise<void>((resolve) => speech.listen(0, '127.0.0.1', resolve));
     const speechUrl = `http://127.0.0.1:${(speech.address() as AddressInfo).port}/v1`;
-    config = {
-      ...t.config,
-      agentPollMs: 50,
-      voice: {
-        ...t.config.voice,
-        sipHost: '127.0.0.1',
-        sipPort: await freeUdpPort(),
-        rtpPortMin: 0,
-        rtpPortMax: 0,
-        sipTrusted: ['127.0.0.1'],
-        sttBaseUrl: speechUrl,
-        sttApiKey: 'test',
-        ttsBaseUrl: speechUrl,
-        ttsApiKey: 'test',
-      },
+    // The runtime's settings: the same SIP port for the runtime started again after the one killed.
+    voiceSettings = {
+      sipPort: await freeUdpPort(),
+      sttBaseUrl: speechUrl,
+      sttApiKey: 'test',
+      ttsBaseUrl: speechUrl,
+      ttsApiKey: 'test',
     };
-    agents = new AgentRuntime({ db: t.db, services: t.services, config, listen: t.database.listen });
+    agents = new AgentRuntime({ db: t.db, services: t.services, config: { ...t.config, agentPollMs: 50 }, listen: t.database.listen });
     agents.start();
   }, 60_000);
 
@@ -174,9 +167,8 @@ describe.skipIf(!process.env.DATABASE_URL)('the voice runtime restarted mid-call
   }
 
   it('stopped mid-greeting (SIGTERM): the caller gets a BYE, the call is completed, the cut greeting recorded as not spoken', async () => {
-    const voice = new VoiceRuntime({ db: t.db, services: t.services, config, agents, listen: t.database.listen });
-    await voice.start();
-    const phone = await caller(config.voice.sipPort, agentId);
+    const { voice } = await startVoiceRuntime(t, voiceSettings, agents);
+    const phone = await caller(voiceSettings.sipPort, agentId);
     try {
       expect(await phone.call()).toBe(200);
       await until(async () => (phone.rtpPackets > 50 ? true : undefined), 'the greeting playing');
@@ -200,23 +192,23 @@ describe.skipIf(!process.env.DATABASE_URL)('the voice runtime restarted mid-call
     const script = fileURLToPath(new URL('./runtime-process.ts', import.meta.url));
     const env: NodeJS.ProcessEnv = {
       ...process.env,
-      DATABASE_URL: config.databaseUrl,
+      DATABASE_URL: t.config.databaseUrl,
       LOG_LEVEL: 'silent',
       VOICE_SIP_HOST: '127.0.0.1',
-      VOICE_SIP_PORT: String(config.voice.sipPort),
+      VOICE_SIP_PORT: String(voiceSettings.sipPort),
       VOICE_SIP_TRUSTED: '127.0.0.1',
       VOICE_RTP_PORT_MIN: '0',
       VOICE_RTP_PORT_MAX: '0',
-      STT_BASE_URL: config.voice.sttBaseUrl,
+      STT_BASE_URL: voiceSettings.sttBaseUrl,
       STT_API_KEY: 'test',
-      TTS_BASE_URL: config.voice.ttsBaseUrl,
+      TTS_BASE_URL: voiceSettings.sttBaseUrl,
       TTS_API_KEY: 'test',
     };
     const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', script], {
       env,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
-    const phone = await caller(config.voice.sipPort, agentId);
+    const phone = await caller(voiceSettings.sipPort, agentId);
     let voice: VoiceRuntime | undefined;
     try {
       await new Promise((resolve, reject) => {
@@ -231,8 +223,7 @@ describe.skipIf(!process.env.DATABASE_URL)('the voice runtime restarted mid-call
       const before = await records(phone.callId);
       expect(before.call.status).toBe('in_progress'); // a killed process records nothing more
 
-      voice = new VoiceRuntime({ db: t.db, services: t.services, config, agents, listen: t.database.listen });
-      await voice.start();
+      ({ voice } = await startVoiceRuntime(t, voiceSettings, agents));
       const { call, legs, conversation, items, lines } = await records(phone.callId);
       expect(call.status).toBe('failed');
       expect(call.ended_at).not.toBeNull();
@@ -246,7 +237,7 @@ describe.skipIf(!process.env.DATABASE_URL)('the voice runtime restarted mid-call
       expect(await phone.request('OPTIONS')).toBe(481);
       expect(await phone.request('BYE')).toBe(481);
       // And it takes calls again.
-      const next = await caller(config.voice.sipPort, agentId);
+      const next = await caller(voiceSettings.sipPort, agentId);
       try {
         expect(await next.call()).toBe(200);
         expect(await next.request('BYE')).toBe(200);

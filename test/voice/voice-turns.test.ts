@@ -8,18 +8,27 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentRuntime } from '../../src/agents/runtime.js';
 import type { Config } from '../../src/config/index.js';
 import { systemActor } from '../../src/jsonapi/actor.js';
 import { createCodec, toWav } from '../../src/voice/codecs.js';
 import { parseRtp, RtpSender } from '../../src/voice/rtp.js';
-import { VoiceRuntime } from '../../src/voice/runtime.js';
+import type { VoiceRuntime } from '../../src/voice/runtime.js';
 import { freeUdpPort } from '../sip/harness.js';
 import { startTestApp, type TestApp } from '../support/app.js';
 import { seedTenant, type Tenant } from '../support/seed.js';
-import { callerScenario, concat, festival, runSipp, silence, startRecorder, voiceSkipReason, wordsHeard, writeRtpPcap } from './harness.js';
+import {
+  callerScenario,
+  concat,
+  festival,
+  runSipp,
+  silence,
+  startRecorder,
+  startVoiceRuntime,
+  voiceSkipReason,
+  wordsHeard,
+  writeRtpPcap,
+} from './harness.js';
 
 const skip = voiceSkipReason();
 
@@ -34,7 +43,6 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
   let t: TestApp;
   let tenant: Tenant;
   let agentId: string;
-  let base: Config;
   let dir: string;
 
   beforeAll(async () => {
@@ -55,21 +63,6 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
       },
     });
     agentId = agent.id;
-    base = {
-      ...t.config,
-      agentPollMs: 50,
-      llmBaseUrl: undefined,
-      llmApiKey: undefined,
-      voice: {
-        ...t.config.voice,
-        sipHost: '127.0.0.1',
-        sipPort: 0,
-        rtpPortMin: 0,
-        rtpPortMax: 0,
-        silenceTimeoutMs: 30_000,
-        sipTrusted: ['127.0.0.1'],
-      },
-    };
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'parley-voice-turns-'));
   }, 60_000);
 
@@ -79,22 +72,11 @@ describe.skipIf(skip)('voice agent turns (SIPp to the voice endpoint)', () => {
   });
 
   async function withVoice<T>(overrides: Partial<Config['voice']>, work: (voice: VoiceRuntime, config: Config) => Promise<T>): Promise<T> {
-    const config = { ...base, voice: { ...base.voice, sipPort: await freeUdpPort(), ...overrides } };
-    const agents = new AgentRuntime({ db: t.db, services: t.services, config });
-    agents.start();
-    const voice = new VoiceRuntime({
-      db: t.db,
-      services: t.services,
-      config,
-      agents,
-      logger: pino({ level: process.env.VOICE_TEST_LOG ?? 'silent' }),
-    });
-    await voice.start();
+    const { voice, config, stop } = await startVoiceRuntime(t, overrides);
     try {
       return await work(voice, config);
     } finally {
-      await voice.stop();
-      await agents.stop();
+      await stop();
     }
   }
 
