@@ -233,7 +233,10 @@ export function documentJson(
   links?: Record<string, string | null>,
 ): string {
   let render = compiled.get(resource);
-  if (!render) compiled.set(resource, (render = compileResourceParts(resource)));
+  if (!render) {
+    render = compileResourceParts(resource);
+    compiled.set(resource, render);
+  }
   const rows = Array.isArray(data) ? data : [data];
   const parts = new Array<string>(rows.length * (render.size + 1) + 2);
   parts[0] = Array.isArray(data) ? '{"data":[' : '{"data":';

@@ -6,14 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildRegistry } from '../../src/jsonapi/routes.js';
 import qs from 'qs';
-import {
-  documentJson,
-  document,
-  queryString,
-  renderResource,
-  type RenderContext,
-  type Row,
-} from '../../src/jsonapi/serialize.js';
+import { documentJson, document, queryString, renderResource, type RenderContext, type Row } from '../../src/jsonapi/serialize.js';
 import { linkageColumn } from '../../src/jsonapi/select.js';
 import { resources } from '../../src/resources/index.js';
 
