@@ -497,6 +497,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
   const perOrganisation = new Counts();
   const perAddress = new Counts();
   let heartbeats: NodeJS.Timeout | undefined;
+  /** Set when the server starts closing: a request still on its way to its stream is answered 503 instead. */
+  let closing = false;
   let watching: Promise<() => Promise<void>> | undefined;
   let checking = false;
   let checkAgain = false;
@@ -569,6 +571,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     await watchCredentials().catch((error) => app.log.warn({ err: error }, 'event stream: not listening for credential changes yet'));
   });
   app.addHook('preClose', async () => {
+    closing = true;
     for (const stream of [...open]) stream.end('server');
     clearInterval(heartbeats);
     const unwatch = watching;
@@ -713,15 +716,24 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     armExpiry();
     try {
       await typing.ready();
-      const subscription = await hub.subscribe(principal.organisationId, listener);
-      unsubscribe = subscription.unsubscribe;
-      lastSent ??= subscription.cursor;
+      // A request that began before the server started closing, and reached here after its streams were ended.
+      if (closing) end('server');
+      if (!ended) {
+        const subscription = await hub.subscribe(principal.organisationId, listener);
+        unsubscribe = subscription.unsubscribe;
+        lastSent ??= subscription.cursor;
+      }
     } catch (error) {
       end('failed');
       throw error;
     }
+    if (closing) end('server');
+    // Ended while subscribing: its listener was added after `end` ran, so it goes now. The request is answered
+    // rather than left open (an async handler that returns an unsent reply keeps its connection waiting, and a
+    // server closing meanwhile would wait for it until the client gave up).
+    if (ended) unsubscribe();
     if (ended === 'credential' || ended === 'expired') throw unauthenticated('The bearer token is invalid or expired.');
-    if (ended) return reply;
+    if (ended) throw ApiError.of('unavailable', 'The server is closing; reconnect shortly.', undefined, { 'Retry-After': '1' });
 
     // Typing, live only and without an id (never replayed): a visitor hears the others in its conversation, a
     // member every conversation their role reads; nobody hears their own signal.
