@@ -123,8 +123,13 @@ interface CallerOptions {
   turns: number;
   codec: CodecName;
   speech: Int16Array;
+  /** Quiet that ends a reply: 500 ms; 2 s with the local engines, whose synthesiser leaves longer gaps between a
+   * reply's sentences (each is synthesised when the one before has been sent). */
+  quietMs: number;
   /** Voice-to-voice times, one per turn (ms; NaN for an unanswered turn). */
   v2v: number[];
+  /** Turns whose reply was heard before the caller had finished (endpointed at a pause inside the sentence). */
+  early: { turns: number };
 }
 
 /** One caller: a minimal SIP UAC, speaking `turns` times, each after the agent's previous reply has ended. */
@@ -204,9 +209,9 @@ async function caller(o: CallerOptions): Promise<void> {
   };
   const pumping = pump();
   for (let turn = 0; turn <= o.turns; turn++) {
-    // Wait for the agent's reply (the greeting first) to be heard and to end (500 ms of quiet).
+    // Wait for the agent's reply (the greeting first) to be heard and to end (`quietMs` of quiet).
     const deadline = performance.now() + 30_000;
-    while (performance.now() < deadline && (lastLoudIn === 0 || performance.now() - lastLoudIn < 500)) await sleep(20);
+    while (performance.now() < deadline && (lastLoudIn === 0 || performance.now() - lastLoudIn < o.quietMs)) await sleep(20);
     if (turn === o.turns) break;
     const heard = new Promise<number>((resolve) => (firstLoudAfter = resolve));
     speaking = o.speech;
@@ -214,7 +219,10 @@ async function caller(o: CallerOptions): Promise<void> {
     while (speaking) await sleep(5);
     const spokeAt = lastLoudOut;
     const at = await Promise.race([heard, sleep(30_000).then(() => Number.NaN)]);
-    o.v2v.push(at - spokeAt);
+    // A reply that began while the caller was still speaking answered part of the sentence: it has no
+    // voice-to-voice time (counted apart, not as a negative time).
+    if (at < spokeAt) o.early.turns++;
+    else o.v2v.push(at - spokeAt);
   }
   running = false;
   await pumping;
@@ -257,6 +265,8 @@ export interface PhaseResult {
   gc: { count: number; totalMs: number; maxMs: number };
   cpuSecondsPerCallMinute: number;
   unanswered: number;
+  /** Turns answered before the caller had finished speaking. */
+  early: number;
   /** PostgreSQL statements per turn (each call's greeting counted as a turn), by process. */
   statementsPerTurn: { voice: number; agents: number };
   /** The agent runtime's own part of transcript -> reply: its turn from the claim to the commit. */
@@ -273,7 +283,9 @@ interface Shared {
 
 /** One run: a fresh voice runtime process, `calls` callers at once, `turns` turns each. */
 async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'; realtime: boolean; calls: number; turns: number }) {
-  const organisation = await createOrganisation(s.services.records!, { name: `Bench ${o.label}` });
+  const organisation = await createOrganisation(s.services.records!, {
+    name: `Bench ${o.label} ${o.calls} ${o.engines}${o.realtime ? ' rr' : ''}`,
+  });
   const agent = await s.services.records!.create(systemActor(organisation.id, 'cli'), 'AiAgent', {
     name: 'Bench',
     published: true,
@@ -323,18 +335,20 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
   const { port } = await next<{ port: number }>('ready');
   const speech = o.engines === 'local' ? festivalSentence('I would like to check my order status please.') : tone(800, 300);
   // A warm-up call first (the runtime loads the rest of its code and compiles its hot paths), then measure.
-  await caller({ port, agentId: agent.id, turns: 1, codec: o.engines === 'local' ? 'G722' : 'PCMU', speech, v2v: [] });
+  const line = o.engines === 'local' ? ({ codec: 'G722', quietMs: 2000 } as const) : ({ codec: 'PCMU', quietMs: 500 } as const);
+  await caller({ port, agentId: agent.id, turns: 1, ...line, speech, v2v: [], early: { turns: 0 } });
   child.send({ type: 'reset' });
   await next('reset');
   const since = new Date();
   statements.reset();
   agentTurns.length = 0;
   const v2v: number[] = [];
+  const early = { turns: 0 };
   const started = performance.now();
   await Promise.all(
     Array.from({ length: o.calls }, async (_, i) => {
       await sleep(i * 37); // callers do not all dial in the same millisecond
-      await caller({ port, agentId: agent.id, turns: o.turns, codec: o.engines === 'local' ? 'G722' : 'PCMU', speech, v2v });
+      await caller({ port, agentId: agent.id, turns: o.turns, ...line, speech, v2v, early });
     }),
   );
   const minutes = (performance.now() - started) / 60_000;
@@ -383,6 +397,7 @@ async function phase(s: Shared, o: { label: string; engines: 'instant' | 'local'
     gc: { count: report.gc.count, totalMs: round(report.gc.totalMs), maxMs: round(report.gc.maxMs) },
     cpuSecondsPerCallMinute: round(report.cpuMs / 1000 / (o.calls * minutes)),
     unanswered: v2v.length - measured.length,
+    early: early.turns,
     agentTurn: { p50: round(percentile(agentTurns, 50)), p95: round(percentile(agentTurns, 95)) },
     statementsPerTurn: {
       voice: round(report.statements / (o.calls * (o.turns + 1))),
@@ -501,7 +516,7 @@ export function voiceChecks(r: VoiceBenchResult): string[] {
         p.marks.stages,
       )
         .map(([k, v]) => `${k} ${v.p50}`)
-        .join(', ')} (${p.turns} turns, ${p.unanswered} unanswered)`,
+        .join(', ')} (${p.turns} turns measured, ${p.early} answered before the caller had finished, ${p.unanswered} unanswered)`,
     );
   return lines;
 }
