@@ -289,7 +289,8 @@ export class CallEvents {
    * records are written in that same transaction. So a queue row goes exactly when the records it became are
    * stored, with no lease written for it, and a drain is one transaction. Throws, with nothing written (the
    * claim rolled back too), when anything fails or a claimed call is being applied in this process already;
-   * the caller then takes the leased path. The number of events applied.
+   * the caller then takes the leased path. Operator presence is written after the commit; when that fails, the
+   * error is thrown too, the records and the rows' deletion stay. The number of events applied.
    */
   async applyClaimed(claim: (trx: Database) => Promise<CallEvent[][]>): Promise<number> {
     const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;

@@ -171,8 +171,9 @@ export class CallEventQueue {
         if (taken < this.batchSize) return applied;
         continue;
       } catch (error) {
-        // Nothing of it was written; the same rows are taken the leased way, where the one at fault is found.
-        this.log('warn', `call events not applied in one transaction, now with leases: ${message(error)}`);
+        // Rolled back (unless only operator presence failed after the commit): the rows left are taken the
+        // leased way, where the one at fault is found.
+        this.log('warn', `call events of a batch not applied in one transaction, now with leases: ${message(error)}`);
       }
       const rows = await this.claim(this.db, 'lease');
       if (rows.length === 0) return applied;
