@@ -169,6 +169,13 @@ describe('the SIP call event queue', () => {
         failing && list.some((e) => e.event === 'answered') ? lost() : events.applyAll(list),
       applyMany: (groups: Parameters<CallEvents['applyMany']>[0]) =>
         failing && groups.flat().some((e) => e.event === 'answered') ? lost() : events.applyMany(groups),
+      // The usual path fails inside its transaction, after the claim deleted the rows: the rollback must bring them back.
+      applyClaimed: (claim: Parameters<CallEvents['applyClaimed']>[0]) =>
+        events.applyClaimed(async (trx) => {
+          const groups = await claim(trx);
+          if (failing && groups.flat().some((e) => e.event === 'answered')) await lost();
+          return groups;
+        }),
     } as CallEvents;
     const queue = new CallEventQueue({ db: t.db, events: flaky });
     expect(await queue.drain()).toBe(2);

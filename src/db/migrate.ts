@@ -29,6 +29,7 @@ import * as toolSecrets from './migrations/0024_tool_secrets.js';
 import * as knowledge from './migrations/0025_knowledge.js';
 import * as openCalls from './migrations/0026_open_calls.js';
 import * as dialogFacts from './migrations/0028_dialog_facts.js';
+import * as duplicateOrgIndexes from './migrations/0029_duplicate_org_indexes.js';
 
 /** Versioned migrations, in order. Each is plain SQL that runs on PostgreSQL and PGlite alike. */
 const migrations: Record<string, { up: string }> = {
@@ -61,6 +62,7 @@ const migrations: Record<string, { up: string }> = {
   '0025_knowledge': knowledge,
   '0026_open_calls': openCalls,
   '0028_dialog_facts': dialogFacts,
+  '0029_duplicate_org_indexes': duplicateOrgIndexes,
 };
 
 /** Every migration's name and SQL, in order (a template cluster is named after their digest: pglite-template). */

@@ -199,10 +199,10 @@ function bind(options: RecordsOptions, db: Database): Records {
       return action.transaction === false ? run(db) : runTransaction(db, resource, run);
     },
 
-    async transaction<T>(work: (records: Records) => Promise<T>): Promise<T> {
-      if (db.isTransaction) return work(records);
+    async transaction<T>(work: (records: Records, trx: Database) => Promise<T>): Promise<T> {
+      if (db.isTransaction) return work(records, db);
       // The writes inside map their own errors; the outer transaction only commits them together.
-      return inTransaction(db, (trx) => work(bind(options, trx)));
+      return inTransaction(db, (trx) => work(bind(options, trx), trx));
     },
   };
   return records;

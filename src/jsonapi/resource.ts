@@ -363,8 +363,12 @@ export interface Records {
     input: Record<string, unknown> | (() => Record<string, unknown>),
     options?: WriteOptions<T> & { clientAddress?: string; signal?: AbortSignal },
   ): Promise<Written<T> & { meta?: Record<string, unknown> }>;
-  /** Several writes in one transaction (e.g. a call with its conversation and participants). */
-  transaction<T>(work: (records: Records) => Promise<T>): Promise<T>;
+  /**
+   * Several writes in one transaction (e.g. a call with its conversation and participants). `trx` is the
+   * transaction itself, for reads and for rows that are not resources (the SIP edge's queue rows, taken in the
+   * transaction that writes the records they become).
+   */
+  transaction<T>(work: (records: Records, trx: Database) => Promise<T>): Promise<T>;
 }
 
 /** The service container: process-wide services that actions and writers need. */

@@ -9,7 +9,7 @@
  * and a terminal one never changes, so late or repeated events are harmless.
  */
 import { sql } from 'kysely';
-import type { Db } from '../db/schema.js';
+import type { Database, Db } from '../db/schema.js';
 import { systemActor, type Actor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { TERMINAL_CALL_STATUSES } from '../resources/values.js';
@@ -279,7 +279,66 @@ export class CallEvents {
   }
 
   private async applyTogether(groups: CallEvent[][]): Promise<void> {
-    const stored = await this.loadMany(groups.map((g) => ({ organisationId: g[0].organisation_id, callUuid: g[0].call_id })));
+    const states = await this.statesOf(groups);
+    if (states.length) await this.write(states);
+  }
+
+  /**
+   * The queue's usual path (call-queue.ts): `claim` takes queued events (deleting their rows) inside the records
+   * service's transaction and returns them as calls, each one call's events in order, no call twice; their
+   * records are written in that same transaction. So a queue row goes exactly when the records it became are
+   * stored, with no lease written for it, and a drain is one transaction. Throws, with nothing written (the
+   * claim rolled back too), when anything fails or a claimed call is being applied in this process already;
+   * the caller then takes the leased path. Operator presence is written after the commit; when that fails, the
+   * error is thrown too, the records and the rows' deletion stay. The number of events applied.
+   */
+  async applyClaimed(claim: (trx: Database) => Promise<CallEvent[][]>): Promise<number> {
+    const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;
+    let groups: CallEvent[][] = [];
+    let states: CallState[] = [];
+    let users = new Map<string, SipUserRow>();
+    // The claimed calls are this drain's until it is done: applyAll of one of them waits for it.
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const keys: string[] = [];
+    const done = () => {
+      for (const key of keys) if (this.queues.get(key) === held) this.queues.delete(key);
+      release();
+    };
+    try {
+      await this.options.records.transaction(async (records, trx) => {
+        groups = (await claim(trx)).filter((g) => g.length > 0);
+        if (groups.length === 0) return;
+        if (groups.some((g) => this.queues.has(keyOf(g[0])))) throw new Error('a claimed call is being applied already');
+        for (const group of groups) {
+          keys.push(keyOf(group[0]));
+          this.queues.set(keyOf(group[0]), held);
+        }
+        states = await this.statesOf(groups, trx);
+        users = await this.sipUsersOf(states, trx);
+        for (const state of states.filter(changed)) await this.writeRecords(records, state, users);
+      });
+    } catch (error) {
+      done();
+      throw error;
+    }
+    try {
+      for (const state of states) await this.afterCommit(state, users);
+    } finally {
+      for (const group of groups) this.notify(group);
+      done();
+    }
+    return groups.reduce((n, g) => n + g.length, 0);
+  }
+
+  /** The calls' states after their events (stored ones read in one statement), terminal ones left out. */
+  private async statesOf(groups: CallEvent[][], db: Database = this.options.db): Promise<CallState[]> {
+    const stored = await this.loadMany(
+      groups.map((g) => ({ organisationId: g[0].organisation_id, callUuid: g[0].call_id })),
+      db,
+    );
     const states: CallState[] = [];
     for (const group of groups) {
       const first = group[0];
@@ -288,7 +347,7 @@ export class CallEvents {
       for (const event of group) this.step(state, event);
       states.push(state);
     }
-    if (states.length) await this.write(states);
+    return states;
   }
 
   private serialised(key: string, events: CallEvent[]): Promise<void> {
@@ -351,7 +410,10 @@ export class CallEvents {
    * Stored calls with their legs, in one statement, keyed `<organisation>/<Call-ID>` (or `<organisation>/id:<id>`
    * when asked by id); a call not stored is absent.
    */
-  private async loadMany(wanted: { organisationId: string; callUuid?: string; id?: string }[]): Promise<Map<string, CallState>> {
+  private async loadMany(
+    wanted: { organisationId: string; callUuid?: string; id?: string }[],
+    db: Database = this.options.db,
+  ): Promise<Map<string, CallState>> {
     const byUuid = wanted.filter((w) => !w.id);
     const byId = wanted.filter((w) => w.id);
     const { rows } = await sql<{
@@ -377,7 +439,7 @@ export class CallEvents {
           JOIN calls c ON c.organisation_id = w.o AND c.call_uuid = w.u
         UNION ALL
         SELECT c.id FROM unnest(${byId.map((w) => w.organisationId)}::uuid[], ${byId.map((w) => w.id!)}::uuid[]) AS w(o, i)
-          JOIN calls c ON c.organisation_id = w.o AND c.id = w.i)`.execute(this.options.db);
+          JOIN calls c ON c.organisation_id = w.o AND c.id = w.i)`.execute(db);
     const found = new Map<string, CallState>();
     for (const row of rows) {
       const legs = typeof row.legs === 'string' ? (JSON.parse(row.legs) as typeof row.legs) : row.legs;
@@ -532,7 +594,10 @@ export class CallEvents {
   }
 
   /** The SIP users the calls' records and presence need (the callee or caller named on the Call, busy, restored). */
-  private async sipUsersOf(states: Pick<CallState, 'organisationId' | 'create' | 'busy' | 'restore'>[]): Promise<Map<string, SipUserRow>> {
+  private async sipUsersOf(
+    states: Pick<CallState, 'organisationId' | 'create' | 'busy' | 'restore'>[],
+    db: Database = this.options.db,
+  ): Promise<Map<string, SipUserRow>> {
     const byOrganisation = new Map<string, Set<string>>();
     for (const state of states) {
       const wanted = byOrganisation.get(state.organisationId) ?? new Set<string>();
@@ -551,7 +616,7 @@ export class CallEvents {
       SELECT s.id, s.organisation_id, s.sip_username, s.user_id, o.status
       FROM unnest(${pairs.map((p) => p[0])}::uuid[], ${pairs.map((p) => p[1])}::uuid[]) AS w(o, i)
       JOIN sip_users s ON s.organisation_id = w.o AND s.id = w.i
-      LEFT JOIN operator_statuses o ON o.sip_user_id = s.id`.execute(this.options.db);
+      LEFT JOIN operator_statuses o ON o.sip_user_id = s.id`.execute(db);
     return new Map(rows.map((r) => [r.id, r]));
   }
 

@@ -4,12 +4,17 @@
  * `parseCallEvent`, applies it through `CallEvents` (records service, system actor) and deletes it.
  *
  * - Order per call: rows are claimed in id order (Kamailio writes them in the order they were raised) and a
- *   row is not claimed while an earlier row of the same call is leased, so one call's events are applied one
- *   after the other, in order, even with several consumers. The calls of a drain are applied together (one read,
- *   one transaction per chunk of calls); when that fails, one call at a time, different calls concurrently.
- * - Exactly once in effect: a claimed row carries a lease; a consumer that dies before deleting it leaves the
- *   lease to expire and the row is applied again. Applying an event twice changes nothing (statuses only move
- *   forward, a terminal one is final, the Call is found by its Call-ID).
+ *   row is not claimed while an earlier row of the same call is claimed elsewhere or waits, so one call's events
+ *   are applied one after the other, in order, even with several consumers.
+ * - Usually a batch is one transaction: its rows are claimed by deleting them, and the records they become are
+ *   written in the same transaction (`CallEvents.applyClaimed`), so the rows go exactly when their records are
+ *   stored; a consumer that dies first leaves both undone. When that fails (a row that is not a valid event, a
+ *   row the records service refuses, the database gone), the batch is taken the leased way: rows claimed with a
+ *   lease, the calls applied together (one transaction per chunk of calls) and else one call at a time,
+ *   different calls concurrently, then deleted.
+ * - Exactly once in effect: a leased row whose consumer dies before deleting it is applied again once the lease
+ *   expires. Applying an event twice changes nothing (statuses only move forward, a terminal one is final, the
+ *   Call is found by its Call-ID).
  * - Failures: a row that is not a valid event, or that the records service refuses as invalid (4xx other than
  *   409), is kept with its `error` and leaves the queue (the call is ended later by reconciliation); any other
  *   failure (database unreachable) is retried with a growing delay, and holds the call's later events back.
@@ -156,10 +161,43 @@ export class CallEventQueue {
   async drain(): Promise<number> {
     let applied = 0;
     for (;;) {
-      const rows = await this.claim();
+      let taken = 0;
+      try {
+        applied += await this.options.events.applyClaimed(async (trx) => {
+          const rows = await this.claim(trx, 'delete');
+          taken = rows.length;
+          return this.callsOf(rows);
+        });
+        if (taken < this.batchSize) return applied;
+        continue;
+      } catch (error) {
+        // Rolled back (unless only operator presence failed after the commit): the rows left are taken the
+        // leased way, where the one at fault is found.
+        this.log('warn', `call events of a batch not applied in one transaction, now with leases: ${message(error)}`);
+      }
+      const rows = await this.claim(this.db, 'lease');
       if (rows.length === 0) return applied;
       applied += await this.applyBatch(rows);
       if (rows.length < this.batchSize) return applied;
+    }
+  }
+
+  /** Claimed rows as calls' events, in order; throws when one is not a valid event (the leased path keeps it out). */
+  private callsOf(rows: Row[]): CallEvent[][] {
+    const calls = new Map<string, CallEvent[]>();
+    for (const row of rows) {
+      const parsed = this.parseRow(row);
+      if (!parsed.event) throw new Error(`call event ${row.id} is not valid: ${parsed.problems.join('; ')}`);
+      calls.set(row.call_key, [...(calls.get(row.call_key) ?? []), parsed.event]);
+    }
+    return [...calls.values()];
+  }
+
+  private parseRow(row: Row): ReturnType<typeof parseCallEvent> {
+    try {
+      return parseCallEvent(JSON.parse(Buffer.from(row.body, 'base64').toString('utf8')));
+    } catch {
+      return { problems: ['the body is not base64-encoded JSON'] };
     }
   }
 
@@ -169,11 +207,20 @@ export class CallEventQueue {
     return rows[0].n;
   }
 
-  private async claim(): Promise<Row[]> {
-    // SKIP LOCKED: two consumers never claim the same row; the lease keeps it theirs after this statement.
+  /**
+   * `lease`: the rows get a lease (their own statement); `delete`: the rows are deleted, inside the caller's
+   * transaction, which holds them (locked, and still there for other consumers' order check) until it ends.
+   */
+  private async claim(db: Db, how: 'lease' | 'delete'): Promise<Row[]> {
+    // SKIP LOCKED: two consumers never claim the same row; the lease (or the open delete) keeps it theirs.
     // Of the rows locked here, only those with no earlier row of their call outside this batch are claimed:
     // an earlier row elsewhere is being applied by another consumer (or its claim is in flight, locked and not
-    // yet leased), or waits out a retry delay, and the call's later rows wait for it. The others are released.
+    // yet leased), or waits out a retry delay, and the call's later rows wait for it. The others are released
+    // (when leasing; a delete's transaction holds them until it ends, as another consumer could not take them).
+    const take =
+      how === 'lease'
+        ? sql`UPDATE sip_call_events q SET lease_until = now() + make_interval(secs => ${this.leaseMs / 1000}), attempts = q.attempts + 1`
+        : sql`DELETE FROM sip_call_events q`;
     const { rows } = await sql<Row>`
       WITH candidates AS (
         SELECT e.id, e.call_key FROM sip_call_events e
@@ -186,9 +233,9 @@ export class CallEventQueue {
           SELECT 1 FROM sip_call_events p
           WHERE p.call_key = c.call_key AND p.id < c.id AND p.error IS NULL AND p.id NOT IN (SELECT id FROM candidates))
       )
-      UPDATE sip_call_events q SET lease_until = now() + make_interval(secs => ${this.leaseMs / 1000}), attempts = q.attempts + 1
+      ${take}
       WHERE q.id IN (SELECT id FROM heads)
-      RETURNING q.id::text AS id, q.call_key, q.body, q.attempts`.execute(this.db);
+      RETURNING q.id::text AS id, q.call_key, q.body, q.attempts`.execute(db);
     return rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
   }
 
@@ -236,12 +283,7 @@ export class CallEventQueue {
   private async parse(rows: Row[]): Promise<Valid[]> {
     const valid: Valid[] = [];
     for (const row of rows) {
-      let parsed: ReturnType<typeof parseCallEvent>;
-      try {
-        parsed = parseCallEvent(JSON.parse(Buffer.from(row.body, 'base64').toString('utf8')));
-      } catch {
-        parsed = { problems: ['the body is not base64-encoded JSON'] };
-      }
+      const parsed = this.parseRow(row);
       if (parsed.event) valid.push({ row, event: parsed.event });
       else await this.keepOut(row, parsed.problems.join('; '));
     }
