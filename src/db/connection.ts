@@ -72,6 +72,8 @@ interface Notifier {
   last: number;
 }
 const notifiers = new WeakMap<Database, Notifier>();
+/** Where a database handle sends its notifications when not through its pool (`DatabaseHandle.readAside`'s connection). */
+const notifyAside = new WeakMap<Database, (text: string, values: unknown[]) => Promise<unknown>>();
 
 /**
  * Sends `payload` on `channel` (NOTIFY) once `trx` commits, never for a rollback (`trx` not in a transaction:
@@ -116,6 +118,8 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
   );
 }
 
+const NOTIFY = 'SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n (c, p)';
+
 async function sendNotifications(db: Database, notifier: Notifier): Promise<void> {
   const channels: string[] = [];
   const payloads: string[] = [];
@@ -127,7 +131,11 @@ async function sendNotifications(db: Database, notifier: Notifier): Promise<void
   }
   notifier.waiting.clear();
   notifier.last = Date.now();
-  await sql`SELECT pg_notify(c, p) FROM unnest(${channels}::text[], ${payloads}::text[]) AS n (c, p)`.execute(db).catch(() => {});
+  // On the connection of the event streams' reads where there is one: through the pool, the notification of a
+  // commit queued behind every request waiting for a connection (with 200 writes in flight and 10 connections,
+  // most of the commit -> stream delay, docs/benchmarks.md, "Live streams at scale").
+  const aside = notifyAside.get(db);
+  await (aside ? aside(NOTIFY, [channels, payloads]) : db.executeQuery(CompiledQuery.raw(NOTIFY, [channels, payloads]))).catch(() => {});
 }
 
 /** Sends the notifications still waiting (before the database closes). */
@@ -206,6 +214,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     const listener = new Listener(config);
     const pooled = new PoolListener(pool);
     const aside = new AsideConnection(config, db);
+    notifyAside.set(db, (text, values) => aside.read(text, values));
     return {
       db,
       kind: 'postgres',
