@@ -66,6 +66,11 @@ interface Listener {
   /** Called with every new row of the organisation (or of `conversationId`), in order. */
   offer(row: EventRow): void;
   /**
+   * Called after a page's rows were offered, with the rows offered (the same array for every listener offered
+   * the same rows), so that a stream writes the page in one chunk, shared by the streams that send the same.
+   */
+  flush?(rows: EventRow[]): void;
+  /**
    * A visitor's stream: only rows of this conversation (`routeOf`) are offered, found through a map, so an
    * event costs nothing for the visitors' streams of other conversations, however many there are.
    */
@@ -243,14 +248,21 @@ export class EventHub {
         rows = this.database.readAside
           ? await this.database.readAside<EventRow>(READ_EVENTS, [organisationId, state.cursor ?? null, PAGE])
           : await readEvents(this.database.db, organisationId, state.cursor);
+        const routed = new Map<Set<Listener>, EventRow[]>();
         for (const row of rows) {
           state.cursor = row.id;
           for (const listener of state.listeners) listener.offer(row);
           if (state.byConversation.size === 0) continue;
           const conversationId = this.routeOf(row);
-          const routed = conversationId === undefined ? undefined : state.byConversation.get(conversationId);
-          if (routed) for (const listener of routed) listener.offer(row);
+          const listeners = conversationId === undefined ? undefined : state.byConversation.get(conversationId);
+          if (!listeners) continue;
+          for (const listener of listeners) listener.offer(row);
+          const offered = routed.get(listeners);
+          if (offered) offered.push(row);
+          else routed.set(listeners, [row]);
         }
+        for (const listener of state.listeners) listener.flush?.(rows);
+        for (const [listeners, offered] of routed) for (const listener of listeners) listener.flush?.(offered);
       } while ((state.again || rows.length === PAGE) && !this.closed);
     } catch (error) {
       this.onError(error);
@@ -273,6 +285,19 @@ const message = (row: EventRow, json: string) => `id: ${row.id}\nevent: ${row.ty
 const messages = new WeakMap<EventRow, Buffer>();
 /** A row's message as every member stream shows it, encoded once for all of them (rows are shared). */
 const messageBytes = (row: EventRow) => messages.get(row) ?? messages.set(row, Buffer.from(message(row, row.json))).get(row)!;
+
+const pages = new WeakMap<EventRow[], Map<string, Buffer>>();
+/**
+ * The messages of `sent` (the rows of `page` a stream sends, in order) in one Buffer, made once for every
+ * stream that sends the same rows of the same page in the same copy (`kind`): a write per stream and page,
+ * of bytes encoded once, rather than a message encoded and written per stream and event.
+ */
+function pageBytes(page: EventRow[], sent: EventRow[], kind: string, copy: (row: EventRow) => Buffer): Buffer {
+  if (sent.length === 1) return copy(sent[0]);
+  const key = sent.length === page.length ? kind : `${kind}:${sent.map((row) => row.id).join()}`;
+  const cached = pages.get(page) ?? pages.set(page, new Map()).get(page)!;
+  return cached.get(key) ?? cached.set(key, Buffer.concat(sent.map(copy))).get(key)!;
+}
 
 /** The resource type of an event type (`ConversationItem.created` -> `ConversationItem`). */
 const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
@@ -338,24 +363,30 @@ class Visibility {
     return rule.rowCheck ? undefined : true;
   }
 
-  /** Whether the event may be sent: by its type, else by its record (`visibleRow`). */
+  /** Whether the event may be sent: by its type, else by its record (`settled`, else a statement). */
   visible(row: EventRow): boolean | Promise<boolean> {
-    const byType = this.byType(row.type);
-    return byType === undefined ? this.visibleRow(row) : byType;
+    return this.settled(row) ?? this.visibleRow(row);
   }
 
   /**
-   * The role's row condition evaluated on the event's record (`columnsOf`). Where the rule is a plain
-   * comparison (`Scope.onColumns`: a visitor's conversation, an operator's own rows) it is judged here,
-   * without a query, so a stream costs no statement per event (docs/hardening.md, "Third review: event
-   * streams"); otherwise the same SQL the reads use runs on the record (jsonb_populate_record).
+   * Whether the event may be sent, where that takes no statement: by its type, or by the role's row condition
+   * evaluated on the event's record (`columnsOf`) where the rule is a plain comparison (`Scope.onColumns`: a
+   * visitor's conversation, an operator's own rows), so a stream costs no statement per event
+   * (docs/hardening.md, "Third review: event streams"). Undefined: the record must be checked in SQL.
    */
-  visibleRow(row: EventRow): boolean | Promise<boolean> {
+  settled(row: EventRow): boolean | undefined {
+    const byType = this.byType(row.type);
+    if (byType !== undefined) return byType;
+    const { resource } = this.rule(resourceTypeOf(row.type))!;
+    const scope = resource.access.visible!;
+    return scope.onColumns ? scope.onColumns(this.principal, columnsOf(row, resource)) !== false : undefined;
+  }
+
+  /** The role's row condition on the event's record, in the same SQL the reads use (jsonb_populate_record). */
+  private visibleRow(row: EventRow): Promise<boolean> {
     const { resource } = this.rule(resourceTypeOf(row.type))!;
     const columns = columnsOf(row, resource);
-    const scope = resource.access.visible!;
-    if (scope.onColumns) return scope.onColumns(this.principal, columns) !== false;
-    const condition = scope(this.principal, 't')!;
+    const condition = resource.access.visible!(this.principal, 't')!;
     return sql<{ visible: boolean }>`
       SELECT (${condition}) AS visible FROM jsonb_populate_record(NULL::${sql.table(resource.table)}, ${JSON.stringify(columns)}::jsonb) AS t`
       .execute(this.db)
@@ -490,6 +521,13 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     (row) => conversationOfRow(options.registry, row),
   );
   const open = new Set<OpenStream>();
+  const visitorCopies = new WeakMap<EventRow, Buffer>();
+  /** A row's message as every visitor's stream shows it, encoded once for all of them. */
+  const visitorBytes = (row: EventRow) => {
+    const resource = options.registry.get(resourceTypeOf(row.type));
+    if (!resource) return messageBytes(row);
+    return visitorCopies.get(row) ?? visitorCopies.set(row, Buffer.from(message(row, forVisitors(resource, row.json)))).get(row)!;
+  };
   // Typing signals (typing.ts): ephemeral, never in the outbox; handed to the live streams below.
   const typing = registerTyping(app, options);
   const perCredential = new Counts();
@@ -646,11 +684,11 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         end('slow');
       }
     };
-    const send = (row: EventRow) => {
-      // A visitor's copy leaves out the attributes hidden from visitors (a conversation's `analysis`).
-      const resource = principal.role === 'visitor' ? options.registry.get(resourceTypeOf(row.type)) : undefined;
-      write(resource ? message(row, forVisitors(resource, row.json)) : messageBytes(row));
-    };
+    // A visitor's copy leaves out the attributes hidden from visitors (a conversation's `analysis`).
+    const copy = principal.role === 'visitor' ? visitorBytes : messageBytes;
+    const send = (row: EventRow) => write(copy(row));
+    /** Live rows decided without a statement, written together when the hub has offered the page (`flush`). */
+    const pending: EventRow[] = [];
     const wanted = (row: EventRow) => !types || types.has(row.type);
     const stream: OpenStream = {
       principal,
@@ -689,8 +727,14 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         }
         if (lastSent !== undefined && row.id <= lastSent) return;
         lastSent = row.id;
-        if (!wanted(row)) return;
-        if (visibility.byType(row.type) === false) return;
+        if (!wanted(row) || visibility.byType(row.type) === false) return;
+        // Rows that wait for a statement (`queue`) keep their place: those after them wait their turn too.
+        const verdict = queue.length === 0 ? visibility.settled(row) : undefined;
+        if (verdict !== undefined) {
+          if (verdict) pending.push(row);
+          return;
+        }
+        if (pending.length > 0) for (const sent of pending.splice(0)) send(sent);
         queue.push(row);
         if (queue.length > MAX_QUEUED) {
           request.log.info('event stream: client too slow, disconnected');
@@ -698,6 +742,9 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
           return;
         }
         void drain();
+      },
+      flush(rows) {
+        if (pending.length > 0) write(pageBytes(rows, pending.splice(0), copy === messageBytes ? 'member' : 'visitor', copy));
       },
     };
 
