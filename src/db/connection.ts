@@ -70,10 +70,10 @@ interface Notifier {
   timer?: NodeJS.Timeout;
   sending?: Promise<void>;
   last: number;
+  /** Runs the notification statement: through the pool, or on a connection of its own (`openDatabase`). */
+  send: (text: string, values: unknown[]) => Promise<unknown>;
 }
 const notifiers = new WeakMap<Database, Notifier>();
-/** Where a database handle sends its notifications when not through its pool (`DatabaseHandle.readAside`'s connection). */
-const notifyAside = new WeakMap<Database, (text: string, values: unknown[]) => Promise<unknown>>();
 
 /**
  * Sends `payload` on `channel` (NOTIFY) once `trx` commits, never for a rollback (`trx` not in a transaction:
@@ -95,7 +95,7 @@ export function notifyAfterCommit(trx: Database, channel: string, payload: strin
 function queueNotification(db: Database, channel: string, payload: string): void {
   let notifier = notifiers.get(db);
   if (!notifier) {
-    notifier = { waiting: new Map(), last: 0 };
+    notifier = { waiting: new Map(), last: 0, send: (text, values) => db.executeQuery(CompiledQuery.raw(text, values)) };
     notifiers.set(db, notifier);
   }
   const payloads = notifier.waiting.get(channel) ?? new Set();
@@ -109,7 +109,7 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
   notifier.timer = setTimeout(
     () => {
       notifier.timer = undefined;
-      notifier.sending = sendNotifications(db, notifier).finally(() => {
+      notifier.sending = sendNotifications(notifier).finally(() => {
         notifier.sending = undefined;
         if (notifier.waiting.size > 0) scheduleNotifications(db, notifier);
       });
@@ -118,9 +118,7 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
   );
 }
 
-const NOTIFY = 'SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n (c, p)';
-
-async function sendNotifications(db: Database, notifier: Notifier): Promise<void> {
+async function sendNotifications(notifier: Notifier): Promise<void> {
   const channels: string[] = [];
   const payloads: string[] = [];
   for (const [channel, waiting] of notifier.waiting) {
@@ -131,11 +129,7 @@ async function sendNotifications(db: Database, notifier: Notifier): Promise<void
   }
   notifier.waiting.clear();
   notifier.last = Date.now();
-  // On the connection of the event streams' reads where there is one: through the pool, the notification of a
-  // commit queued behind every request waiting for a connection (with 200 writes in flight and 10 connections,
-  // most of the commit -> stream delay, docs/benchmarks.md, "Live streams at scale").
-  const aside = notifyAside.get(db);
-  await (aside ? aside(NOTIFY, [channels, payloads]) : db.executeQuery(CompiledQuery.raw(NOTIFY, [channels, payloads]))).catch(() => {});
+  await notifier.send('SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n (c, p)', [channels, payloads]).catch(() => {});
 }
 
 /** Sends the notifications still waiting (before the database closes). */
@@ -145,7 +139,7 @@ async function flushNotifications(db: Database): Promise<void> {
   clearTimeout(notifier.timer);
   notifier.timer = undefined;
   await notifier.sending;
-  if (notifier.waiting.size > 0) await sendNotifications(db, notifier);
+  if (notifier.waiting.size > 0) await sendNotifications(notifier);
 }
 
 export interface DatabaseHandle {
@@ -214,7 +208,11 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     const listener = new Listener(config);
     const pooled = new PoolListener(pool);
     const aside = new AsideConnection(config, db);
-    notifyAside.set(db, (text, values) => aside.read(text, values));
+    // Notifications go on a connection of their own (one statement at a time): through the pool, a commit's
+    // notification queued behind every request waiting for a connection (with 200 writes in flight and 10
+    // connections, most of the commit -> stream delay, docs/benchmarks.md, "Live streams at scale").
+    const notices = new AsideConnection(config, db);
+    notifiers.set(db, { waiting: new Map(), last: 0, send: (text, values) => notices.read(text, values) });
     return {
       db,
       kind: 'postgres',
@@ -231,6 +229,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
         await flushNotifications(db);
         await listener.close();
         await aside.close();
+        await notices.close();
         await db.destroy();
       },
     };
