@@ -681,8 +681,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         if (lastSent !== undefined && row.id <= lastSent) return;
         lastSent = row.id;
         if (!wanted(row) || visibility.byType(row.type) === false) return;
-        // Rows that wait for a statement (`queue`) keep their place: those after them wait their turn too.
-        const verdict = queue.length === 0 ? visibility.settled(row) : undefined;
+        // Rows that wait for a statement (`queue`, `draining`) keep their place: those after them wait their turn.
+        const verdict = queue.length === 0 && !draining ? visibility.settled(row) : undefined;
         if (verdict) pending.push(row);
         if (verdict !== undefined) return;
         if (pending.length > 0) for (const sent of pending.splice(0)) send(sent);
