@@ -380,7 +380,12 @@ class Listener {
   private connect(): Promise<pg.Client> {
     if (this.client) return Promise.resolve(this.client);
     this.connecting ??= (async () => {
-      const client = new pg.Client({ connectionString: this.config.databaseUrl, connectionTimeoutMillis: this.config.databaseTimeoutMs });
+      // LISTEN and UNLISTEN are bounded too: the server's close waits for its UNLISTEN (stream.ts, typing.ts).
+      const client = new pg.Client({
+        connectionString: this.config.databaseUrl,
+        connectionTimeoutMillis: this.config.databaseTimeoutMs,
+        query_timeout: this.config.databaseTimeoutMs + 1000,
+      });
       client.on('notification', (message) => {
         for (const subscription of this.channels.get(message.channel) ?? []) subscription.onNotify(message.payload ?? '');
       });
@@ -390,6 +395,11 @@ class Listener {
         await client.connect();
       } finally {
         this.connecting = undefined;
+      }
+      // Closed while connecting (a reconnection in flight): kept, the connection would hold the process open.
+      if (this.closed) {
+        await client.end().catch(() => {});
+        throw new Error('closed');
       }
       this.client = client;
       return client;
