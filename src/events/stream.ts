@@ -627,10 +627,6 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       if (reason === 'credential' || reason === 'expired') request.log.info({ reason }, 'event stream: credential ended');
       if (raw.headersSent && !raw.destroyed) raw.write(`: closed: ${CLOSING[reason]}\n\n`);
       raw.end();
-      // The server closing: the connection ends after the response. Kept alive, a stream whose last bytes were
-      // not yet flushed when the close began is not idle then, and Node's close waited for it until the client
-      // dropped it or the keep-alive timeout (72 s) passed.
-      if (reason === 'server') raw.socket?.end();
     };
     /** Writes one chunk; a client whose unread bytes pass the bound is disconnected (it resumes with Last-Event-ID). */
     const write = (chunk: string | Buffer) => {
