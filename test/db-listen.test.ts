@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../src/db/connection.js';
 import { startTestApp, type TestApp } from './support/app.js';
 
 /** LISTEN/NOTIFY through the database handle: on PostgreSQL (a dedicated connection) and on PGlite (in process). */
@@ -50,6 +51,23 @@ describe('database notifications', () => {
     await sql`SELECT pg_notify('parley_test_tx', 'committed')`.execute(t.db);
     await expect.poll(() => seen, { timeout: 5000 }).toEqual(['committed']);
     await stop();
+  });
+
+  it('keeps no listening connection when the database closes while that connection is being opened', async (ctx) => {
+    if (t.database.kind !== 'postgres') return ctx.skip();
+    // A handle of its own, closed while its first LISTEN connection is still connecting: the connection used
+    // to be kept after the close (and LISTEN sent on it), holding the process open.
+    const other = await openDatabase(t.config);
+    const listening = other.listen('parley_test_closing', () => {});
+    await other.close();
+    // Not unsubscribed: its UNLISTEN would go on the connection this test looks for.
+    await listening.catch(() => {});
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const { rows } = await sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%LISTEN parley_test_closing'`.execute(
+      t.db,
+    );
+    expect(rows[0].n).toBe(0);
   });
 
   it('refuses a channel name that is not a plain identifier', async () => {

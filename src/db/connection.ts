@@ -70,6 +70,8 @@ interface Notifier {
   timer?: NodeJS.Timeout;
   sending?: Promise<void>;
   last: number;
+  /** Runs the notification statement: through the pool, or on a connection of its own (`openDatabase`). */
+  send: (text: string, values: unknown[]) => Promise<unknown>;
 }
 const notifiers = new WeakMap<Database, Notifier>();
 
@@ -93,7 +95,7 @@ export function notifyAfterCommit(trx: Database, channel: string, payload: strin
 function queueNotification(db: Database, channel: string, payload: string): void {
   let notifier = notifiers.get(db);
   if (!notifier) {
-    notifier = { waiting: new Map(), last: 0 };
+    notifier = { waiting: new Map(), last: 0, send: (text, values) => db.executeQuery(CompiledQuery.raw(text, values)) };
     notifiers.set(db, notifier);
   }
   const payloads = notifier.waiting.get(channel) ?? new Set();
@@ -107,7 +109,7 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
   notifier.timer = setTimeout(
     () => {
       notifier.timer = undefined;
-      notifier.sending = sendNotifications(db, notifier).finally(() => {
+      notifier.sending = sendNotifications(notifier).finally(() => {
         notifier.sending = undefined;
         if (notifier.waiting.size > 0) scheduleNotifications(db, notifier);
       });
@@ -116,7 +118,7 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
   );
 }
 
-async function sendNotifications(db: Database, notifier: Notifier): Promise<void> {
+async function sendNotifications(notifier: Notifier): Promise<void> {
   const channels: string[] = [];
   const payloads: string[] = [];
   for (const [channel, waiting] of notifier.waiting) {
@@ -127,7 +129,7 @@ async function sendNotifications(db: Database, notifier: Notifier): Promise<void
   }
   notifier.waiting.clear();
   notifier.last = Date.now();
-  await sql`SELECT pg_notify(c, p) FROM unnest(${channels}::text[], ${payloads}::text[]) AS n (c, p)`.execute(db).catch(() => {});
+  await notifier.send('SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n (c, p)', [channels, payloads]).catch(() => {});
 }
 
 /** Sends the notifications still waiting (before the database closes). */
@@ -137,7 +139,7 @@ async function flushNotifications(db: Database): Promise<void> {
   clearTimeout(notifier.timer);
   notifier.timer = undefined;
   await notifier.sending;
-  if (notifier.waiting.size > 0) await sendNotifications(db, notifier);
+  if (notifier.waiting.size > 0) await sendNotifications(notifier);
 }
 
 export interface DatabaseHandle {
@@ -206,6 +208,11 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     const listener = new Listener(config);
     const pooled = new PoolListener(pool);
     const aside = new AsideConnection(config, db);
+    // Notifications go on a connection of their own (one statement at a time): through the pool, a commit's
+    // notification queued behind every request waiting for a connection (with 200 writes in flight and 10
+    // connections, most of the commit -> stream delay, docs/benchmarks.md, "Live streams at scale").
+    const notices = new AsideConnection(config, db);
+    notifiers.set(db, { waiting: new Map(), last: 0, send: (text, values) => notices.read(text, values) });
     return {
       db,
       kind: 'postgres',
@@ -222,6 +229,7 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
         await flushNotifications(db);
         await listener.close();
         await aside.close();
+        await notices.close();
         await db.destroy();
       },
     };
@@ -372,7 +380,12 @@ class Listener {
   private connect(): Promise<pg.Client> {
     if (this.client) return Promise.resolve(this.client);
     this.connecting ??= (async () => {
-      const client = new pg.Client({ connectionString: this.config.databaseUrl, connectionTimeoutMillis: this.config.databaseTimeoutMs });
+      // LISTEN and UNLISTEN are bounded too: the server's close waits for its UNLISTEN (stream.ts, typing.ts).
+      const client = new pg.Client({
+        connectionString: this.config.databaseUrl,
+        connectionTimeoutMillis: this.config.databaseTimeoutMs,
+        query_timeout: this.config.databaseTimeoutMs + 1000,
+      });
       client.on('notification', (message) => {
         for (const subscription of this.channels.get(message.channel) ?? []) subscription.onNotify(message.payload ?? '');
       });
@@ -382,6 +395,11 @@ class Listener {
         await client.connect();
       } finally {
         this.connecting = undefined;
+      }
+      // Closed while connecting (a reconnection in flight): kept, the connection would hold the process open.
+      if (this.closed) {
+        await client.end().catch(() => {});
+        throw new Error('closed');
       }
       this.client = client;
       return client;
