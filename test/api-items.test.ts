@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from './support/app.js';
 import { seedTenant, type Tenant } from './support/seed.js';
@@ -169,6 +170,13 @@ describe('POST /api/conversation_items', () => {
     expect(responses.every((r) => r.status === 201)).toBe(true);
     const indexes = responses.map((r) => r.body.data.attributes.content_index).sort((a: number, b: number) => a - b);
     expect(indexes).toEqual(Array.from({ length: 20 }, (_, i) => i));
+    // One event per item, as stored, in the items' order: each post's lock, index and event id are taken by
+    // one statement, so the next post's statement takes its event id after this one has committed.
+    const { rows } = await sql<{ data: { id: string; attributes: { content_index: number } } }>`
+      SELECT data FROM events WHERE type = 'ConversationItem.created' AND data->'attributes'->>'conversation_id' = ${conversationId}
+      ORDER BY id`.execute(t.db);
+    expect(rows.map((r) => r.data.attributes.content_index)).toEqual(indexes);
+    expect(new Set(rows.map((r) => r.data.id))).toEqual(new Set(responses.map((r) => r.body.data.id)));
   });
 
   it('includes items in content order on the conversation', async () => {

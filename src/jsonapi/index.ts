@@ -17,5 +17,5 @@ export { ApiError, type ErrorObject, errorObject, forbidden, notFound } from './
 export { type Principal, type PrincipalRole, ROLES, type Role } from './principal.js';
 export { systemActor } from './actor.js';
 export { rowScope } from './scope.js';
-export { insertRecord } from './write.js';
+export { insertRecord, insertRecordFrom } from './write.js';
 export { EVENT_ACTIONS } from './outbox.js';

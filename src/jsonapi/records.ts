@@ -21,7 +21,17 @@ import { renderResource, type Row } from './serialize.js';
 import type { AppServices } from './resource.js';
 import type { Rendered, WriteValues } from './typed-writes.js';
 import { inputSpec, validateAttributes } from './validate.js';
-import { applyDefaults, checkReferences, columnValues, eventBaseUrl, insertRecord, runTransaction, STORED_VISIBLE } from './write.js';
+import { resourceJsonb } from './json-sql.js';
+import {
+  applyDefaults,
+  checkReferences,
+  columnValues,
+  eventBaseUrl,
+  insertRecord,
+  runAtOnce,
+  runTransaction,
+  STORED_VISIBLE,
+} from './write.js';
 
 export type { Deleted, Records, RenderWritten, WriteOptions, Written } from './resource.js';
 
@@ -82,6 +92,30 @@ function bind(options: RecordsOptions, db: Database): Records {
       const { accepted, required } = inputSpec(resource.attributes, 'create', system);
       const values = opts.validated ? opts.validated() : validateAttributes(input as Record<string, unknown>, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
+      // The create in one statement of its own (`createAtOnce`), when its resource has one, it is its own
+      // transaction, and the statement can store its event: nothing else would run in the transaction below
+      // (no hook, no reference to check, the rendering from the returned row). On its own copy of the values, so
+      // that the transaction, when it wrote nothing, starts from the values as given.
+      if (
+        resource.createAtOnce &&
+        !resource.beforeInsert &&
+        !db.isTransaction &&
+        (resource.events === false || resourceJsonb(resource, eventBaseUrl(services)))
+      ) {
+        const once = { ...values };
+        const eventOnInsert = resource.events === false ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
+        const ctx: ActionContext = { ...context(db, actor, resource, once), eventOnInsert };
+        const result = await runAtOnce(resource, async () => {
+          await checkReferences({ db, principal, registry }, resource.attributes, once);
+          applyDefaults(resource, once);
+          return resource.createAtOnce!(ctx);
+        });
+        if (result) {
+          if (resource.events !== false && !result.evented) throw new Error(`records: ${resource.type}.createAtOnce stored no event`);
+          const record = await render(db, result);
+          return { id: result.id, status: result.status, record: record as Rendered<T, K> };
+        }
+      }
       return runTransaction(db, resource, async (trx) => {
         // The event with the record, when the create is its own transaction: the insert is then its last
         // statement before COMMIT, where events take their ids (outbox.ts). In a larger transaction, the commit hook.

@@ -233,6 +233,15 @@ export interface ResourceDef {
   aliases?: Record<string, { summary: string; resolve: (principal: Principal) => string | null }>;
   /** Replaces the generic insert (e.g. upserts, idempotent creates). Runs in a transaction. */
   create?: (ctx: ActionContext) => Promise<ActionResult>;
+  /**
+   * A create that can be made, with its event, by one statement: the records service tries it first, alone and
+   * outside any transaction (PostgreSQL commits it at once, so a row lock it takes is held for that statement
+   * only, with no round trip to the server process before the COMMIT). Undefined when it wrote nothing (the
+   * create then runs `create` in a transaction, as without it). Not taken inside a caller's transaction, for a
+   * type with `beforeInsert`, or when its event cannot be stored by that statement. The response is rendered
+   * after the commit, so it may write only a record that its actor can read.
+   */
+  createAtOnce?: (ctx: ActionContext) => Promise<ActionResult | undefined>;
   /** Unique constraint (index) name -> attribute it protects; a violation is a 409 on that pointer. */
   uniqueConstraints?: Record<string, string>;
   /** Order of lists without `sort` (before the final `id`); default: creation order (`id`). */

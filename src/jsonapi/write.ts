@@ -1,5 +1,5 @@
 /** The pieces of a write that the records service (records.ts) composes: insert, defaults, references, transaction. */
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import { transaction, type Database } from '../db/connection.js';
 import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
@@ -56,6 +56,25 @@ export const eventBaseUrl = (services: AppServices) => services.config.publicUrl
  * before COMMIT, outbox.ts); it is announced after COMMIT.
  */
 export async function insertRecord(ctx: ActionContext): Promise<ActionResult & { row: Row }> {
+  return (await insertRecordFrom(ctx))!;
+}
+
+/**
+ * A statement that `insertRecordFrom` runs first, in the same statement: a CTE named `src` (a data-modifying one
+ * may lock and change another row), and the inserted row's columns that take their values from its row. The
+ * record is inserted only when `src` returns a row (nothing is written otherwise, and the answer is undefined).
+ */
+export interface InsertSource {
+  with: RawBuilder<unknown>;
+  columns: Record<string, RawBuilder<unknown>>;
+}
+
+/**
+ * `insertRecord`, with some of the row's values taken from `source` in the same statement: a row lock that
+ * `source` takes is then held for the statement and the COMMIT only, not for another round trip (a conversation's
+ * next `content_index`, taken and used together; docs/benchmarks.md, "Eleventh round").
+ */
+export async function insertRecordFrom(ctx: ActionContext, source?: InsertSource): Promise<(ActionResult & { row: Row }) | undefined> {
   const id = uuidv7();
   const now = new Date();
   const columns: Record<string, unknown> = {
@@ -65,7 +84,7 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
     created_at: now,
     updated_at: now,
   };
-  const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
+  const names = Object.keys(columns).filter((name) => columns[name] !== undefined && !source?.columns[name]);
   const { eventOnInsert } = ctx;
   const data = eventOnInsert && resourceJsonb(ctx.resource, eventBaseUrl(ctx.services));
   const event = data
@@ -74,15 +93,21 @@ export async function insertRecord(ctx: ActionContext): Promise<ActionResult & {
       SELECT parley_event_id(t.organisation_id), t.organisation_id, ${eventOnInsert.type}, ${eventOnInsert.occurredAt}::timestamptz, ${data} FROM t
     )`
     : sql``;
+  const from = Object.keys(source?.columns ?? {});
+  const insert = source
+    ? sql`INSERT INTO ${sql.table(ctx.resource.table)} (${sql.join([...names, ...from].map((name) => sql.id(name)))})
+      SELECT ${sql.join([...names.map((name) => sql`${columns[name]}`), ...from.map((name) => source.columns[name])])} FROM src`
+    : sql`INSERT INTO ${sql.table(ctx.resource.table)} (${sql.join(names.map((name) => sql.id(name)))})
+      VALUES (${sql.join(names.map((name) => sql`${columns[name]}`))})`;
   const { rows } = await sql<Row>`
-    WITH t AS (
-      INSERT INTO ${sql.table(ctx.resource.table)} (${sql.join(names.map((name) => sql.id(name)))})
-      VALUES (${sql.join(names.map((name) => sql`${columns[name]}`))})
+    WITH ${source ? sql`src AS (${source.with}), ` : sql``}t AS (
+      ${insert}
       RETURNING *
     )${event}
     SELECT ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
     ctx.db,
   );
+  if (!rows[0]) return undefined;
   if (data) eventsWritten(ctx.db, ctx.principal.organisationId);
   noteCreated(ctx.db, ctx.principal, ctx.resource.type, id);
   return { id, status: 201, row: rows[0], evented: data !== undefined };
@@ -157,6 +182,31 @@ function mapConstraintError(error: unknown, resource: ResourceDef): unknown {
 }
 
 /**
+ * Runs `work`, a write of one statement outside a transaction (`ResourceDef.createAtOnce`), mapping constraint
+ * violations as `runTransaction` does. A failure that PostgreSQL did not answer with an error (a connection lost
+ * while the statement ran) leaves the write unknown, as a failed COMMIT does: the same 503.
+ */
+export async function runAtOnce<T>(resource: ResourceDef, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    const mapped = mapConstraintError(error, resource);
+    if (mapped instanceof ApiError || /^[0-9A-Z]{5}$/.test(String((error as { code?: unknown }).code))) throw mapped;
+    throw unknownOutcome();
+  }
+}
+
+const unknownOutcome = () =>
+  new ApiError(
+    [
+      errorObject('unavailable', 'The database connection failed while committing; the write may or may not have been saved.', undefined, {
+        outcome: 'unknown',
+      }),
+    ],
+    { 'Retry-After': '1' },
+  );
+
+/**
  * Runs `work` in a transaction, mapping constraint violations. When the
  * connection fails during COMMIT, the write may or may not have happened: the
  * 503 then says so (meta.outcome "unknown"), so that the client can check or
@@ -178,19 +228,7 @@ export async function runTransaction<T>(db: Database, resource: ResourceDef, wor
     });
   } catch (error) {
     const mapped = mapConstraintError(error, resource);
-    if (committing && !(mapped instanceof ApiError)) {
-      throw new ApiError(
-        [
-          errorObject(
-            'unavailable',
-            'The database connection failed while committing; the write may or may not have been saved.',
-            undefined,
-            { outcome: 'unknown' },
-          ),
-        ],
-        { 'Retry-After': '1' },
-      );
-    }
+    if (committing && !(mapped instanceof ApiError)) throw unknownOutcome();
     throw mapped;
   }
 }

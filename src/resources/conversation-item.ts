@@ -8,6 +8,7 @@ import {
   defineResource,
   errorObject,
   insertRecord,
+  insertRecordFrom,
   rel,
   rowScope,
 } from '../jsonapi/index.js';
@@ -46,13 +47,9 @@ export const VISITOR_OCCURRED_AT_FUTURE_MS = 5 * 60_000;
 /** An item id for an item posted without one. */
 const newItemId = () => `item_${randomUUID().replaceAll('-', '')}`;
 
-/**
- * Appends an item. The conversation row is locked first, so concurrent posts
- * to one conversation take consecutive `content_index` values, and a repeated
- * `item_id` finds the earlier item instead of racing it.
- */
-async function createItem(ctx: ActionContext): Promise<ActionResult> {
-  const { db, values } = ctx;
+/** What a post may not say, whatever its conversation. */
+function checkItem(ctx: ActionContext): void {
+  const { values } = ctx;
   if (values.organisation_id !== undefined && values.organisation_id !== ctx.principal.organisationId) {
     throw ApiError.of('invalid_attribute', 'organisation_id must be your organisation.', {
       pointer: '/data/attributes/organisation_id',
@@ -79,21 +76,41 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
       pointer: '/data/attributes/item_id',
     });
   }
-  // The usual post (no item_id, no content_index): one statement takes the next index of an open conversation
-  // in the caller's scope, locking its row as the SELECT ... FOR UPDATE below would. Anything else (a closed
-  // or invisible conversation, no index left) changes nothing there and takes the path below for its answer.
-  if (values.item_id === undefined && values.content_index === undefined) {
-    const taken = await sql<{ content_index: number }>`
-      UPDATE conversations c SET next_content_index = c.next_content_index + 1
+}
+
+/**
+ * The usual post (no item_id, no content_index): one statement takes the next index of an open conversation in
+ * the caller's scope, locking its row as the SELECT ... FOR UPDATE of `createItem` would, and inserts the item
+ * with it. Undefined when it wrote nothing (a closed or invisible conversation, no index left, or a post that
+ * names its item or index): `createItem` then gives the answer. Made alone, outside a transaction
+ * (`createAtOnce`), the conversation's lock is held for that statement only: a hot conversation's posts wait
+ * for each other's statement, not for each other's round trips (docs/benchmarks.md, "Eleventh round").
+ */
+async function appendNext(ctx: ActionContext): Promise<ActionResult | undefined> {
+  const { values } = ctx;
+  if (values.item_id !== undefined || values.content_index !== undefined) return undefined;
+  values.item_id = newItemId();
+  const inserted = await insertRecordFrom(ctx, {
+    with: sql`UPDATE conversations c SET next_content_index = c.next_content_index + 1
       WHERE c.id = ${values.conversation_id} AND ${rowScope(conversation, ctx.principal, 'c')}
         AND c.status <> 'closed' AND c.next_content_index <= ${MAX_CONTENT_INDEX}
-      RETURNING c.next_content_index - 1 AS content_index`.execute(db);
-    if (taken.rows[0]) {
-      values.content_index = taken.rows[0].content_index;
-      values.item_id = newItemId();
-      return insertRecord(ctx);
-    }
-  }
+      RETURNING c.next_content_index - 1 AS content_index`,
+    columns: { content_index: sql`src.content_index` },
+  });
+  if (!inserted) values.item_id = undefined;
+  return inserted;
+}
+
+/**
+ * Appends an item. The conversation row is locked first, so concurrent posts
+ * to one conversation take consecutive `content_index` values, and a repeated
+ * `item_id` finds the earlier item instead of racing it.
+ */
+async function createItem(ctx: ActionContext): Promise<ActionResult> {
+  checkItem(ctx);
+  const next = await appendNext(ctx);
+  if (next) return next;
+  const { db, values } = ctx;
   // The caller's scope of conversations (a visitor's is its one conversation) decides which it may post to.
   const target = await sql<{ status: string; next_content_index: number }>`
     SELECT status, next_content_index FROM conversations c
@@ -191,4 +208,8 @@ export default defineResource({
     visible: ownConversationForVisitorsWithout('conversation_id', ['tool', 'system']),
   },
   create: createItem,
+  createAtOnce: async (ctx) => {
+    checkItem(ctx);
+    return appendNext(ctx);
+  },
 });
