@@ -70,8 +70,6 @@ interface Notifier {
   timer?: NodeJS.Timeout;
   sending?: Promise<void>;
   last: number;
-  /** Runs the notification statement: through the pool, or on a connection of its own (`openDatabase`). */
-  send: (text: string, values: unknown[]) => Promise<unknown>;
 }
 const notifiers = new WeakMap<Database, Notifier>();
 
@@ -95,7 +93,7 @@ export function notifyAfterCommit(trx: Database, channel: string, payload: strin
 function queueNotification(db: Database, channel: string, payload: string): void {
   let notifier = notifiers.get(db);
   if (!notifier) {
-    notifier = { waiting: new Map(), last: 0, send: (text, values) => db.executeQuery(CompiledQuery.raw(text, values)) };
+    notifier = { waiting: new Map(), last: 0 };
     notifiers.set(db, notifier);
   }
   const payloads = notifier.waiting.get(channel) ?? new Set();
@@ -109,7 +107,7 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
   notifier.timer = setTimeout(
     () => {
       notifier.timer = undefined;
-      notifier.sending = sendNotifications(notifier).finally(() => {
+      notifier.sending = sendNotifications(db, notifier).finally(() => {
         notifier.sending = undefined;
         if (notifier.waiting.size > 0) scheduleNotifications(db, notifier);
       });
@@ -118,7 +116,7 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
   );
 }
 
-async function sendNotifications(notifier: Notifier): Promise<void> {
+async function sendNotifications(db: Database, notifier: Notifier): Promise<void> {
   const channels: string[] = [];
   const payloads: string[] = [];
   for (const [channel, waiting] of notifier.waiting) {
@@ -129,7 +127,7 @@ async function sendNotifications(notifier: Notifier): Promise<void> {
   }
   notifier.waiting.clear();
   notifier.last = Date.now();
-  await notifier.send('SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n (c, p)', [channels, payloads]).catch(() => {});
+  await sql`SELECT pg_notify(c, p) FROM unnest(${channels}::text[], ${payloads}::text[]) AS n (c, p)`.execute(db).catch(() => {});
 }
 
 /** Sends the notifications still waiting (before the database closes). */
@@ -139,7 +137,7 @@ async function flushNotifications(db: Database): Promise<void> {
   clearTimeout(notifier.timer);
   notifier.timer = undefined;
   await notifier.sending;
-  if (notifier.waiting.size > 0) await sendNotifications(notifier);
+  if (notifier.waiting.size > 0) await sendNotifications(db, notifier);
 }
 
 export interface DatabaseHandle {
@@ -208,11 +206,6 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
     const listener = new Listener(config);
     const pooled = new PoolListener(pool);
     const aside = new AsideConnection(config, db);
-    // Notifications go on a connection of their own (one statement at a time): through the pool, a commit's
-    // notification queued behind every request waiting for a connection (with 200 writes in flight and 10
-    // connections, most of the commit -> stream delay, docs/benchmarks.md, "Live streams at scale").
-    const notices = new AsideConnection(config, db);
-    notifiers.set(db, { waiting: new Map(), last: 0, send: (text, values) => notices.read(text, values) });
     return {
       db,
       kind: 'postgres',
@@ -229,7 +222,6 @@ export async function openDatabase(config: Config, { shareLocally = false }: Ope
         await flushNotifications(db);
         await listener.close();
         await aside.close();
-        await notices.close();
         await db.destroy();
       },
     };

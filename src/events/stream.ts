@@ -12,15 +12,12 @@
  * open stream never blocks writes; a client that reads too slowly is disconnected (it resumes with
  * Last-Event-ID), never buffered without bound.
  */
-import { once } from 'node:events';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CompiledQuery, sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObject } from '../jsonapi/errors.js';
-import ipaddr from 'ipaddr.js';
 import { CREDENTIALS_CHANNEL } from '../auth/credential-cache.js';
-import { addressGroup as networkOf } from '../auth/throttle.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
@@ -68,8 +65,6 @@ async function lastEventId(db: Db, organisationId: string): Promise<string | und
 interface Listener {
   /** Called with every new row of the organisation (or of `conversationId`), in order. */
   offer(row: EventRow): void;
-  /** Called with the page of rows once they were offered: a stream writes what it takes of a page at once. */
-  flush?(page: EventRow[]): void;
   /**
    * A visitor's stream: only rows of this conversation (`routeOf`) are offered, found through a map, so an
    * event costs nothing for the visitors' streams of other conversations, however many there are.
@@ -84,6 +79,7 @@ interface OrganisationState {
   listeners: Set<Listener>;
   /** Listeners offered only the rows of one conversation. */
   byConversation: Map<string, Set<Listener>>;
+  size: number;
   running: boolean;
   again: boolean;
   /** A read of the last event id not started yet, shared by the streams subscribing until it starts. */
@@ -132,6 +128,7 @@ export class EventHub {
         ready: Promise.resolve(),
         listeners: new Set(),
         byConversation: new Map(),
+        size: 0,
         running: false,
         again: false,
       };
@@ -150,18 +147,27 @@ export class EventHub {
       }
     } else {
       await state.ready;
+      // The last stream of the organisation may have left while this one waited (its unsubscribe found the
+      // state empty and dropped it): a listener added to the dropped state would never be offered a row.
+      if (this.organisations.get(organisationId) !== state) return this.subscribe(organisationId, listener);
     }
     const current = state;
-    const { conversationId } = listener;
-    const { listeners, byConversation } = current;
-    const set =
-      conversationId === undefined
-        ? listeners
-        : (byConversation.get(conversationId) ?? byConversation.set(conversationId, new Set()).get(conversationId)!);
-    set.add(listener);
-    const remove = () => {
-      if (set.delete(listener) && set.size === 0 && set !== listeners) byConversation.delete(conversationId!);
+    const add = () => {
+      let set = current.listeners;
+      if (listener.conversationId !== undefined) {
+        set = current.byConversation.get(listener.conversationId) ?? new Set();
+        current.byConversation.set(listener.conversationId, set);
+      }
+      set.add(listener);
+      current.size++;
     };
+    const remove = () => {
+      const set = listener.conversationId === undefined ? current.listeners : current.byConversation.get(listener.conversationId);
+      if (!set?.delete(listener)) return;
+      current.size--;
+      if (set.size === 0 && listener.conversationId !== undefined) current.byConversation.delete(listener.conversationId);
+    };
+    add();
     // The hub learns of commits shortly after they happen (outbox.ts): a stream starts after the last event
     // committed before it opened, even if the hub has not read it yet (the stream skips what it has passed).
     let cursor = current.cursor;
@@ -176,8 +182,7 @@ export class EventHub {
       cursor,
       unsubscribe: () => {
         remove();
-        const empty = current.listeners.size === 0 && current.byConversation.size === 0;
-        if (empty && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
+        if (current.size === 0 && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
       },
     };
   }
@@ -190,17 +195,26 @@ export class EventHub {
    */
   private snapshot(organisationId: string, state: OrganisationState): Promise<string | undefined> {
     if (state.queued) return state.queued;
-    const next = () => {
-      state.queued = undefined;
-      const read = lastEventId(this.database.db, organisationId);
-      const done = () => {
-        if (state.inFlight === read) state.inFlight = undefined;
-      };
-      state.inFlight = read;
-      read.then(done, done);
-      return read;
-    };
-    const queued = (state.inFlight ?? Promise.resolve()).then(next, next);
+    const before = state.inFlight ?? Promise.resolve();
+    const queued = before
+      .then(
+        () => {},
+        () => {},
+      )
+      .then(() => {
+        state.queued = undefined;
+        const read = lastEventId(this.database.db, organisationId);
+        state.inFlight = read;
+        read.then(
+          () => {
+            if (state.inFlight === read) state.inFlight = undefined;
+          },
+          () => {
+            if (state.inFlight === read) state.inFlight = undefined;
+          },
+        );
+        return read;
+      });
     state.queued = queued;
     return queued;
   }
@@ -232,18 +246,14 @@ export class EventHub {
         rows = this.database.readAside
           ? await this.database.readAside<EventRow>(READ_EVENTS, [organisationId, state.cursor ?? null, PAGE])
           : await readEvents(this.database.db, organisationId, state.cursor);
-        const routed = new Set([state.listeners]);
         for (const row of rows) {
           state.cursor = row.id;
           for (const listener of state.listeners) listener.offer(row);
           if (state.byConversation.size === 0) continue;
           const conversationId = this.routeOf(row);
-          const listeners = conversationId === undefined ? undefined : state.byConversation.get(conversationId);
-          if (!listeners) continue;
-          for (const listener of listeners) listener.offer(row);
-          routed.add(listeners);
+          const routed = conversationId === undefined ? undefined : state.byConversation.get(conversationId);
+          if (routed) for (const listener of routed) listener.offer(row);
         }
-        for (const listeners of routed) for (const listener of listeners) listener.flush?.(rows);
       } while ((state.again || rows.length === PAGE) && !this.closed);
     } catch (error) {
       this.onError(error);
@@ -266,18 +276,6 @@ const message = (row: EventRow, json: string) => `id: ${row.id}\nevent: ${row.ty
 const messages = new WeakMap<EventRow, Buffer>();
 /** A row's message as every member stream shows it, encoded once for all of them (rows are shared). */
 const messageBytes = (row: EventRow) => messages.get(row) ?? messages.set(row, Buffer.from(message(row, row.json))).get(row)!;
-
-const pages = new WeakMap<EventRow[], Map<string, Buffer>>();
-/**
- * The messages of `sent` (a stream's rows of `page`, in order) in one Buffer, made once for every stream that
- * sends the same rows of the page in the same copy (`kind`): one write per stream and page, of shared bytes.
- */
-function pageBytes(page: EventRow[], sent: EventRow[], kind: string, copy: (row: EventRow) => Buffer): Buffer {
-  if (sent.length === 1) return copy(sent[0]);
-  const key = sent.length === page.length ? kind : `${kind}:${sent.map((row) => row.id).join()}`;
-  const cached = pages.get(page) ?? pages.set(page, new Map()).get(page)!;
-  return cached.get(key) ?? cached.set(key, Buffer.concat(sent.map(copy))).get(key)!;
-}
 
 /** The resource type of an event type (`ConversationItem.created` -> `ConversationItem`). */
 const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
@@ -343,30 +341,24 @@ class Visibility {
     return rule.rowCheck ? undefined : true;
   }
 
-  /** Whether the event may be sent: by its type, else by its record (`settled`, else a statement). */
+  /** Whether the event may be sent: by its type, else by its record (`visibleRow`). */
   visible(row: EventRow): boolean | Promise<boolean> {
-    return this.settled(row) ?? this.visibleRow(row);
+    const byType = this.byType(row.type);
+    return byType === undefined ? this.visibleRow(row) : byType;
   }
 
   /**
-   * Whether the event may be sent, where that takes no statement: by its type, or by the role's row condition
-   * evaluated on the event's record (`columnsOf`) where the rule is a plain comparison (`Scope.onColumns`: a
-   * visitor's conversation, an operator's own rows), so a stream costs no statement per event
-   * (docs/hardening.md, "Third review: event streams"). Undefined: the record must be checked in SQL.
+   * The role's row condition evaluated on the event's record (`columnsOf`). Where the rule is a plain
+   * comparison (`Scope.onColumns`: a visitor's conversation, an operator's own rows) it is judged here,
+   * without a query, so a stream costs no statement per event (docs/hardening.md, "Third review: event
+   * streams"); otherwise the same SQL the reads use runs on the record (jsonb_populate_record).
    */
-  settled(row: EventRow): boolean | undefined {
-    const byType = this.byType(row.type);
-    if (byType !== undefined) return byType;
-    const { resource } = this.rule(resourceTypeOf(row.type))!;
-    const scope = resource.access.visible!;
-    return scope.onColumns ? scope.onColumns(this.principal, columnsOf(row, resource)) !== false : undefined;
-  }
-
-  /** The role's row condition on the event's record, in the same SQL the reads use (jsonb_populate_record). */
-  private visibleRow(row: EventRow): Promise<boolean> {
+  visibleRow(row: EventRow): boolean | Promise<boolean> {
     const { resource } = this.rule(resourceTypeOf(row.type))!;
     const columns = columnsOf(row, resource);
-    const condition = resource.access.visible!(this.principal, 't')!;
+    const scope = resource.access.visible!;
+    if (scope.onColumns) return scope.onColumns(this.principal, columns) !== false;
+    const condition = scope(this.principal, 't')!;
     return sql<{ visible: boolean }>`
       SELECT (${condition}) AS visible FROM jsonb_populate_record(NULL::${sql.table(resource.table)}, ${JSON.stringify(columns)}::jsonb) AS t`
       .execute(this.db)
@@ -428,12 +420,37 @@ function parseStreamQuery(request: FastifyRequest, registry: Registry): { types?
 
 /**
  * The group of client addresses one cap counts together: an IPv4 address (IPv4-mapped IPv6 included) alone,
- * an IPv6 address by its /64 (`networkOf`), the smallest prefix a site is given (RFC 6177), so a host cannot
- * pass the cap by changing the interface identifier it sends from.
+ * an IPv6 address by its /64, the smallest prefix a site is given (RFC 6177), so a host cannot pass the cap by
+ * changing the interface identifier it sends from.
  */
 export function addressGroup(ip: string): string {
-  const address = ipaddr.isValid(ip) ? ipaddr.process(ip) : undefined;
-  return address?.kind() === 'ipv4' ? address.toString() : networkOf(ip);
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped) return mapped[1];
+  if (!ip.includes(':')) return ip;
+  const [head, tail = ''] = ip.toLowerCase().split('%')[0].split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === '' ? [] : tail.split(':');
+  const groups = ip.includes('::') ? [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left;
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`;
+}
+
+/** Open streams counted per key (credential, user, organisation, address), each with its own ceiling. */
+class Counts {
+  private readonly held = new Map<string, number>();
+  count(key: string): number {
+    return this.held.get(key) ?? 0;
+  }
+  take(key: string): void {
+    this.held.set(key, this.count(key) + 1);
+  }
+  release(key: string): void {
+    const left = this.count(key) - 1;
+    if (left <= 0) this.held.delete(key);
+    else this.held.set(key, left);
+  }
 }
 
 /** What ends a stream besides the client: the credential's revocation or expiry, or the server closing. */
@@ -476,17 +493,12 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     (row) => conversationOfRow(options.registry, row),
   );
   const open = new Set<OpenStream>();
-  const visitorCopies = new WeakMap<EventRow, Buffer>();
-  /** A row's message as every visitor's stream shows it, encoded once for all of them. */
-  const visitorBytes = (row: EventRow) => {
-    const resource = options.registry.get(resourceTypeOf(row.type));
-    if (!resource) return messageBytes(row);
-    return visitorCopies.get(row) ?? visitorCopies.set(row, Buffer.from(message(row, forVisitors(resource, row.json)))).get(row)!;
-  };
   // Typing signals (typing.ts): ephemeral, never in the outbox; handed to the live streams below.
   const typing = registerTyping(app, options);
-  /** Open streams counted per key (credential, user, organisation, address), each with its own ceiling. */
-  const held = new Map<string, number>();
+  const perCredential = new Counts();
+  const perUser = new Counts();
+  const perOrganisation = new Counts();
+  const perAddress = new Counts();
   let heartbeats: NodeJS.Timeout | undefined;
   /** Set when the server starts closing: a request still on its way to its stream is answered 503 instead. */
   let closing = false;
@@ -579,22 +591,22 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     const expiresAt = tokenExpiryMs(token);
     // The caps: per credential, per user across all of their credentials, per organisation and per client
     // address (docs/events.md, "Caps"); counted in this process, where the sockets and memory are.
-    const keys: [string, number, string][] = [
-      [`credential ${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
-      [`user ${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
-      [`organisation ${principal.organisationId}`, limits.streamsPerOrganisation, 'This organisation'],
-      [`address ${addressGroup(request.ip)}`, limits.streamsPerAddress, 'This client address'],
+    const keys: [Counts, string, number, string][] = [
+      [perCredential, `${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
+      [perUser, `${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
+      [perOrganisation, principal.organisationId, limits.streamsPerOrganisation, 'This organisation'],
+      [perAddress, addressGroup(request.ip), limits.streamsPerAddress, 'This client address'],
     ];
-    for (const [key, max, who] of keys) {
-      const count = held.get(key) ?? 0;
-      if (count >= max) {
-        throw ApiError.of('too_many_streams', `${who} holds ${count} event streams, the most allowed; close one first.`, undefined, {
+    for (const [counts, key, max, who] of keys) {
+      const held = counts.count(key);
+      if (held >= max) {
+        throw ApiError.of('too_many_streams', `${who} holds ${held} event streams, the most allowed; close one first.`, undefined, {
           'Retry-After': '5',
         });
       }
     }
     await watchCredentials();
-    for (const [key] of keys) held.set(key, (held.get(key) ?? 0) + 1);
+    for (const [counts, key] of keys) counts.take(key);
     const visibility = new Visibility(options.database.db, options.registry, principal);
     const raw = reply.raw;
     let ended: EndReason | undefined;
@@ -615,7 +627,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       unsubscribe();
       unsubscribeTyping();
       open.delete(stream);
-      for (const [key] of keys) if (held.set(key, held.get(key)! - 1).get(key)! <= 0) held.delete(key);
+      for (const [counts, key] of keys) counts.release(key);
       // Before the stream began, the handler answers (below): a credential that ended meanwhile is a 401.
       if (!hijacked) return;
       if (reason === 'slow' || reason === 'client') {
@@ -637,11 +649,11 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         end('slow');
       }
     };
-    // A visitor's copy leaves out the attributes hidden from visitors (a conversation's `analysis`).
-    const copy = principal.role === 'visitor' ? visitorBytes : messageBytes;
-    const send = (row: EventRow) => write(copy(row));
-    /** Live rows decided without a statement, written together when the hub has offered the page (`flush`). */
-    const pending: EventRow[] = [];
+    const send = (row: EventRow) => {
+      // A visitor's copy leaves out the attributes hidden from visitors (a conversation's `analysis`).
+      const resource = principal.role === 'visitor' ? options.registry.get(resourceTypeOf(row.type)) : undefined;
+      write(resource ? message(row, forVisitors(resource, row.json)) : messageBytes(row));
+    };
     const wanted = (row: EventRow) => !types || types.has(row.type);
     const stream: OpenStream = {
       principal,
@@ -680,12 +692,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         }
         if (lastSent !== undefined && row.id <= lastSent) return;
         lastSent = row.id;
-        if (!wanted(row) || visibility.byType(row.type) === false) return;
-        // Rows that wait for a statement (`queue`, `draining`) keep their place: those after them wait their turn.
-        const verdict = queue.length === 0 && !draining ? visibility.settled(row) : undefined;
-        if (verdict) pending.push(row);
-        if (verdict !== undefined) return;
-        if (pending.length > 0) for (const sent of pending.splice(0)) send(sent);
+        if (!wanted(row)) return;
+        if (visibility.byType(row.type) === false) return;
         queue.push(row);
         if (queue.length > MAX_QUEUED) {
           request.log.info('event stream: client too slow, disconnected');
@@ -693,9 +701,6 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
           return;
         }
         void drain();
-      },
-      flush(rows) {
-        if (pending.length > 0) write(pageBytes(rows, pending.splice(0), copy === messageBytes ? 'member' : 'visitor', copy));
       },
     };
 
@@ -817,16 +822,18 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
 }
 
 /** Resolves true once the socket has drained (or closed), false when `ms` pass first. */
-async function drained(raw: NodeJS.EventEmitter, ms: number): Promise<boolean> {
-  // Whichever comes first removes the other's listener (`settled`), so repeated waits leave none behind.
-  const settled = new AbortController();
-  const signal = AbortSignal.any([settled.signal, AbortSignal.timeout(ms)]);
-  try {
-    await Promise.race([once(raw, 'drain', { signal }), once(raw, 'close', { signal })]);
-    return true;
-  } catch {
-    return false;
-  } finally {
-    settled.abort();
-  }
+function drained(
+  raw: NodeJS.WritableStream & { once: NodeJS.EventEmitter['once']; off: NodeJS.EventEmitter['off'] },
+  ms: number,
+): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (value: boolean) => {
+      clearTimeout(timer);
+      raw.off('drain', onDrain).off('close', onDrain);
+      resolve(value);
+    };
+    const onDrain = () => done(true);
+    const timer = setTimeout(() => done(false), ms);
+    raw.once('drain', onDrain).once('close', onDrain);
+  });
 }

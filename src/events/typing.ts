@@ -51,8 +51,8 @@ type TypingListener = (signal: TypingSignal, json: string) => void;
  * conversations.
  */
 export class TypingHub {
-  /** By organisation id, and by `organisation/conversation` for the listeners of one conversation. */
   private readonly listeners = new Map<string, Set<TypingListener>>();
+  private readonly byConversation = new Map<string, Set<TypingListener>>();
   private unlisten?: Promise<() => Promise<void>>;
 
   constructor(private readonly database: DatabaseHandle) {}
@@ -69,12 +69,17 @@ export class TypingHub {
   /** Listens to the organisation's signals, or with `conversationId` to that conversation's only. */
   subscribe(organisationId: string, listener: TypingListener, conversationId?: string): () => void {
     // Conversation ids are UUIDs, unique across organisations; the key still carries the organisation.
-    const key = conversationId === undefined ? organisationId : `${organisationId}/${conversationId}`;
-    const set = this.listeners.get(key) ?? this.listeners.set(key, new Set()).get(key)!;
+    const [map, key] =
+      conversationId === undefined ? [this.listeners, organisationId] : [this.byConversation, `${organisationId}/${conversationId}`];
+    let set = map.get(key);
+    if (!set) {
+      set = new Set();
+      map.set(key, set);
+    }
     set.add(listener);
     return () => {
       set.delete(listener);
-      if (set.size === 0 && this.listeners.get(key) === set) this.listeners.delete(key);
+      if (set.size === 0 && map.get(key) === set) map.delete(key);
     };
   }
 
@@ -85,10 +90,9 @@ export class TypingHub {
     } catch {
       return;
     }
-    const sets = [signal.organisation_id, `${signal.organisation_id}/${signal.conversation_id}`].flatMap(
-      (key) => this.listeners.get(key) ?? [],
-    );
-    if (sets.length === 0) return;
+    const set = this.listeners.get(signal.organisation_id);
+    const routed = this.byConversation.get(`${signal.organisation_id}/${signal.conversation_id}`);
+    if (!set && !routed) return;
     const json = JSON.stringify({
       type: TYPING_EVENT,
       occurred_at: signal.occurred_at,
@@ -99,13 +103,15 @@ export class TypingHub {
         meta: { typing: { role: signal.role, user_id: signal.user_id, name: signal.name, expires_at: signal.expires_at } },
       },
     });
-    for (const set of sets) for (const listener of set) listener(signal, json);
+    if (set) for (const listener of set) listener(signal, json);
+    if (routed) for (const listener of routed) listener(signal, json);
   }
 
   async close(): Promise<void> {
     const unlisten = this.unlisten;
     this.unlisten = undefined;
     this.listeners.clear();
+    this.byConversation.clear();
     if (unlisten) await (await unlisten.catch(() => async () => {}))();
   }
 }
