@@ -177,8 +177,12 @@ class Band {
     this.s = saturate(this.sp + this.sz);
   }
 
-  /** Blocks 3L/3H: the log scale factor and the quantiser scale. */
-  scale(wdelta: number, max: number, shift: number): void {
+  /**
+   * Blocks 2L/2H (the inverse quantiser's difference `d`, read at the old scale), 3L/3H (the log scale factor
+   * and the quantiser scale) and 4L/4H; returns `d`.
+   */
+  adapt(qm: number, wdelta: number, max: number, shift: number): number {
+    const d = (this.det * qm) >> 15;
     let nb = ((this.nb * 127) >> 7) + wdelta;
     if (nb < 0) nb = 0;
     else if (nb > max) nb = max;
@@ -187,8 +191,31 @@ class Band {
     const wd2 = shift - (nb >> 11);
     const wd3 = wd2 < 0 ? ILB[wd1] << -wd2 : ILB[wd1] >> wd2;
     this.det = wd3 << 2;
+    this.update(d);
+    return d;
   }
 }
+
+/** The low band's adaptation from its code's upper four bits (the same at both ends). */
+const adaptLow = (low: Band, ilow: number) => low.adapt(QM4[ilow >> 2], WL[RL42[ilow >> 2]], 18432, 8);
+const adaptHigh = (high: Band, ihigh: number) => high.adapt(QM2[ihigh], WH[RH2[ihigh]], 22528, 10);
+
+/** The 24-tap QMF (both ends): shifts two samples into the delay line `x`; its odd and even sums. */
+function qmf(x: Int32Array, a: number, b: number): [number, number] {
+  x.copyWithin(0, 2);
+  x[22] = a;
+  x[23] = b;
+  let odd = 0;
+  let even = 0;
+  for (let i = 0; i < 12; i++) {
+    odd += x[2 * i] * QMF[i];
+    even += x[2 * i + 1] * QMF[11 - i];
+  }
+  return [odd, even];
+}
+
+/** Blocks 6L/6H LIMIT of the decoder. */
+const limit = (v: number) => (v > 16383 ? 16383 : v < -16384 ? -16384 : v);
 
 export class G722Encoder {
   private readonly x = new Int32Array(24);
@@ -200,15 +227,7 @@ export class G722Encoder {
     const out = new Uint8Array(pcm.length >> 1);
     const { x, low, high } = this;
     for (let j = 0, k = 0; k < out.length; k++) {
-      x.copyWithin(0, 2);
-      x[22] = pcm[j++];
-      x[23] = pcm[j++];
-      let sumodd = 0;
-      let sumeven = 0;
-      for (let i = 0; i < 12; i++) {
-        sumodd += x[2 * i] * QMF[i];
-        sumeven += x[2 * i + 1] * QMF[11 - i];
-      }
+      const [sumodd, sumeven] = qmf(x, pcm[j++], pcm[j++]);
       const xlow = (sumeven + sumodd) >> 14;
       const xhigh = (sumeven - sumodd) >> 14;
       // 1L SUBTRA, QUANTL
@@ -217,20 +236,13 @@ export class G722Encoder {
       let i = 1;
       for (; i < 30; i++) if (wd < (Q6[i] * low.det) >> 12) break;
       const ilow = el < 0 ? ILN[i] : ILP[i];
-      // 2L INVQAL, 3L LOGSCL/SCALEL, 4L
-      const ril = ilow >> 2;
-      const dlow = (low.det * QM4[ril]) >> 15;
-      low.scale(WL[RL42[ril]], 18432, 8);
-      low.update(dlow);
+      adaptLow(low, ilow);
       // 1H SUBTRA, QUANTH
       const eh = saturate(xhigh - high.s);
       wd = eh >= 0 ? eh : -(eh + 1);
       const mih = wd >= (564 * high.det) >> 12 ? 2 : 1;
       const ihigh = eh < 0 ? IHN[mih] : IHP[mih];
-      // 2H INVQAH, 3H LOGSCH/SCALEH, 4H
-      const dhigh = (high.det * QM2[ihigh]) >> 15;
-      high.scale(WH[RH2[ihigh]], 22528, 10);
-      high.update(dhigh);
+      adaptHigh(high, ihigh);
       out[k] = (ihigh << 6) | ilow;
     }
     return out;
@@ -247,35 +259,14 @@ export class G722Decoder {
     const out = new Int16Array(data.length * 2);
     const { x, low, high } = this;
     for (let j = 0, k = 0; j < data.length; j++) {
-      const code = data[j];
-      const ilow = code & 0x3f;
-      const ihigh = (code >> 6) & 0x03;
-      // 5L INVQBL, RECONS, 6L LIMIT
-      let rlow = low.s + ((low.det * QM6[ilow]) >> 15);
-      if (rlow > 16383) rlow = 16383;
-      else if (rlow < -16384) rlow = -16384;
-      // 2L INVQAL, 3L, 4L
-      const ril = ilow >> 2;
-      const dlowt = (low.det * QM4[ril]) >> 15;
-      low.scale(WL[RL42[ril]], 18432, 8);
-      low.update(dlowt);
-      // 2H INVQAH, 5H RECONS, 6H LIMIT, 3H, 4H
-      const dhigh = (high.det * QM2[ihigh]) >> 15;
-      let rhigh = dhigh + high.s;
-      if (rhigh > 16383) rhigh = 16383;
-      else if (rhigh < -16384) rhigh = -16384;
-      high.scale(WH[RH2[ihigh]], 22528, 10);
-      high.update(dhigh);
+      const ilow = data[j] & 0x3f;
+      const ihigh = data[j] >> 6;
+      // 5L INVQBL, RECONS, 6L LIMIT; 5H RECONS adds the prediction from before the adaptation (read first)
+      const rlow = limit(low.s + ((low.det * QM6[ilow]) >> 15));
+      adaptLow(low, ilow);
+      const rhigh = limit(high.s + adaptHigh(high, ihigh));
       // Receive QMF
-      x.copyWithin(0, 2);
-      x[22] = rlow + rhigh;
-      x[23] = rlow - rhigh;
-      let xout1 = 0;
-      let xout2 = 0;
-      for (let i = 0; i < 12; i++) {
-        xout2 += x[2 * i] * QMF[i];
-        xout1 += x[2 * i + 1] * QMF[11 - i];
-      }
+      const [xout2, xout1] = qmf(x, rlow + rhigh, rlow - rhigh);
       out[k++] = saturate(xout1 >> 11);
       out[k++] = saturate(xout2 >> 11);
     }
@@ -335,18 +326,17 @@ export function createCodec(name: CodecName): FrameCodec {
  * leave no clicks.
  */
 export class Downsampler {
-  private hist = [0, 0, 0, 0];
+  /** The two samples before the current pair. */
+  private readonly hist = [0, 0];
   process(input: Int16Array): Int16Array {
     const out = new Int16Array(input.length >> 1);
     const h = this.hist;
     for (let i = 0, o = 0; i + 1 < input.length; i += 2, o++) {
       const a = input[i];
       const b = input[i + 1];
-      out[o] = saturate((h[2] + 4 * h[3] + 6 * a + 4 * b + (i + 2 < input.length ? input[i + 2] : b)) >> 4);
-      h[0] = h[2];
-      h[1] = h[3];
-      h[2] = a;
-      h[3] = b;
+      out[o] = saturate((h[0] + 4 * h[1] + 6 * a + 4 * b + (i + 2 < input.length ? input[i + 2] : b)) >> 4);
+      h[0] = a;
+      h[1] = b;
     }
     return out;
   }
