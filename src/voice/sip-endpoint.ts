@@ -86,11 +86,11 @@ interface Dialog {
   /** The route set: the INVITE's Record-Route values (12.1.1), in order, as Route headers of our requests. */
   routeSet: string[];
   inviteResponse?: Buffer;
-  inviteBranch?: string;
   confirmed: boolean;
   ended: boolean;
   handle?: DialogHandle;
-  retransmit?: NodeJS.Timeout;
+  /** Stops timer G (the 200's retransmission). */
+  retransmit?: () => void;
   rtp?: RtpStream;
   byeDone?: () => void;
   /** A REFER in progress: its final response, then each NOTIFY's sipfrag status. */
@@ -188,7 +188,7 @@ export class SipEndpoint {
       case 'ACK':
         if (dialog) {
           dialog.confirmed = true;
-          clearTimeout(dialog.retransmit);
+          dialog.retransmit?.();
           if (dialog.handle && !dialog.ended) this.options.handler.started(dialog.info, dialog.handle);
         }
         return;
@@ -318,22 +318,10 @@ export class SipEndpoint {
       hangup: () => this.bye(dialog),
       refer: (target, referredBy, timeoutMs) => this.refer(dialog, target, referredBy, timeoutMs),
     };
-    final(200, 'OK', [['Content-Type', 'application/sdp']], this.answerFor(dialog));
-    // Timer G: resend the 200 until the ACK, giving up after 64*T1 (13.3.1.4).
-    let interval = T1;
-    let waited = 0;
-    const resend = () => {
-      if (dialog.confirmed || dialog.ended) return;
-      waited += interval;
-      if (waited >= 64 * T1) {
-        void this.bye(dialog, 'timeout');
-        return;
-      }
-      if (dialog.inviteResponse) this.send(dialog.inviteResponse, remote);
-      interval = Math.min(interval * 2, T2);
-      dialog.retransmit = setTimeout(resend, interval);
-    };
-    dialog.retransmit = setTimeout(resend, interval);
+    dialog.inviteResponse = this.response(msg, 200, 'OK', dialog.localTag, [['Content-Type', 'application/sdp']], this.answerFor(dialog));
+    // Timer G: the 200 is sent until the ACK, giving up after 64*T1 (13.3.1.4).
+    const more = () => !dialog.confirmed && !dialog.ended;
+    dialog.retransmit = this.retransmit(dialog.inviteResponse, remote, more, () => void this.bye(dialog, 'timeout'));
   }
 
   private answerFor(dialog: Dialog): string {
@@ -416,6 +404,26 @@ export class SipEndpoint {
     ]);
   }
 
+  /**
+   * Sends `data` at once and again after T1, T2 at most apart (17.1.2.2; timer G of 13.3.1.4), while `more()`;
+   * after 64*T1, or once the socket is closed, `giveUp()`. Returns what stops it.
+   */
+  private retransmit(data: Buffer, to: { address: string; port: number }, more: () => boolean, giveUp: () => void): () => void {
+    let interval = T1;
+    let waited = 0;
+    let timer: NodeJS.Timeout | undefined;
+    const fire = () => {
+      if (!more()) return;
+      if (!this.socket || waited >= 64 * T1) return giveUp();
+      this.send(data, to);
+      waited += interval;
+      timer = setTimeout(fire, interval);
+      interval = Math.min(interval * 2, T2);
+    };
+    fire();
+    return () => clearTimeout(timer);
+  }
+
   /** Sends BYE in the dialog and waits for its final response (or 64*T1), retransmitting (17.1.2.2). */
   private async bye(dialog: Dialog, by: 'agent' | 'timeout' = 'agent'): Promise<void> {
     if (dialog.ended) return;
@@ -423,21 +431,11 @@ export class SipEndpoint {
     if (!dialog.inviteResponse || !dialog.handle) return;
     const request = this.request(dialog, 'BYE');
     await new Promise<void>((resolve) => {
-      let interval = T1;
-      let waited = 0;
-      let timer: NodeJS.Timeout | undefined;
+      const stop = this.retransmit(request, dialog.info.remote, () => true, resolve);
       dialog.byeDone = () => {
-        clearTimeout(timer);
+        stop();
         resolve();
       };
-      const fire = () => {
-        if (!this.socket || waited >= 64 * T1) return dialog.byeDone?.();
-        this.send(request, dialog.info.remote);
-        waited += interval;
-        timer = setTimeout(fire, interval);
-        interval = Math.min(interval * 2, T2);
-      };
-      fire();
     });
   }
 
@@ -454,11 +452,10 @@ export class SipEndpoint {
       ['Referred-By', `<${referredBy}>`],
     ]);
     return new Promise<number>((resolve) => {
-      let timer: NodeJS.Timeout | undefined;
       let answered = false;
       const deadline = setTimeout(() => done(408), timeoutMs);
       const done = (status: number) => {
-        clearTimeout(timer);
+        stop();
         clearTimeout(deadline);
         dialog.referResponse = undefined;
         dialog.referNotify = undefined;
@@ -472,30 +469,21 @@ export class SipEndpoint {
       dialog.referResponse = (status) => {
         if (answered) return;
         answered = true;
-        clearTimeout(timer);
+        stop();
         if (status >= 300) done(status);
       };
       dialog.referNotify = (status) => {
         if (status >= 200) done(status);
       };
-      let interval = T1;
-      let waited = 0;
-      const fire = () => {
-        if (answered || !this.socket) return;
-        if (waited >= 64 * T1) return done(408);
-        this.send(request, dialog.info.remote);
-        waited += interval;
-        timer = setTimeout(fire, interval);
-        interval = Math.min(interval * 2, T2);
-      };
-      fire();
+      const more = () => !answered && !!this.socket;
+      const stop = this.retransmit(request, dialog.info.remote, more, () => done(408));
     });
   }
 
   private end(dialog: Dialog, by: 'caller' | 'agent' | 'timeout'): void {
     if (dialog.ended) return;
     dialog.ended = true;
-    clearTimeout(dialog.retransmit);
+    dialog.retransmit?.();
     dialog.rtp?.close();
     this.options.handler.ended(dialog.info.callId, by);
     // Keep the dialog a while to answer retransmitted BYEs and INVITEs (32 s, timer J/H of 17.2).
