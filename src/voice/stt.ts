@@ -9,6 +9,7 @@ import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import OpenAI, { toFile } from 'openai';
 import type { VoiceConfig } from '../config/index.js';
 import { toWav } from './codecs.js';
@@ -32,20 +33,15 @@ export class PocketsphinxStt implements SpeechToText {
     try {
       const file = join(dir, 'utterance.wav');
       await writeFile(file, toWav(pcm16k, 16000));
-      const out = await new Promise<string>((resolve, reject) => {
-        execFile(
-          'pocketsphinx_continuous',
-          ['-infile', file, '-logfn', '/dev/null'],
-          { timeout: this.timeoutMs, signal: options.signal, maxBuffer: 1024 * 1024 },
-          (error, stdout) => (error ? reject(new SpeechFailure(`pocketsphinx: ${error.message}`)) : resolve(stdout)),
-        );
+      const { stdout } = await promisify(execFile)('pocketsphinx_continuous', ['-infile', file, '-logfn', '/dev/null'], {
+        timeout: this.timeoutMs,
+        signal: options.signal,
+        maxBuffer: 1024 * 1024,
+      }).catch((error: Error) => {
+        throw new SpeechFailure(`pocketsphinx: ${error.message}`);
       });
       // One hypothesis line per segment it found; together they are the utterance.
-      return out
-        .split('\n')
-        .map((l) => l.trim())
-        .filter(Boolean)
-        .join(' ');
+      return stdout.replace(/\s*\n\s*/g, ' ').trim();
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
@@ -60,12 +56,7 @@ export class ProviderStt implements SpeechToText {
     private readonly config: Pick<VoiceConfig, 'sttBaseUrl' | 'sttApiKey' | 'sttModel' | 'speechTimeoutMs' | 'speechMaxRetries'>,
   ) {
     this.name = `provider:${config.sttModel}`;
-    this.client = new OpenAI({
-      baseURL: config.sttBaseUrl,
-      apiKey: config.sttApiKey ?? 'none',
-      timeout: config.speechTimeoutMs,
-      maxRetries: config.speechMaxRetries,
-    });
+    this.client = speechClient(config, config.sttBaseUrl, config.sttApiKey);
   }
 
   async transcribe(pcm16k: Int16Array, options: { language?: string; signal?: AbortSignal } = {}): Promise<string> {
@@ -84,6 +75,11 @@ export class ProviderStt implements SpeechToText {
       throw new SpeechFailure(`speech-to-text provider: ${(error as Error).message}`);
     }
   }
+}
+
+/** An OpenAI-compatible speech provider's client, with the configured timeout and retries. */
+export function speechClient(c: Pick<VoiceConfig, 'speechTimeoutMs' | 'speechMaxRetries'>, baseURL?: string, apiKey = 'none'): OpenAI {
+  return new OpenAI({ baseURL, apiKey, timeout: c.speechTimeoutMs, maxRetries: c.speechMaxRetries });
 }
 
 export function createStt(config: VoiceConfig): SpeechToText {

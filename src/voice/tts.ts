@@ -6,10 +6,10 @@
  * fallback where festival is not installed. A local engine's output is resampled to 16 kHz here.
  */
 import { execFile, spawn } from 'node:child_process';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import type { VoiceConfig } from '../config/index.js';
 import { parseWav, resampleTo16k } from './codecs.js';
-import { SpeechFailure } from './stt.js';
+import { SpeechFailure, speechClient } from './stt.js';
 
 export interface TextToSpeech {
   readonly name: string;
@@ -48,22 +48,11 @@ export class LocalTts implements TextToSpeech {
     this.name = engine;
     // Text goes in on stdin, never on a command line; a voice name is used only when it is a plain word.
     const voice = options.voice && /^[A-Za-z0-9_+-]{1,40}$/.test(options.voice) ? options.voice : undefined;
-    const wav =
+    const args =
       engine === 'festival'
-        ? await run(
-            'text2wave',
-            ['-o', '-', ...(voice?.startsWith('voice_') ? ['-eval', `(${voice})`] : [])],
-            text,
-            this.timeoutMs,
-            options.signal,
-          )
-        : await run(
-            'espeak-ng',
-            ['--stdout', ...(voice && !voice.startsWith('voice_') ? ['-v', voice] : [])],
-            text,
-            this.timeoutMs,
-            options.signal,
-          );
+        ? ['-o', '-', ...(voice?.startsWith('voice_') ? ['-eval', `(${voice})`] : [])]
+        : ['--stdout', ...(voice && !voice.startsWith('voice_') ? ['-v', voice] : [])];
+    const wav = await run(engine === 'festival' ? 'text2wave' : 'espeak-ng', args, text, this.timeoutMs, options.signal);
     const { rate, pcm } = parseWav(wav);
     return resampleTo16k(pcm, rate);
   }
@@ -76,12 +65,7 @@ export class ProviderTts implements TextToSpeech {
     private readonly config: Pick<VoiceConfig, 'ttsBaseUrl' | 'ttsApiKey' | 'ttsModel' | 'speechTimeoutMs' | 'speechMaxRetries'>,
   ) {
     this.name = `provider:${config.ttsModel}`;
-    this.client = new OpenAI({
-      baseURL: config.ttsBaseUrl,
-      apiKey: config.ttsApiKey ?? 'none',
-      timeout: config.speechTimeoutMs,
-      maxRetries: config.speechMaxRetries,
-    });
+    this.client = speechClient(config, config.ttsBaseUrl, config.ttsApiKey);
   }
 
   async synthesize(text: string, options: { voice?: string | null; signal?: AbortSignal } = {}): Promise<Int16Array> {
