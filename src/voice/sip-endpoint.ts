@@ -20,13 +20,16 @@ const T1 = 500;
 const ALLOW = 'INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY';
 const T2 = 4000;
 
+type Remote = { address: string; port: number };
+type Header = [string, string];
+
 export interface InviteInfo {
   callId: string;
   /** The Request-URI's user (`agent-<id>`). */
   user: string | undefined;
   from: string;
   to: string;
-  remote: { address: string; port: number };
+  remote: Remote;
   /** The SIP edge's account of the call (header X-Parley-Call), when the edge relayed it. */
   edgeCall?: string;
 }
@@ -140,7 +143,7 @@ export class SipEndpoint {
     this.socket = undefined;
   }
 
-  private send(data: Buffer, to: { address: string; port: number }): void {
+  private send(data: Buffer, to: Remote): void {
     this.socket?.send(data, to.port, to.address);
   }
 
@@ -160,7 +163,7 @@ export class SipEndpoint {
         { from: `${rinfo.address}:${rinfo.port}`, method: msg.method },
         'voice: SIP request from an untrusted source refused',
       );
-      if (msg.method && msg.method !== 'ACK') this.send(this.response(msg, 403, 'Forbidden', undefined, [], ''), remote);
+      if (msg.method && msg.method !== 'ACK') this.send(this.response(msg, 403, 'Forbidden'), remote);
       return;
     }
     if (msg.status !== undefined) {
@@ -242,7 +245,7 @@ export class SipEndpoint {
     if (dialog && cseqOf(msg).method === 'REFER' && (msg.status ?? 0) >= 200) dialog.referResponse?.(msg.status ?? 0);
   }
 
-  private async onInvite(msg: SipMessage, remote: { address: string; port: number }): Promise<void> {
+  private async onInvite(msg: SipMessage, remote: Remote): Promise<void> {
     const callId = header(msg, 'call-id')!;
     const info: InviteInfo = {
       callId,
@@ -265,9 +268,9 @@ export class SipEndpoint {
     };
     dialog.localParty = `${info.to};tag=${dialog.localTag}`;
     this.dialogs.set(callId, dialog);
-    this.reply(msg, remote, 100, 'Trying', [], '', false);
-    const final = (status: number, reason: string, extra: [string, string][] = [], body = '') => {
-      dialog.inviteResponse = this.response(msg, status, reason, dialog.localTag, extra, body);
+    this.reply(msg, remote, 100, 'Trying');
+    const final = (status: number, reason: string, extra: Header[] = []) => {
+      dialog.inviteResponse = this.response(msg, status, reason, extra, '', dialog.localTag);
       this.send(dialog.inviteResponse, remote);
     };
     if (this.draining) {
@@ -318,7 +321,7 @@ export class SipEndpoint {
       hangup: () => this.bye(dialog),
       refer: (target, referredBy, timeoutMs) => this.refer(dialog, target, referredBy, timeoutMs),
     };
-    dialog.inviteResponse = this.response(msg, 200, 'OK', dialog.localTag, [['Content-Type', 'application/sdp']], this.answerFor(dialog));
+    dialog.inviteResponse = this.response(msg, 200, 'OK', [['Content-Type', 'application/sdp']], this.answerFor(dialog), dialog.localTag);
     // Timer G: the 200 is sent until the ACK, giving up after 64*T1 (13.3.1.4).
     const more = () => !dialog.confirmed && !dialog.ended;
     dialog.retransmit = this.retransmit(dialog.inviteResponse, remote, more, () => void this.bye(dialog, 'timeout'));
@@ -335,14 +338,8 @@ export class SipEndpoint {
     });
   }
 
-  private response(
-    req: SipMessage,
-    status: number,
-    reason: string,
-    localTag: string | undefined,
-    extra: [string, string][],
-    body: string,
-  ): Buffer {
+  /** A response to `req`, with our tag on its To (but a 100's: 8.2.6.2) when it has none. */
+  private response(req: SipMessage, status: number, reason: string, extra: Header[] = [], body = '', localTag?: string): Buffer {
     const to = header(req, 'to')!;
     const headers: [string, string | string[]][] = [
       ['Via', req.headers.get('via') ?? []],
@@ -361,20 +358,12 @@ export class SipEndpoint {
     return serialize(`SIP/2.0 ${status} ${reason}`, headers, body);
   }
 
-  private reply(
-    req: SipMessage,
-    to: { address: string; port: number },
-    status: number,
-    reason: string,
-    extra: [string, string][] = [],
-    body = '',
-    withTag = true,
-  ): void {
-    const dialog = this.dialogs.get(header(req, 'call-id') ?? '');
-    this.send(this.response(req, status, reason, withTag ? dialog?.localTag : undefined, extra, body), to);
+  /** Answers `req` in its dialog (our tag), if there is one. */
+  private reply(req: SipMessage, to: Remote, status: number, reason: string, extra: Header[] = [], body = ''): void {
+    this.send(this.response(req, status, reason, extra, body, this.dialogs.get(header(req, 'call-id') ?? '')?.localTag), to);
   }
 
-  private isTrusted(remote: { address: string; port: number }): boolean {
+  private isTrusted(remote: Remote): boolean {
     const host = remote.address.includes(':') ? `[${remote.address}]` : remote.address;
     return this.options.trusted.some((t) => t === remote.address || t === host || t === `${host}:${remote.port}`);
   }
@@ -390,12 +379,12 @@ export class SipEndpoint {
    * RFC 3261 16.12), so the Request-URI stays the remote target and the request goes to the first Route's host,
    * which is where the INVITE came from.
    */
-  private request(dialog: Dialog, method: string, extra: [string, string][] = []): Buffer {
+  private request(dialog: Dialog, method: string, extra: Header[] = []): Buffer {
     dialog.localSeq++;
     return serialize(`${method} ${dialog.remoteTarget} SIP/2.0`, [
       ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=z9hG4bK${randomBytes(8).toString('hex')};rport`],
       ['Max-Forwards', '70'],
-      ...dialog.routeSet.map((route): [string, string] => ['Route', route]),
+      ...dialog.routeSet.map((route): Header => ['Route', route]),
       ['From', dialog.localParty],
       ['To', dialog.remoteParty],
       ['Call-ID', dialog.info.callId],
@@ -408,7 +397,7 @@ export class SipEndpoint {
    * Sends `data` at once and again after T1, T2 at most apart (17.1.2.2; timer G of 13.3.1.4), while `more()`;
    * after 64*T1, or once the socket is closed, `giveUp()`. Returns what stops it.
    */
-  private retransmit(data: Buffer, to: { address: string; port: number }, more: () => boolean, giveUp: () => void): () => void {
+  private retransmit(data: Buffer, to: Remote, more: () => boolean, giveUp: () => void): () => void {
     let interval = T1;
     let waited = 0;
     let timer: NodeJS.Timeout | undefined;
