@@ -278,6 +278,10 @@ export class G722Decoder {
 
 export type CodecName = 'G722' | 'PCMU' | 'PCMA';
 
+/** Samples of one 20 ms frame at 16 kHz. */
+export const FRAME_SAMPLES = 320;
+export const FRAME_MS = 20;
+
 /**
  * A codec as a call uses it: each 20 ms frame of 16 kHz PCM (320 samples) in, one RTP payload out, and
  * back. G.711 runs at 8 kHz, so its frames are resampled (halved on the way out, doubled on the way in).

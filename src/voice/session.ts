@@ -5,17 +5,13 @@
  * nothing about the database: what it hears and says goes through `CallSink` (runtime.ts), which
  * writes through the records service.
  */
-import { createCodec, type FrameCodec } from './codecs.js';
+import { createCodec, FRAME_MS, FRAME_SAMPLES, type FrameCodec } from './codecs.js';
 import type { RtpStream } from './media.js';
 import { parseRtp, parseTelephoneEvent } from './rtp.js';
 import type { Negotiated } from './sdp.js';
 import { SpeechFailure, type SpeechToText } from './stt.js';
 import type { TextToSpeech } from './tts.js';
 import { Vad } from './vad.js';
-
-/** Samples of one 20 ms frame at 16 kHz. */
-export const FRAME_SAMPLES = 320;
-export const FRAME_MS = 20;
 
 export const SILENCE_PROMPT = 'Are you still there?';
 export const GOODBYE = 'I have not heard anything, so I will end the call now. Goodbye.';
@@ -99,7 +95,7 @@ export class VoiceSession {
 
   constructor(private readonly o: SessionOptions) {
     this.codec = createCodec(o.negotiated.codec);
-    this.vad = new Vad({ maxUtteranceMs: o.maxUtteranceMs, hangoverMs: o.endpointMs, frameMs: FRAME_MS });
+    this.vad = new Vad({ maxUtteranceMs: o.maxUtteranceMs, hangoverMs: o.endpointMs });
   }
 
   start(): void {

@@ -27,14 +27,11 @@ import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import type { CallEvent } from '../sip/call-events.js';
 import type { Bencoded, NgAnswer } from '../sip/rtpengine.js';
-import { type CodecName, createCodec, type FrameCodec } from './codecs.js';
+import { type CodecName, createCodec, FRAME_MS, FRAME_SAMPLES, type FrameCodec } from './codecs.js';
 import { bindRtp, parseRtp } from './rtp.js';
 import { buildAnswer, CODEC_PREFERENCE, negotiate, type Negotiated, parseOffer, type SdpOffer } from './sdp.js';
 import type { SpeechToText } from './stt.js';
 import { Vad } from './vad.js';
-
-const FRAME_SAMPLES = 320;
-const FRAME_MS = 20;
 
 export type LegSpeaker = 'caller' | 'callee' | 'operator';
 
@@ -295,7 +292,7 @@ export class CallTranscriber {
       rtp,
       rtcp,
       codecs: new Map([[negotiated.pt, createCodec(negotiated.codec)]]),
-      vad: new Vad({ maxUtteranceMs: this.o.maxUtteranceMs, hangoverMs: this.o.endpointMs, frameMs: FRAME_MS }),
+      vad: new Vad({ maxUtteranceMs: this.o.maxUtteranceMs, hangoverMs: this.o.endpointMs }),
       metadata: { ...party.metadata, codec: negotiated.codec },
       packets: 0,
     };

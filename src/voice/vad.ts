@@ -3,31 +3,25 @@
  *
  * Each 20 ms frame's RMS level (dBFS) is compared with a threshold that sits a margin above a running
  * noise floor (the floor follows quiet frames quickly and loud ones slowly, so steady line noise is
- * learnt and speech is not). Speech starts after `startFrames` loud frames in a row (a click or a
+ * learnt and speech is not). Speech starts after three loud frames in a row (a click or a
  * single pop does not start an utterance) and ends after `hangoverMs` of quiet (the pauses between
  * words stay inside the utterance). An utterance longer than `maxUtteranceMs` is cut there: a caller
  * who never stops talking still gets answered. The audio of an utterance includes the frames that led
- * up to its start (`preRollFrames`), so the recogniser hears the first syllable whole.
+ * up to its start (ten), so the recogniser hears the first syllable whole.
  */
+import { FRAME_MS } from './codecs.js';
 
-export interface VadOptions {
-  /** Frame length (ms). */
-  frameMs?: number;
-  /** Margin above the noise floor that counts as speech (dB). */
-  marginDb?: number;
-  /** Absolute level below which nothing is speech (dBFS). */
-  minDbfs?: number;
-  startFrames?: number;
-  hangoverMs?: number;
-  maxUtteranceMs?: number;
-  preRollFrames?: number;
-}
+/** Margin above the noise floor that counts as speech (dB), and the level below which nothing is speech (dBFS). */
+const MARGIN_DB = 12;
+const MIN_DBFS = -45;
+const START_FRAMES = 3;
+const PRE_ROLL_FRAMES = 10;
 
 export type VadEvent =
   | { type: 'speech_start'; atFrame: number }
   | { type: 'speech_end'; atFrame: number; audio: Int16Array; reason: 'silence' | 'max_length' };
 
-export function frameDbfs(frame: Int16Array): number {
+function frameDbfs(frame: Int16Array): number {
   let sum = 0;
   for (let i = 0; i < frame.length; i++) sum += frame[i] * frame[i];
   const rms = Math.sqrt(sum / Math.max(1, frame.length));
@@ -35,7 +29,8 @@ export function frameDbfs(frame: Int16Array): number {
 }
 
 export class Vad {
-  private readonly o: Required<VadOptions>;
+  private readonly hangoverMs: number;
+  private readonly maxUtteranceMs: number;
   private floor = -70;
   private frameIndex = 0;
   private loudRun = 0;
@@ -44,17 +39,9 @@ export class Vad {
   private frames: Int16Array[] = [];
   private preRoll: Int16Array[] = [];
 
-  constructor(options: VadOptions = {}) {
-    this.o = {
-      frameMs: 20,
-      marginDb: 12,
-      minDbfs: -45,
-      startFrames: 3,
-      hangoverMs: 600,
-      maxUtteranceMs: 15_000,
-      preRollFrames: 10,
-      ...options,
-    };
+  constructor(o: { hangoverMs?: number; maxUtteranceMs?: number } = {}) {
+    this.hangoverMs = o.hangoverMs ?? 600;
+    this.maxUtteranceMs = o.maxUtteranceMs ?? 15_000;
   }
 
   get inSpeech(): boolean {
@@ -65,27 +52,27 @@ export class Vad {
   push(frame: Int16Array): VadEvent[] {
     const index = this.frameIndex++;
     const level = frameDbfs(frame);
-    const loud = level > Math.max(this.o.minDbfs, this.floor + this.o.marginDb);
+    const loud = level > Math.max(MIN_DBFS, this.floor + MARGIN_DB);
     // The floor adapts: quickly down towards quieter frames, slowly up (speech should not raise it much).
     this.floor = level < this.floor ? this.floor + (level - this.floor) * 0.3 : this.floor + (level - this.floor) * 0.005;
     const events: VadEvent[] = [];
     if (!this.speaking) {
       this.preRoll.push(frame);
-      if (this.preRoll.length > this.o.preRollFrames) this.preRoll.shift();
+      if (this.preRoll.length > PRE_ROLL_FRAMES) this.preRoll.shift();
       this.loudRun = loud ? this.loudRun + 1 : 0;
-      if (this.loudRun >= this.o.startFrames) {
+      if (this.loudRun >= START_FRAMES) {
         this.speaking = true;
         this.quietRun = 0;
         this.frames = [...this.preRoll];
         this.preRoll = [];
-        events.push({ type: 'speech_start', atFrame: index - this.o.startFrames + 1 });
+        events.push({ type: 'speech_start', atFrame: index - START_FRAMES + 1 });
       }
       return events;
     }
     this.frames.push(frame);
     this.quietRun = loud ? 0 : this.quietRun + 1;
-    if (this.quietRun * this.o.frameMs >= this.o.hangoverMs) events.push(this.finish(index, 'silence'));
-    else if (this.frames.length * this.o.frameMs >= this.o.maxUtteranceMs) events.push(this.finish(index, 'max_length'));
+    if (this.quietRun * FRAME_MS >= this.hangoverMs) events.push(this.finish(index, 'silence'));
+    else if (this.frames.length * FRAME_MS >= this.maxUtteranceMs) events.push(this.finish(index, 'max_length'));
     return events;
   }
 
