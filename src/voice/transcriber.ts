@@ -464,12 +464,9 @@ export class CallTranscriber {
  * lists it first, so it passes through untouched), else G.722 (added for transcoding), else our preference.
  */
 export function forkCodec(offer: SdpOffer): Negotiated | undefined {
-  const dtmf = offer.formats.find((x) => x.name === 'TELEPHONE-EVENT' && x.rate === 8000)?.pt;
-  const audio = offer.formats.filter((f) => f.name !== 'TELEPHONE-EVENT');
-  const first = audio[0];
-  if (first && (CODEC_PREFERENCE as string[]).includes(first.name) && first.rate === 8000)
-    return { codec: first.name as CodecName, pt: first.pt, dtmfPt: dtmf };
-  return negotiate(offer);
+  const first = offer.formats.find((f) => f.name !== 'TELEPHONE-EVENT');
+  const sent = (first?.rate === 8000 ? first.name : '') as CodecName;
+  return negotiate(offer, CODEC_PREFERENCE.includes(sent) ? [sent, ...CODEC_PREFERENCE] : CODEC_PREFERENCE);
 }
 
 function closeLeg(leg: Leg): void {
