@@ -18,6 +18,7 @@ import type { Config } from '../config/index.js';
 import { type DatabaseHandle, inTransaction } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
+import { UUID_PATTERN } from '../jsonapi/kinds.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
 import { buildRegistry } from '../jsonapi/routes.js';
 import type { AppServices } from '../jsonapi/services.js';
@@ -27,8 +28,6 @@ import { type Admission, type CallHandler, type DialogHandle, type InviteInfo, S
 import { type CallSink, type Reply, VoiceSession } from './session.js';
 import { createStt, type SpeechToText } from './stt.js';
 import { createTts, LocalTts, type TextToSpeech } from './tts.js';
-
-const AGENT_USER = /^agent-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i;
 
 export interface VoiceRuntimeOptions {
   db: Db;
@@ -160,10 +159,6 @@ export class VoiceRuntime implements CallHandler {
     return this.calls.size;
   }
 
-  session(callId: string): VoiceSession | undefined {
-    return this.calls.get(callId)?.session;
-  }
-
   /** The calls being (or that were) transferred (to an operator, or by transfer_call), and the Refer-To SIP URI. */
   transfers(): { callId: string; target: string }[] {
     return [...this.calls.values()].flatMap((c) => (c.transferTo ? [{ callId: c.callId, target: c.transferTo }] : []));
@@ -177,8 +172,8 @@ export class VoiceRuntime implements CallHandler {
   // ------------------------------------------------------------ SIP handler
 
   async admit(info: InviteInfo): Promise<Admission> {
-    const match = AGENT_USER.exec(info.user ?? '');
-    if (!match) return { reject: 404, reason: 'Not Found' };
+    const agentId = /^agent-(.*)$/i.exec(info.user ?? '')?.[1] ?? '';
+    if (!UUID_PATTERN.test(agentId)) return { reject: 404, reason: 'Not Found' };
     // Past VOICE_MAX_CALLS (agent calls and transcription forks) new calls are refused, so that the running ones
     // keep their pace (486: the agent is busy; the caller may try again).
     const full = () => this.calls.size + (this.o.forks?.() ?? 0) >= this.o.config.voice.maxCalls;
@@ -186,7 +181,7 @@ export class VoiceRuntime implements CallHandler {
     const agent = await this.o.db
       .selectFrom('ai_agents')
       .select(['id', 'organisation_id', 'published', 'voice', 'languages'])
-      .where('id', '=', match[1].toLowerCase())
+      .where('id', '=', agentId.toLowerCase())
       .executeTakeFirst();
     if (!agent) return { reject: 404, reason: 'Not Found' };
     if (!agent.published) return { reject: 480, reason: 'Temporarily Unavailable' };
@@ -329,18 +324,12 @@ export class VoiceRuntime implements CallHandler {
         async () => (await caughtUp.execute(this.o.db)).rows[0]?.ok || undefined,
       );
     // The edge's call: its end (status, legs, conversation) is the edge's, from the dialog's end.
-    if (!call.edge)
-      await this.endCall(
-        call.organisationId,
-        stored.callRowId,
-        stored.conversationId,
-        by === 'timeout' ? 'failed' : 'completed',
-        stored.startedAt,
-      );
+    if (!call.edge) await this.endCall(call.organisationId, stored, by === 'timeout' ? 'failed' : 'completed');
   }
 
   /** A call's end, in one transaction: its status (talk time from `startedAt`), its legs left, its conversation closed. */
-  private async endCall(organisationId: string, callRowId: string, conversationId: string | null, status: string, startedAt?: Date) {
+  private async endCall(organisationId: string, c: { callRowId: string; conversationId: string | null; startedAt?: Date }, status: string) {
+    const { callRowId, conversationId, startedAt } = c;
     const actor = systemActor(organisationId, 'sip');
     const ended = new Date();
     // Reads first: the embedded database's one connection belongs to the transaction while it runs.
@@ -402,7 +391,7 @@ export class VoiceRuntime implements CallHandler {
       .where('call_source', '=', 'voice')
       .where('status', 'in', ['initiated', 'ringing', 'in_progress'])
       .execute();
-    for (const row of open) await this.endCall(row.organisation_id, row.id, row.conversation_id, 'failed');
+    for (const row of open) await this.endCall(row.organisation_id, { callRowId: row.id, conversationId: row.conversation_id }, 'failed');
   }
 
   // ------------------------------------------------------------ the session's sink
@@ -432,7 +421,7 @@ export class VoiceRuntime implements CallHandler {
         const itemId = `voice_${randomUUID().replaceAll('-', '')}`;
         // The caller's words are a user item and a caller transcript line, stored together.
         const index = await this.records.transaction(async (records) => {
-          const item = await records.create<{ attributes: { content_index: number } }>(actor(), 'ConversationItem', {
+          const item = await records.create(actor(), 'ConversationItem', {
             conversation_id: stored.conversationId,
             role: 'user',
             modality: 'audio',
@@ -441,7 +430,7 @@ export class VoiceRuntime implements CallHandler {
             metadata: { source: 'voice', input: kind, ...metadata },
           });
           if (kind !== 'connected') await transcript(records, 'caller', text, itemId, metadata, stored.callRowId);
-          return (item.record as unknown as { attributes: { content_index: number } }).attributes.content_index;
+          return item.record.attributes.content_index;
         });
         call.lastUserIndex = index;
         this.o.logger?.debug({ callId: call.callId, text, kind }, 'voice: caller turn stored');
