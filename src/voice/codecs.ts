@@ -17,11 +17,8 @@ const CLIP = 32635;
 
 /** Linear PCM to mu-law (G.711 section 3). */
 export function linearToUlaw(sample: number): number {
-  let s = sample;
-  const sign = s < 0 ? 0x80 : 0;
-  if (s < 0) s = -s;
-  if (s > CLIP) s = CLIP;
-  s += BIAS;
+  const sign = sample < 0 ? 0x80 : 0;
+  const s = Math.min(Math.abs(sample), CLIP) + BIAS;
   let exponent = 7;
   for (let mask = 0x4000; (s & mask) === 0 && exponent > 0; mask >>= 1) exponent--;
   const mantissa = (s >> (exponent + 3)) & 0x0f;

@@ -122,10 +122,8 @@ export async function bindRtp(
   const from = ((o.first ?? base) - base) / 2;
   for (let i = 0; i < span; i++) {
     const rtp = await bind(o.min === 0 ? 0 : base + ((from + i) % span) * 2);
-    if (!rtp || !o.rtcp) {
-      if (rtp) return { rtp };
-      continue;
-    }
+    if (!rtp) continue;
+    if (!o.rtcp) return { rtp };
     const port = rtp.address().port;
     const rtcp = port % 2 === 0 && port < 65535 ? await bind(port + 1) : undefined;
     if (rtcp) return { rtp, rtcp };

@@ -94,7 +94,6 @@ interface Dialog {
   handle?: DialogHandle;
   /** Stops timer G (the 200's retransmission). */
   retransmit?: () => void;
-  rtp?: RtpStream;
   byeDone?: () => void;
   /** A REFER in progress: its final response, then each NOTIFY's sipfrag status. */
   referResponse?: (status: number) => void;
@@ -312,7 +311,6 @@ export class SipEndpoint {
       final(503, 'Service Unavailable', [['Retry-After', '5']]);
       return this.forget(dialog);
     }
-    dialog.rtp = rtp;
     dialog.handle = {
       callId,
       negotiated,
@@ -473,7 +471,7 @@ export class SipEndpoint {
     if (dialog.ended) return;
     dialog.ended = true;
     dialog.retransmit?.();
-    dialog.rtp?.close();
+    dialog.handle?.rtp.close();
     this.options.handler.ended(dialog.info.callId, by);
     // Keep the dialog a while to answer retransmitted BYEs and INVITEs (32 s, timer J/H of 17.2).
     setTimeout(() => this.dialogs.delete(dialog.info.callId), 32_000).unref();
