@@ -9,9 +9,8 @@ import type { Socket } from 'node:dgram';
 import { bindRtp, RtpSender } from './rtp.js';
 
 /**
- * The frame grid: one timer for every stream, ticks due at `origin + k * period` whatever the lateness of earlier
- * ones; the last `spinMs` before a due time waited in `setImmediate` turns (setTimeout resolves to about a
- * millisecond); ticks missed entirely run back to back with their own due times (docs/voice.md, "Frames and pacing").
+ * The frame grid (docs/voice.md, "Frames and pacing"): one timer for every stream, ticks due at `origin + k * period`
+ * whatever the lateness of earlier ones, the last `spinMs` before each waited in `setImmediate` turns.
  */
 export class FrameGrid {
   private readonly members = new Set<(due: number, now: number) => void>();

@@ -287,14 +287,9 @@ export class VoiceRuntime implements CallHandler {
   }
 
   /**
-   * A call the SIP edge relayed is ONE Call, the edge's: the edge records every call it relays from its call
-   * events (src/sip/call-events.ts), keyed by the Call-ID, with the caller's real from/to and direction
-   * (inbound for a number's call from a carrier). The runtime does not write a Call of its own: it applies the
-   * edge's `initiated` event itself (the same event the edge queued, carried in X-Parley-Call), so that the
-   * Call, its voice Conversation (with the agent) and the caller's leg exist when the first turn is stored,
-   * whichever of the two gets there first (the Call-ID is unique per organisation; the loser reads the
-   * winner's). Status, answer time, the agent's leg (role `agent`, at the answer), the end and the legs'
-   * left_at stay the edge's, from the dialog it holds.
+   * A call the SIP edge relayed is ONE Call, the edge's (docs/voice.md, "One Call per Call-ID"): the runtime applies
+   * the edge's `initiated` event itself (carried in X-Parley-Call), so that the Call, its Conversation and the
+   * caller's leg exist when the first turn is stored, whichever of the two gets there first.
    */
   private async storeEdgeCall(call: ActiveCall, edge: CallEvent) {
     await this.callEvents.apply({ ...edge, event: 'initiated' });
@@ -448,13 +443,9 @@ export class VoiceRuntime implements CallHandler {
   }
 
   /**
-   * A handed-off call goes to its operator (docs/voice.md, "Handoff on a call"): the agent runtime offers the
-   * queued conversation to an available operator (routing.ts, `assigned_operator`); the caller is sent to that
-   * operator's phone with a blind REFER through the edge (RFC 3515: Refer-To `sip:<sip_username>@<organisation
-   * domain>`), and once the caller's NOTIFY reports the operator's answer, this leg ends (BYE, RFC 5589 section
-   * 6). Behind the edge the caller's new call is a leg of the same Call (the operator joins it as `callee` and goes
-   * `busy` there); a call reaching the runtime directly gets the operator's leg (role `operator`) here. Resolves with a line to say
-   * before hanging up when no operator was offered or the transfer failed; the conversation stays queued.
+   * A handed-off call goes to its operator (docs/voice.md, "Handoff on a call"): the one the agent runtime's queue
+   * offered the conversation to (routing.ts, `assigned_operator`), by a blind transfer (`refer`). Resolves with a
+   * line to say before hanging up when no operator was offered or the transfer failed; the conversation stays queued.
    */
   private async transfer(call: ActiveCall, conversationId: string): Promise<string | undefined> {
     if (!call.dialog) return NO_OPERATOR_TEXT;
@@ -466,18 +457,17 @@ export class VoiceRuntime implements CallHandler {
     const done = await this.refer(call, operator.sip_username, operator.domain);
     if (!done) return NO_OPERATOR_TEXT;
     // Behind the edge, the caller's new call to the operator is linked to this Call by the edge (route[INITIAL],
-    // docs/sip.md "Transfers"): the operator joins it as the transfer's answered leg, and goes busy there.
+    // docs/sip.md "Transfers"): the operator joins it as the transfer's answered leg, and goes busy there; a call
+    // that reached the runtime directly gets the operator's leg (role `operator`) here.
     if (call.edge) return undefined;
     await this.callEvents.operatorJoined(call.organisationId, (await call.stored!).callRowId, operator.id, new Date());
     return undefined;
   }
 
   /**
-   * transfer_call (docs/agents.md, "Built-in tools"): the caller is REFERred to the number or SIP user the model
-   * named, by the same path as a handoff's transfer to an operator. The Refer-To is in the organisation's SIP
-   * domain, so the edge routes the caller's new call as any call of the organisation (route[INITIAL]: a SIP user,
-   * the organisation's PhoneNumber, or out through its gateway) and records it as a leg of this Call (docs/sip.md,
-   * "Transfers"). A transfer that does not happen hands the conversation to an operator, whose phone is then tried.
+   * transfer_call (docs/voice.md, "The agent's tools on a call"): the caller is REFERred to the number or SIP user
+   * the model named, in the organisation's SIP domain, so that the edge routes and records the new call as any of
+   * the organisation's. A transfer that does not happen hands the conversation to an operator, whose phone is then tried.
    */
   private async transferCall(call: ActiveCall, conversationId: string, target: TransferTarget): Promise<string | undefined> {
     const org = await this.o.db

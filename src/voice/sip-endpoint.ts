@@ -1,13 +1,9 @@
 /**
- * The voice runtime's SIP user agent server (RFC 3261) on UDP: it answers INVITEs for agent calls
- * with an SDP answer (sdp.ts), keeps each dialog, ends it on the caller's BYE or its own, and sends
- * the final response again until the ACK comes (13.3.1.4: timer G, doubling from T1 to T2, giving up
- * after 64*T1 with a BYE). Requests are answered at the address they came from (RFC 3581 rport
- * behaviour, which is what every UDP phone and Kamailio expect). Not a proxy and no registrar:
- * Kamailio in front does routing, authentication and NAT, so requests are taken only from the
- * addresses in `trusted` (the edge); anyone else gets 403. The dialog's route set (the INVITE's
- * Record-Route, 12.1.1) is copied into the 2xx and put, as Route headers, on the requests we send
- * in the dialog, so that they pass through the edge that holds the dialog.
+ * The voice runtime's SIP user agent server (RFC 3261) on UDP (docs/voice.md, "Layout" and "Behind the SIP edge"):
+ * it answers INVITEs for agent calls with an SDP answer (sdp.ts), keeps each dialog, and ends it on either side's
+ * BYE. Requests are answered at the address they came from (RFC 3581 rport behaviour) and taken only from the
+ * addresses in `trusted` (the edge, which does routing, authentication and NAT); anyone else gets 403. The route
+ * set (the INVITE's Record-Route, 12.1.1) goes back in the 2xx and, as Route headers, on our in-dialog requests.
  */
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { randomBytes } from 'node:crypto';

@@ -1,20 +1,9 @@
 /**
- * Calls between people transcribed live, per leg (docs/voice.md, "Calls between people"; CONTRACT section 14).
- *
- * Every call the SIP edge relays has its media anchored in rtpengine (docs/sip.md, "Media plane"). When such a
- * call is answered and its organisation's `transcribe_calls` is on, Parley asks rtpengine, over the ng control
- * protocol, for a copy of each party's audio: `subscribe request` names the party (its SIP tag) and returns a
- * `sendonly` SDP offer; Parley binds a UDP port, answers `recvonly` (`subscribe answer`), and rtpengine sends that
- * party's RTP there as long as the call lasts (RFC 3264 offer/answer, one subscription per leg, so the port tells
- * who speaks). Each leg's audio is decoded, endpointed by the same voice activity detector as agent calls
- * (vad.ts), transcribed by the same speech-to-text engine (stt.ts), and written as a `CallTranscript` through the
- * records service (system actor, source `sip`), in one `content_index` order per call.
- *
- * Why Parley speaks ng itself rather than through Kamailio's rtpengine module: a subscription is an offer/answer
- * between rtpengine and the receiver, and the receiver (its port, its codec choice) is here; Kamailio would only
- * relay it. Parley already talks ng to the rtpengine `sip serve` runs, and the call's answered/ended events are
- * applied in this process, so the fork needs no change to Kamailio's configuration.
- *
+ * Calls between people transcribed live, per leg (docs/voice.md, "Calls between people", which also says why
+ * Parley speaks rtpengine's ng protocol itself; CONTRACT section 14). rtpengine, which anchors every call the edge
+ * relays, sends a copy of each party's audio to a port of ours (`subscribe request`/`answer`, an RFC 3264
+ * offer/answer per leg, so the port tells who speaks); it is endpointed by the agent calls' detector (vad.ts),
+ * recognised (stt.ts), and written as `CallTranscript`s through the records service (system actor, source `sip`).
  * Calls answered by an AI agent are transcribed by the voice runtime itself (runtime.ts) and are not forked.
  */
 import { randomUUID } from 'node:crypto';

@@ -1,13 +1,7 @@
 /**
- * Voice activity detection and endpointing, by frame energy with hangover.
- *
- * Each 20 ms frame's RMS level (dBFS) is compared with a threshold that sits a margin above a running
- * noise floor (the floor follows quiet frames quickly and loud ones slowly, so steady line noise is
- * learnt and speech is not). Speech starts after three loud frames in a row (a click or a
- * single pop does not start an utterance) and ends after `hangoverMs` of quiet (the pauses between
- * words stay inside the utterance). An utterance longer than `maxUtteranceMs` is cut there: a caller
- * who never stops talking still gets answered. The audio of an utterance includes the frames that led
- * up to its start (ten), so the recogniser hears the first syllable whole.
+ * Voice activity detection and endpointing, by frame energy with hangover (docs/voice.md, "Voice activity,
+ * endpointing and barge-in"): a frame is loud above a margin over a running noise floor; speech starts after three
+ * loud frames in a row, ends after `hangoverMs` of quiet or at `maxUtteranceMs`, and keeps the ten frames before it.
  */
 import { FRAME_MS } from './codecs.js';
 
