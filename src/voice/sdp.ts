@@ -44,24 +44,17 @@ export function parseOffer(body: string): SdpOffer {
       const [kind, port, proto, ...pts] = value.split(/\s+/);
       inAudio = kind === 'audio' && media === undefined && /^RTP\/AVP$/i.test(proto ?? '');
       if (inAudio) media = { port: Number(port), pts: pts.map(Number).filter((n) => Number.isInteger(n) && n >= 0 && n < 128) };
-      continue;
-    }
-    if (type === 'c') {
+    } else if (type === 'c') {
       const m = /^IN IP[46] ([^\s/]+)/.exec(value);
       if (!m) continue;
       if (!seenMedia) sessionAddress = m[1];
       else if (inAudio && media) media.address = m[1];
-      continue;
-    }
-    if (type === 'a') {
+    } else if (type === 'a') {
       const dir = /^(sendrecv|sendonly|recvonly|inactive)$/.exec(value)?.[1] as SdpOffer['direction'] | undefined;
-      if (dir) {
-        if (!seenMedia) sessionDirection = dir;
-        else if (inAudio && media) media.direction = dir;
-        continue;
-      }
       const map = /^rtpmap:(\d+) ([^/\s]+)\/(\d+)/.exec(value);
-      if (map && inAudio) rtpmap.set(Number(map[1]), { name: map[2].toUpperCase(), rate: Number(map[3]) });
+      if (dir && !seenMedia) sessionDirection = dir;
+      else if (dir && inAudio && media) media.direction = dir;
+      else if (map && inAudio) rtpmap.set(Number(map[1]), { name: map[2].toUpperCase(), rate: Number(map[3]) });
     }
   }
   if (!media) throw new SdpError('no RTP/AVP audio stream in the offer');

@@ -269,18 +269,15 @@ export class VoiceSession {
 
   private async speakReply(reply: Reply, marks: TurnMarks): Promise<void> {
     marks.replyAt = reply.at;
+    const synthesize = () => this.o.tts.synthesize(reply.text, { voice: this.o.voice });
     let pcm: Int16Array;
     try {
-      pcm = await this.o.tts.synthesize(reply.text, { voice: this.o.voice });
+      // A speech engine's failure is tried once more.
+      pcm = await synthesize().catch((error) => (error instanceof SpeechFailure ? synthesize() : Promise.reject(error)));
     } catch (error) {
       if (!(error instanceof SpeechFailure)) throw error;
-      try {
-        pcm = await this.o.tts.synthesize(reply.text, { voice: this.o.voice }); // one retry
-      } catch (again) {
-        if (!(again instanceof SpeechFailure)) throw again;
-        await this.o.sink.agentLine(reply.text, { spoken: false, error: again.message }, reply.itemId);
-        return this.speechTrouble(again.message);
-      }
+      await this.o.sink.agentLine(reply.text, { spoken: false, error: error.message }, reply.itemId);
+      return this.speechTrouble(error.message);
     }
     // A line said while the reply was being made (synthesised meanwhile) is not cut off by it.
     await this.waiting;

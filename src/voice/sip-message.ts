@@ -63,10 +63,7 @@ export function parseSip(data: Buffer | string): SipMessage {
     let name = line.slice(0, colon).trim().toLowerCase();
     name = COMPACT[name] ?? name;
     const value = line.slice(colon + 1).trim();
-    const values = LISTS.has(name) ? splitList(value) : [value];
-    const list = msg.headers.get(name) ?? [];
-    list.push(...values);
-    msg.headers.set(name, list);
+    msg.headers.set(name, [...(msg.headers.get(name) ?? []), ...(LISTS.has(name) ? splitList(value) : [value])]);
   }
   const lengthHeader = msg.headers.get('content-length')?.[0];
   if (lengthHeader !== undefined) {

@@ -355,12 +355,9 @@ export class CallTranscriber {
     const pcm = codec.decode(packet.payload);
     for (let i = 0; i + FRAME_SAMPLES <= pcm.length; i += FRAME_SAMPLES) {
       for (const event of leg.vad.push(pcm.subarray(i, i + FRAME_SAMPLES))) {
-        if (event.type === 'speech_start') {
-          // The frames before the start rule fired (3 of them) and the pre-roll are part of the utterance.
-          leg.speechStartedAt = new Date(Date.now() - 3 * FRAME_MS);
-        } else {
-          this.utterance(fork, leg, event.audio, event.reason);
-        }
+        // The frames before the start rule fired (3 of them) and the pre-roll are part of the utterance.
+        if (event.type === 'speech_start') leg.speechStartedAt = new Date(Date.now() - 3 * FRAME_MS);
+        else this.utterance(fork, leg, event.audio, event.reason);
       }
     }
   }
