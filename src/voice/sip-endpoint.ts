@@ -264,14 +264,12 @@ export class SipEndpoint {
     dialog.localParty = `${info.to};tag=${dialog.localTag}`;
     this.dialogs.set(callId, dialog);
     this.reply(msg, remote, 100, 'Trying');
-    const final = (status: number, reason: string, extra: Header[] = []) => {
+    const refuse = (status: number, reason: string, extra: Header[] = []) => {
       dialog.inviteResponse = this.response(msg, status, reason, extra, '', dialog.localTag);
       this.send(dialog.inviteResponse, remote);
+      this.forget(dialog);
     };
-    if (this.draining) {
-      final(503, 'Service Unavailable', [['Retry-After', '5']]);
-      return this.forget(dialog);
-    }
+    if (this.draining) return refuse(503, 'Service Unavailable', [['Retry-After', '5']]);
     let offer: SdpOffer;
     let negotiated: Negotiated | undefined;
     try {
@@ -279,14 +277,11 @@ export class SipEndpoint {
       negotiated = negotiate(offer);
     } catch (error) {
       if (!(error instanceof SdpError)) throw error;
-      final(488, 'Not Acceptable Here', [['Warning', `399 parley "${error.message}"`]]);
-      return this.forget(dialog);
+      return refuse(488, 'Not Acceptable Here', [['Warning', `399 parley "${error.message}"`]]);
     }
-    if (!negotiated) {
-      // RFC 3261 21.4.26 with a 305 warning (incompatible media format).
-      final(488, 'Not Acceptable Here', [['Warning', '305 parley "Incompatible media format: offer G722, PCMU or PCMA"']]);
-      return this.forget(dialog);
-    }
+    // RFC 3261 21.4.26 with a 305 warning (incompatible media format).
+    if (!negotiated)
+      return refuse(488, 'Not Acceptable Here', [['Warning', '305 parley "Incompatible media format: offer G722, PCMU or PCMA"']]);
     let admission: Admission;
     try {
       admission = await this.options.handler.admit(info);
@@ -294,18 +289,15 @@ export class SipEndpoint {
       this.options.logger?.error({ err: error, callId }, 'voice: admitting a call failed');
       admission = { reject: 500, reason: 'Server Internal Error' };
     }
-    if ('reject' in admission) {
-      final(admission.reject, admission.reason, admission.reject === 503 || admission.reject === 486 ? [['Retry-After', '5']] : []);
-      return this.forget(dialog);
-    }
+    if ('reject' in admission)
+      return refuse(admission.reject, admission.reason, [503, 486].includes(admission.reject) ? [['Retry-After', '5']] : []);
     let rtp: RtpStream;
     try {
       const { rtpPortMin: min, rtpPortMax: max } = this.options;
       rtp = await MediaWorker.get().open(this.options.host, { min, max, first: this.nextPort });
       this.nextPort = rtp.port + 2 > max ? min + (min % 2) : rtp.port + 2;
     } catch {
-      final(503, 'Service Unavailable', [['Retry-After', '5']]);
-      return this.forget(dialog);
+      return refuse(503, 'Service Unavailable', [['Retry-After', '5']]);
     }
     dialog.handle = {
       callId,
