@@ -389,7 +389,6 @@ export function parseWav(buf: Buffer): { rate: number; pcm: Int16Array } {
   let offset = 12;
   let rate = 0;
   let channels = 1;
-  let bits = 16;
   while (offset + 8 <= buf.length) {
     const id = buf.toString('ascii', offset, offset + 4);
     let size = buf.readUInt32LE(offset + 4);
@@ -398,8 +397,7 @@ export function parseWav(buf: Buffer): { rate: number; pcm: Int16Array } {
       const format = buf.readUInt16LE(body);
       channels = buf.readUInt16LE(body + 2);
       rate = buf.readUInt32LE(body + 4);
-      bits = buf.readUInt16LE(body + 14);
-      if ((format !== 1 && format !== 0xfffe) || bits !== 16) throw new Error('WAVE is not 16-bit PCM');
+      if ((format !== 1 && format !== 0xfffe) || buf.readUInt16LE(body + 14) !== 16) throw new Error('WAVE is not 16-bit PCM');
     } else if (id === 'data') {
       // Streaming writers leave the size at 0 or 0xffffffff: take what is there.
       if (size === 0 || size === 0xffffffff || body + size > buf.length) size = buf.length - body;

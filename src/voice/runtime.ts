@@ -596,8 +596,7 @@ export class VoiceRuntime implements CallHandler {
 /** The edge's X-Parley-Call header: a call event (JSON, base64), validated as the event queue validates them. */
 function decodeEdgeCall(value: string): CallEvent | undefined {
   try {
-    const { event } = parseCallEvent(JSON.parse(Buffer.from(value, 'base64').toString('utf8')));
-    return event;
+    return parseCallEvent(JSON.parse(Buffer.from(value, 'base64').toString('utf8'))).event;
   } catch {
     return undefined;
   }

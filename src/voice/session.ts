@@ -118,8 +118,7 @@ export class VoiceSession {
    */
   interject(text: string, metadata: Record<string, unknown>): void {
     if (this.closed) return;
-    const before = this.waiting ?? Promise.resolve();
-    this.waiting = before.then(async () => {
+    this.waiting = (this.waiting ?? Promise.resolve()).then(async () => {
       if (this.closed) return;
       try {
         await this.say(text, metadata);

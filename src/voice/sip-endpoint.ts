@@ -7,6 +7,7 @@
  */
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import type { Logger } from 'pino';
 import { MediaWorker, type RtpStream } from './media.js';
 import { buildAnswer, negotiate, parseOffer, SdpError, type Negotiated, type SdpOffer } from './sdp.js';
@@ -119,13 +120,8 @@ export class SipEndpoint {
     const socket = createSocket(this.options.host.includes(':') ? 'udp6' : 'udp4');
     socket.on('message', (data, rinfo) => this.onMessage(data, rinfo));
     socket.on('error', (error) => this.options.logger?.error({ err: error }, 'voice: SIP socket error'));
-    await new Promise<void>((resolve, reject) => {
-      socket.once('error', reject);
-      socket.bind(this.options.port, this.options.host, () => {
-        socket.off('error', reject);
-        resolve();
-      });
-    });
+    socket.bind(this.options.port, this.options.host);
+    await once(socket, 'listening');
     this.socket = socket;
     this.port = socket.address().port;
   }

@@ -67,6 +67,9 @@ interface Leg {
   packets: number;
 }
 
+/** Who a leg is, before its subscription. */
+type Party = Pick<Leg, 'speaker' | 'tag' | 'metadata'>;
+
 /** One SIP dialog whose legs are forked. */
 interface Fork {
   key: string;
@@ -208,7 +211,7 @@ export class CallTranscriber {
     const operator = calleeId
       ? await this.o.db.selectFrom('sip_users').select('user_id').where('id', '=', calleeId).executeTakeFirst()
       : undefined;
-    const parties: { speaker: LegSpeaker; tag: string; metadata: Record<string, unknown> }[] = [
+    const parties: Party[] = [
       {
         speaker: 'caller',
         tag: tags.from,
@@ -252,7 +255,7 @@ export class CallTranscriber {
   }
 
   /** One leg: `subscribe request` for the party's media, a port of ours, `subscribe answer` naming it. */
-  private async subscribe(fork: Fork, party: { speaker: LegSpeaker; tag: string; metadata: Record<string, unknown> }): Promise<Leg> {
+  private async subscribe(fork: Fork, party: Party): Promise<Leg> {
     const forkTag = `parley-fork-${party.speaker}-${randomUUID()}`;
     const request = await this.o.ng('subscribe request', {
       'call-id': fork.dialogCallId,
