@@ -109,10 +109,7 @@ class Band {
   bp = [0, 0, 0, 0, 0, 0, 0];
   sg = [0, 0, 0, 0, 0, 0, 0];
   nb = 0;
-  det: number;
-  constructor(det: number) {
-    this.det = det;
-  }
+  constructor(public det: number) {}
 
   /** Block 4: reconstruction, pole and zero predictor adaptation, prediction. */
   update(d: number): void {
@@ -129,9 +126,7 @@ class Band {
     if (wd3 > 12288) wd3 = 12288;
     else if (wd3 < -12288) wd3 = -12288;
     this.ap[2] = wd3;
-    // UPPOL1
-    this.sg[0] = this.p[0] >> 15;
-    this.sg[1] = this.p[1] >> 15;
+    // UPPOL1 (the signs of p[0] and p[1] as UPPOL2 took them)
     wd1 = this.sg[0] === this.sg[1] ? 192 : -192;
     wd2 = (this.a[1] * 32640) >> 15;
     this.ap[1] = saturate(wd1 + wd2);
@@ -143,9 +138,7 @@ class Band {
     this.sg[0] = d >> 15;
     for (let i = 1; i < 7; i++) {
       this.sg[i] = this.d[i] >> 15;
-      wd2 = this.sg[i] === this.sg[0] ? wd1 : -wd1;
-      wd3 = (this.b[i] * 32640) >> 15;
-      this.bp[i] = saturate(wd2 + wd3);
+      this.bp[i] = saturate((this.sg[i] === this.sg[0] ? wd1 : -wd1) + ((this.b[i] * 32640) >> 15));
     }
     // DELAYA
     for (let i = 6; i > 0; i--) {
@@ -158,17 +151,10 @@ class Band {
       this.a[i] = this.ap[i];
     }
     // FILTEP
-    wd1 = saturate(this.r[1] + this.r[1]);
-    wd1 = (this.a[1] * wd1) >> 15;
-    wd2 = saturate(this.r[2] + this.r[2]);
-    wd2 = (this.a[2] * wd2) >> 15;
-    this.sp = saturate(wd1 + wd2);
+    this.sp = saturate(((this.a[1] * saturate(2 * this.r[1])) >> 15) + ((this.a[2] * saturate(2 * this.r[2])) >> 15));
     // FILTEZ
     let sz = 0;
-    for (let i = 6; i > 0; i--) {
-      wd1 = saturate(this.d[i] + this.d[i]);
-      sz += (this.b[i] * wd1) >> 15;
-    }
+    for (let i = 6; i > 0; i--) sz += (this.b[i] * saturate(2 * this.d[i])) >> 15;
     this.sz = saturate(sz);
     // PREDIC
     this.s = saturate(this.sp + this.sz);
