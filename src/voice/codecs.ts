@@ -67,7 +67,8 @@ const ALAW_ENCODE = Uint8Array.from({ length: 65536 }, (_, i) => linearToAlaw(i 
 
 // ---------------------------------------------------------------- G.722
 
-const saturate = (v: number) => (v > 32767 ? 32767 : v < -32768 ? -32768 : v);
+const clamp = (v: number, min: number, max: number) => (v > max ? max : v < min ? min : v);
+const saturate = (v: number) => clamp(v, -32768, 32767);
 
 const QMF = [3, -11, 12, 32, -210, 951, 3876, -805, 362, -156, 53, -11];
 const Q6 = [
@@ -122,17 +123,12 @@ class Band {
     let wd2 = this.sg[0] === this.sg[1] ? -wd1 : wd1;
     if (wd2 > 32767) wd2 = 32767;
     let wd3 = (wd2 >> 7) + (this.sg[0] === this.sg[2] ? 128 : -128);
-    wd3 += (this.a[2] * 32512) >> 15;
-    if (wd3 > 12288) wd3 = 12288;
-    else if (wd3 < -12288) wd3 = -12288;
-    this.ap[2] = wd3;
+    this.ap[2] = clamp(wd3 + ((this.a[2] * 32512) >> 15), -12288, 12288);
     // UPPOL1 (the signs of p[0] and p[1] as UPPOL2 took them)
     wd1 = this.sg[0] === this.sg[1] ? 192 : -192;
     wd2 = (this.a[1] * 32640) >> 15;
-    this.ap[1] = saturate(wd1 + wd2);
     wd3 = saturate(15360 - this.ap[2]);
-    if (this.ap[1] > wd3) this.ap[1] = wd3;
-    else if (this.ap[1] < -wd3) this.ap[1] = -wd3;
+    this.ap[1] = clamp(saturate(wd1 + wd2), -wd3, wd3);
     // UPZERO
     wd1 = d === 0 ? 0 : 128;
     this.sg[0] = d >> 15;
@@ -166,9 +162,7 @@ class Band {
    */
   adapt(qm: number, wdelta: number, max: number, shift: number): number {
     const d = (this.det * qm) >> 15;
-    let nb = ((this.nb * 127) >> 7) + wdelta;
-    if (nb < 0) nb = 0;
-    else if (nb > max) nb = max;
+    const nb = clamp(((this.nb * 127) >> 7) + wdelta, 0, max);
     this.nb = nb;
     const wd1 = (nb >> 6) & 31;
     const wd2 = shift - (nb >> 11);
@@ -198,7 +192,7 @@ function qmf(x: Int32Array, a: number, b: number): [number, number] {
 }
 
 /** Blocks 6L/6H LIMIT of the decoder. */
-const limit = (v: number) => (v > 16383 ? 16383 : v < -16384 ? -16384 : v);
+const limit = (v: number) => clamp(v, -16384, 16383);
 
 export class G722Encoder {
   private readonly x = new Int32Array(24);
