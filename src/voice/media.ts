@@ -76,7 +76,6 @@ type FromWorker =
 
 /** One call's RTP port, as the main thread sees it: packets in, prompts out, paced by the worker. */
 export class RtpStream {
-  /** Each packet received on the port. */
   onPacket?: (data: Uint8Array) => void;
   /** Benchmarks: each packet sent, when and when it was due (main-thread performance.now()). */
   onSent?: (at: number, due: number) => void;

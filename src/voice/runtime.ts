@@ -47,10 +47,9 @@ export interface VoiceRuntimeOptions {
    */
   callEvents?: CallEvents;
   /**
-   * The database's notifications: the agent runtime announces there each committed turn (TURN_CHANNEL), which
-   * wakes the call waiting for it, and a tool's `say_while_waiting` line as its request starts (TOOL_WAIT_CHANNEL),
-   * which the call then hears. Without it or `agents`, a call polls for its reply every 20 ms, and such lines
-   * are not spoken (the reply still is).
+   * The database's notifications: each committed turn (TURN_CHANNEL) and a tool's `say_while_waiting` line
+   * (TOOL_WAIT_CHANNEL). Without it or `agents`, a call polls for its reply every 20 ms, and such lines are not
+   * spoken (the reply still is).
    */
   listen?: DatabaseHandle['listen'];
   /** The calls between people being transcribed (`sip serve`'s transcriber): they count towards VOICE_MAX_CALLS. */
@@ -73,7 +72,6 @@ interface ActiveCall {
   /** Relayed by the SIP edge: its account of the call (the Call is the edge's; see storeCall). */
   edge?: CallEvent;
   dialog?: DialogHandle;
-  /** The call's conversation, once stored. */
   conversationId?: string;
   /** A transfer under way or done (to an operator, or transfer_call's target): the Refer-To SIP URI. */
   transferTo?: string;
@@ -94,7 +92,7 @@ export class VoiceRuntime implements CallHandler {
   private readonly endings = new Set<Promise<void>>();
   private readonly callEvents: CallEvents;
   private unlisten: (() => unknown)[] = [];
-  /** Calls waiting for a turn of their conversation to commit, by conversation id (`nextCommit`). */
+  /** Calls waiting for a turn of their conversation to commit, by conversation id (`whenCommitted`). */
   private readonly waiting = new Map<string, Set<() => void>>();
 
   constructor(private readonly o: VoiceRuntimeOptions) {
@@ -164,7 +162,6 @@ export class VoiceRuntime implements CallHandler {
     return [...this.calls.values()].flatMap((c) => (c.transferTo ? [{ callId: c.callId, target: c.transferTo }] : []));
   }
 
-  /** The sessions of the calls in progress. */
   sessions(): VoiceSession[] {
     return [...this.calls.values()].flatMap((c) => (c.session ? [c.session] : []));
   }
@@ -347,11 +344,9 @@ export class VoiceRuntime implements CallHandler {
   }
 
   /**
-   * Reads `read` until it gives an answer or the deadline passes, again after each commit of a turn of the
-   * conversation (the agent runtime's announcement: `onCommit` in this process, TURN_CHANNEL from another), when
-   * its call ends, and at the latest after a safety net for a lost notification: 1 s when commits are announced
-   * here, 20 ms when nothing announces them (a poll). The wake-up is armed before each read, so that a commit
-   * announced while the read runs is not missed.
+   * Reads `read` until it gives an answer or the deadline passes, again after each announced commit of a turn of
+   * the conversation, its call's end, or a safety net (docs/voice.md, "Waiting for the reply"). The wake-up is armed
+   * before each read, so that a commit announced while the read runs is not missed.
    */
   private async whenCommitted<T>(conversationId: string, deadline: number, read: () => Promise<T | undefined>): Promise<T | undefined> {
     const safetyMs = this.o.listen || this.o.agents?.onCommit ? 1000 : 20;

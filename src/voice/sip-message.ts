@@ -123,7 +123,6 @@ export function userOf(uri: string): string | undefined {
   return m ? decodeURIComponent(m[1]) : undefined;
 }
 
-/** CSeq's number and method. */
 export function cseqOf(msg: SipMessage): { seq: number; method: string } {
   const [seq, method] = (header(msg, 'cseq') ?? '').split(/\s+/);
   return { seq: Number(seq), method: method ?? '' };

@@ -83,10 +83,7 @@ interface Fork {
   stopped: boolean;
 }
 
-/**
- * The transcriber `sip serve` runs beside the voice runtime; it follows the edge's call events
- * (`CallEvents.observe`) and keeps one fork per answered dialog between people.
- */
+/** Follows the edge's call events (`CallEvents.observe`) and keeps one fork per answered dialog between people. */
 export class CallTranscriber {
   private readonly forks = new Map<string, Fork>();
   /** Per Call (row id): transcript writes in utterance order, so `content_index` follows the conversation. */
@@ -234,9 +231,8 @@ export class CallTranscriber {
   }
 
   /**
-   * The caller's and the callee's SIP tags, from Kamailio's dialog (`sip_dialogs`: From tag = the caller's,
-   * To tag = the answering party's), which rtpengine's session knows the parties by. Kamailio writes its
-   * dialogs every second (db_mode 2), so the row may come a moment after the answer's event.
+   * The caller's and the answering party's SIP tags (rtpengine knows the parties by them), from Kamailio's dialog,
+   * which it writes every second (db_mode 2): the row may come a moment after the answer's event.
    */
   private async dialogTags(callId: string): Promise<{ from: string; to: string } | undefined> {
     const deadline = Date.now() + (this.o.tagsTimeoutMs ?? 5000);
