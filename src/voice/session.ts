@@ -180,8 +180,7 @@ export class VoiceSession {
       } else {
         const lateFrames = this.framesIn - 1 - event.atFrame;
         const speechEndAt = performance.now() - lateFrames * FRAME_MS;
-        const audio = event.audio;
-        this.enqueue(() => this.onUtterance(audio, speechEndAt, event.reason));
+        this.enqueue(() => this.onUtterance(event.audio, speechEndAt, event.reason));
       }
     }
   }
@@ -342,8 +341,7 @@ export class VoiceSession {
           await this.o.hangup();
         }
       });
-    }, this.o.silenceTimeoutMs);
-    this.silenceTimer.unref?.();
+    }, this.o.silenceTimeoutMs).unref();
   }
 
   // ------------------------------------------------------------ media out

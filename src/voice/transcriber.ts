@@ -114,8 +114,7 @@ export class CallTranscriber {
   }
 
   start(): void {
-    this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), this.o.sweepIntervalMs ?? 30_000);
-    this.sweepTimer.unref();
+    this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), this.o.sweepIntervalMs ?? 30_000).unref();
   }
 
   /** Stops every fork (their last utterances are still transcribed and written). */
