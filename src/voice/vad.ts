@@ -49,30 +49,26 @@ export class Vad {
     const loud = level > Math.max(MIN_DBFS, this.floor + MARGIN_DB);
     // The floor adapts: quickly down towards quieter frames, slowly up (speech should not raise it much).
     this.floor = level < this.floor ? this.floor + (level - this.floor) * 0.3 : this.floor + (level - this.floor) * 0.005;
-    const events: VadEvent[] = [];
     if (!this.speaking) {
       this.preRoll.push(frame);
       if (this.preRoll.length > PRE_ROLL_FRAMES) this.preRoll.shift();
       this.loudRun = loud ? this.loudRun + 1 : 0;
-      if (this.loudRun >= START_FRAMES) {
-        this.speaking = true;
-        this.quietRun = 0;
-        this.frames = [...this.preRoll];
-        this.preRoll = [];
-        events.push({ type: 'speech_start', atFrame: index - START_FRAMES + 1 });
-      }
-      return events;
+      if (this.loudRun < START_FRAMES) return [];
+      this.speaking = true;
+      this.quietRun = 0;
+      this.frames = [...this.preRoll];
+      this.preRoll = [];
+      return [{ type: 'speech_start', atFrame: index - START_FRAMES + 1 }];
     }
     this.frames.push(frame);
     this.quietRun = loud ? 0 : this.quietRun + 1;
-    if (this.quietRun * FRAME_MS >= this.hangoverMs) events.push(this.finish(index, 'silence'));
-    else if (this.frames.length * FRAME_MS >= this.maxUtteranceMs) events.push(this.finish(index, 'max_length'));
-    return events;
+    if (this.quietRun * FRAME_MS >= this.hangoverMs) return [this.finish(index, 'silence')];
+    if (this.frames.length * FRAME_MS >= this.maxUtteranceMs) return [this.finish(index, 'max_length')];
+    return [];
   }
 
   private finish(index: number, reason: 'silence' | 'max_length'): VadEvent {
-    const total = this.frames.reduce((n, f) => n + f.length, 0);
-    const audio = new Int16Array(total);
+    const audio = new Int16Array(this.frames.reduce((n, f) => n + f.length, 0));
     let offset = 0;
     for (const f of this.frames) {
       audio.set(f, offset);
