@@ -6,18 +6,14 @@ import { fileURLToPath } from 'node:url';
 import { loadMediaSettings, type MediaSettings } from '../config/media.js';
 import { origins } from '../config/index.js';
 
-export interface SipListen {
-  proto: 'udp' | 'tcp' | 'tls';
+/** A listen address: SIP over `udp`, `tcp`, `tls`; a WebSocket (RFC 7118) `ws` over TCP, `wss` over TLS. */
+export interface SipListen<Proto = 'udp' | 'tcp' | 'tls'> {
+  proto: Proto;
   host: string;
   port: number;
 }
 
-/** A WebSocket listen address (RFC 7118): `ws` over TCP, `wss` over TLS. */
-export interface SipWsListen {
-  proto: 'ws' | 'wss';
-  host: string;
-  port: number;
-}
+export type SipWsListen = SipListen<'ws' | 'wss'>;
 
 export interface SipSettings {
   /** SIP_LISTEN as given: one or more `udp|tcp|tls:<IP address>:<port>`, comma-separated. */
@@ -105,43 +101,33 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): n
   return value;
 }
 
-const LISTEN = /^(udp|tcp|tls):(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
 const DOMAIN = /^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
 
-/** SIP_LISTEN's addresses (`udp:0.0.0.0:5060,tls:0.0.0.0:5061`); an IPv6 host keeps its brackets. */
-export function parseSipListen(listen: string): SipListen[] {
+/** `name`'s comma-separated `<proto>:<IP address>:<port>` addresses (`example` shows them); an IPv6 host keeps its brackets. */
+function parseListens<Proto extends string>(name: string, protos: Proto[], listen: string, example: string): SipListen<Proto>[] {
+  const pattern = new RegExp(`^(${protos.join('|')}):(\\d{1,3}(\\.\\d{1,3}){3}|\\[[0-9A-Fa-f:.]+\\]):(\\d{1,5})$`);
   return listen.split(',').map((one) => {
-    const match = LISTEN.exec(one.trim());
+    const match = pattern.exec(one.trim());
     if (!match || Number(match[4]) < 1 || Number(match[4]) > 65535) {
-      throw new Error(
-        `SIP_LISTEN must be one or more udp|tcp|tls:<IP address>:<port>, comma-separated (udp:0.0.0.0:5060,tls:0.0.0.0:5061), got "${listen}"`,
-      );
+      throw new Error(`${name} must be one or more ${protos.join('|')}:<IP address>:<port>, comma-separated (${example}), got "${listen}"`);
     }
-    return { proto: match[1] as SipListen['proto'], host: match[2], port: Number(match[4]) };
+    return { proto: match[1] as Proto, host: match[2], port: Number(match[4]) };
   });
 }
 
-const WS_LISTEN = /^(wss?):(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
+/** SIP_LISTEN's addresses (`udp:0.0.0.0:5060,tls:0.0.0.0:5061`). */
+export const parseSipListen = (listen: string): SipListen[] =>
+  parseListens('SIP_LISTEN', ['udp', 'tcp', 'tls'], listen, 'udp:0.0.0.0:5060,tls:0.0.0.0:5061');
 
 /** SIP_WS_LISTEN's addresses (`wss:0.0.0.0:8443,ws:127.0.0.1:8080`); empty or unset: none. */
-export function parseSipWsListen(listen: string | undefined): SipWsListen[] {
-  if (!listen) return [];
-  return listen.split(',').map((one) => {
-    const match = WS_LISTEN.exec(one.trim());
-    if (!match || Number(match[4]) < 1 || Number(match[4]) > 65535) {
-      throw new Error(
-        `SIP_WS_LISTEN must be one or more ws|wss:<IP address>:<port>, comma-separated (wss:0.0.0.0:8443,ws:127.0.0.1:8080), got "${listen}"`,
-      );
-    }
-    return { proto: match[1] as SipWsListen['proto'], host: match[2], port: Number(match[4]) };
-  });
-}
+export const parseSipWsListen = (listen: string | undefined): SipWsListen[] =>
+  listen ? parseListens('SIP_WS_LISTEN', ['ws', 'wss'], listen, 'wss:0.0.0.0:8443,ws:127.0.0.1:8080') : [];
 
 /** Kamailio's socket under a WebSocket address: ws over a TCP socket, wss over a TLS one. */
 const wsSocketProto = (l: SipWsListen) => (l.proto === 'ws' ? 'tcp' : 'tls');
 
 /** Whether two addresses share a port on overlapping hosts (0.0.0.0 overlaps every IPv4 address). */
-const overlaps = (a: { host: string; port: number }, b: { host: string; port: number }) =>
+const overlaps = (a: SipListen<string>, b: SipListen<string>) =>
   a.port === b.port && (a.host === b.host || a.host === '0.0.0.0' || b.host === '0.0.0.0');
 
 function wsOrigins(env: NodeJS.ProcessEnv): string[] {
@@ -339,12 +325,10 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
       throw new Error(`${name} must not contain quotes or line breaks`);
     }
   }
-  const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (whole, name: string) => {
-    const value = values[name];
-    if (value === undefined) throw new Error(`unknown placeholder ${whole} in the Kamailio template`);
-    return value;
+  return template.replace(/\{\{([A-Z_]+)\}\}/g, (whole, name: string) => {
+    if (values[name] === undefined) throw new Error(`unknown placeholder ${whole} in the Kamailio template`);
+    return values[name];
   });
-  return rendered;
 }
 
 /**
