@@ -37,14 +37,8 @@ export interface CallQueueOptions {
   pollMs?: number;
   /** Rows claimed at once. */
   batchSize?: number;
-  /** How long a claimed row is this consumer's before another may take it (ms). */
-  leaseMs?: number;
   /** Calls applied at the same time when they are applied one by one (a chunk failed). */
   concurrency?: number;
-  /** Calls written together in one transaction. */
-  chunk?: number;
-  /** The least time between the starts of two drains (ms): what arrives meanwhile is applied together. */
-  gatherMs?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
 }
 
@@ -66,16 +60,20 @@ function permanent(error: unknown): boolean {
   return typeof status === 'number' && status >= 400 && status < 500 && status !== 409;
 }
 
+/** How long a claimed row is this consumer's before another may take it (ms). */
+const LEASE_MS = 30_000;
+/** Calls written together in one transaction. */
+const CHUNK = 100;
+/** The least time between the starts of two drains (ms): what arrives meanwhile is applied together. */
+const GATHER_MS = 100;
+
 const message = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 export class CallEventQueue {
   private readonly db: Db;
   private readonly pollMs: number;
   private readonly batchSize: number;
-  private readonly leaseMs: number;
   private readonly concurrency: number;
-  private readonly chunk: number;
-  private readonly gatherMs: number;
   private readonly log: NonNullable<CallQueueOptions['log']>;
   private timer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
@@ -89,10 +87,7 @@ export class CallEventQueue {
     this.db = options.db;
     this.pollMs = options.pollMs ?? 1000;
     this.batchSize = options.batchSize ?? 400;
-    this.leaseMs = options.leaseMs ?? 30_000;
     this.concurrency = options.concurrency ?? 32;
-    this.chunk = options.chunk ?? 100;
-    this.gatherMs = options.gatherMs ?? 100;
     this.log = options.log ?? (() => {});
   }
 
@@ -125,7 +120,7 @@ export class CallEventQueue {
   }
 
   /**
-   * Runs a drain now unless one is running or about to, and at most one per `gatherMs`: Kamailio writes a few
+   * Runs a drain now unless one is running or about to, and at most one per `GATHER_MS`: Kamailio writes a few
    * events every 20 ms, each write a notification, and a drain per notification cost its claim, reads, BEGIN,
    * COMMIT and delete for one or two calls' events; what arrives until the next is applied together.
    */
@@ -135,7 +130,7 @@ export class CallEventQueue {
       this.again = true;
       return;
     }
-    const wait = this.gatherMs - (Date.now() - this.lastStart);
+    const wait = GATHER_MS - (Date.now() - this.lastStart);
     if (wait > 0) {
       this.gathering = setTimeout(() => {
         this.gathering = undefined;
@@ -219,7 +214,7 @@ export class CallEventQueue {
     // (when leasing; a delete's transaction holds them until it ends, as another consumer could not take them).
     const take =
       how === 'lease'
-        ? sql`UPDATE sip_call_events q SET lease_until = now() + make_interval(secs => ${this.leaseMs / 1000}), attempts = q.attempts + 1`
+        ? sql`UPDATE sip_call_events q SET lease_until = now() + make_interval(secs => ${LEASE_MS / 1000}), attempts = q.attempts + 1`
         : sql`DELETE FROM sip_call_events q`;
     const { rows } = await sql<Row>`
       WITH candidates AS (
@@ -253,8 +248,8 @@ export class CallEventQueue {
     // one transaction per chunk. A chunk that fails (a row the records service refuses, the database gone) is
     // applied again call by call below, where the row at fault is kept out or retried alone.
     const alone: Valid[][] = [];
-    for (let i = 0; i < groups.length; i += this.chunk) {
-      const chunk = groups.slice(i, i + this.chunk);
+    for (let i = 0; i < groups.length; i += CHUNK) {
+      const chunk = groups.slice(i, i + CHUNK);
       if (chunk.length === 1) {
         alone.push(chunk[0]);
         continue;
