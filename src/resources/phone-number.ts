@@ -2,6 +2,7 @@ import parsePhoneNumberFromString, { type CountryCode } from 'libphonenumber-js'
 import { type ActionContext, ApiError, attr, defineResource, errorObject, type ErrorObject, rel } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { at } from './pointer.js';
 
 /** What a dialled or written number may contain: digits, one leading `+`, and visual separators (RFC 3966 section 5.1.1). */
 const NUMBER_TEXT = /^\+?[0-9 ().\-/]{2,40}$/;
@@ -37,9 +38,7 @@ async function checkNumber(ctx: ActionContext): Promise<void> {
         ? `, or a national number of ${org.default_country} (the organisation's default_country)`
         : " (a national number needs the organisation's default_country)";
       errors.push(
-        errorObject('invalid_attribute', `\`number\` must be an international number such as +442079460018${national}.`, {
-          pointer: '/data/attributes/number',
-        }),
+        errorObject('invalid_attribute', `\`number\` must be an international number such as +442079460018${national}.`, at('number')),
       );
     }
   }

@@ -20,6 +20,7 @@ import {
 } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { at } from './pointer.js';
 
 /** An address with one @ and a dot in its domain: enough to catch typing mistakes, not to prove delivery. */
 const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
@@ -27,8 +28,6 @@ export const MIN_PASSWORD_LENGTH = 8;
 
 /** 16 URL-safe characters from 96 random bits: a password no one guesses before its user replaces it. */
 const newInitialPassword = () => randomBytes(12).toString('base64url');
-
-const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
 
 /**
  * The member's role and whether another owner remains, with the memberships of the member and of every owner
