@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadMediaSettings, type MediaSettings } from '../config/media.js';
+import { loadMediaSettings } from '../config/media.js';
 import { origins } from '../config/index.js';
 
 /** A listen address: SIP over `udp`, `tcp`, `tls`; a WebSocket (RFC 7118) `ws` over TCP, `wss` over TLS. */
@@ -15,59 +15,8 @@ export interface SipListen<Proto = 'udp' | 'tcp' | 'tls'> {
 
 export type SipWsListen = SipListen<'ws' | 'wss'>;
 
-export interface SipSettings {
-  /** SIP_LISTEN as given: one or more `udp|tcp|tls:<IP address>:<port>`, comma-separated. */
-  listen: string;
-  /** Each Kamailio `listen` address. */
-  listens: SipListen[];
-  /** PEM certificate chain and private key for the TLS listen addresses (SIP_TLS_CERT, SIP_TLS_KEY). */
-  tlsCert: string | undefined;
-  tlsKey: string | undefined;
-  /** SIP_WS_LISTEN: the WebSocket addresses browsers connect to (`wss:0.0.0.0:8443`); empty: none. */
-  wsListens: SipWsListen[];
-  /**
-   * Origins (scheme://host[:port]) whose pages may open a SIP WebSocket: the console's (SIP_WS_ORIGINS, else
-   * PUBLIC_URL's origin). A handshake with any other Origin, or none, is refused with 403.
-   */
-  wsOrigins: string[];
-  /** The one SIP domain users register in: `<sip_username>@<domain>`. */
-  domain: string;
-  /** Ring timeout before an unanswered call ends as no_answer. */
-  ringTimeoutSeconds: number;
-  /** Requests per 2 s from one address before it is banned (pike); 0 turns the check off. */
-  floodRequests: number;
-  /** Failed authentications per minute from one address before it is banned. */
-  authFailures: number;
-  banSeconds: number;
-  /** Kamailio worker processes. */
-  children: number;
-  /** How often gateway edits are looked for (and Kamailio told to reload them) and revoked softphones' calls ended. */
-  reloadIntervalMs: number;
-  /** How often calls whose dialog is gone are ended. */
-  reconcileIntervalMs: number;
-  /**
-   * In-dialog OPTIONS keep-alives to both parties every this many seconds (the dialog module's minimum is 30):
-   * a phone that vanished without BYE ends its call about 15 s after the first unanswered one.
-   */
-  keepaliveSeconds: number;
-  /** Call events Kamailio holds in memory while the database cannot take them (the oldest go first). */
-  eventQueueSize: number;
-  kamailioBinary: string;
-  kamcmdBinary: string;
-  /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
-  kamailioDebug: number;
-  /** E.164 prefixes (`+` and digits) no outbound call may dial: premium-rate ranges by default (toll fraud). */
-  outboundDenyPrefixes: string[];
-  /** Outbound calls one organisation may have at once through its gateway. */
-  outboundMaxCalls: number;
-  /** rtpengine, the media plane (RTP_PORT_MIN/MAX, MEDIA_ADVERTISED_ADDRESS; src/config/media.ts). */
-  media: MediaSettings;
-  /**
-   * Where calls to AI agents go: the voice runtime's SIP address, `host:port` (VOICE_SIP_HOST, VOICE_SIP_PORT;
-   * VOICE_ADVERTISED_ADDRESS when the runtime listens on every address).
-   */
-  voiceAddress: string;
-}
+/** The SIP edge's settings, as `loadSipSettings` reads them from the environment. */
+export type SipSettings = ReturnType<typeof loadSipSettings>;
 
 /**
  * Premium-rate and similar ranges that toll fraud dials (the default of SIP_OUTBOUND_DENY_PREFIXES): North
@@ -141,7 +90,7 @@ function wsOrigins(env: NodeJS.ProcessEnv): string[] {
   return list;
 }
 
-export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettings {
+export function loadSipSettings(env: NodeJS.ProcessEnv = process.env) {
   const listen = env.SIP_LISTEN || 'udp:127.0.0.1:5060';
   const listens = parseSipListen(listen);
   const wsListens = parseSipWsListen(env.SIP_WS_LISTEN);
@@ -172,28 +121,56 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
   const domain = env.SIP_DOMAIN || 'parley.local';
   if (!DOMAIN.test(domain)) throw new Error(`SIP_DOMAIN must be a host name, got "${domain}"`);
   return {
+    /** SIP_LISTEN as given: one or more `udp|tcp|tls:<IP address>:<port>`, comma-separated. */
     listen,
+    /** Each Kamailio `listen` address. */
     listens,
+    /** PEM certificate chain and private key for the TLS listen addresses (SIP_TLS_CERT, SIP_TLS_KEY). */
     tlsCert,
     tlsKey,
+    /** SIP_WS_LISTEN: the WebSocket addresses browsers connect to (`wss:0.0.0.0:8443`); empty: none. */
     wsListens,
+    /**
+     * Origins (scheme://host[:port]) whose pages may open a SIP WebSocket: the console's (SIP_WS_ORIGINS, else
+     * PUBLIC_URL's origin). A handshake with any other Origin, or none, is refused with 403.
+     */
     wsOrigins: origins,
+    /** The one SIP domain users register in: `<sip_username>@<domain>`. */
     domain,
+    /** Ring timeout before an unanswered call ends as no_answer. */
     ringTimeoutSeconds: int(env, 'SIP_RING_TIMEOUT_SECONDS', 30, 1),
+    /** Requests per 2 s from one address before it is banned (pike); 0 turns the check off. */
     floodRequests: int(env, 'SIP_FLOOD_REQUESTS', 200),
+    /** Failed authentications per minute from one address before it is banned. */
     authFailures: int(env, 'SIP_AUTH_FAILURES', 20, 1),
     banSeconds: int(env, 'SIP_BAN_SECONDS', 300, 1),
+    /** Kamailio worker processes. */
     children: int(env, 'SIP_CHILDREN', 4, 1),
+    /** How often gateway edits are looked for (and Kamailio told to reload them) and revoked softphones' calls ended. */
     reloadIntervalMs: int(env, 'SIP_RELOAD_INTERVAL_MS', 2000, 100),
+    /** How often calls whose dialog is gone are ended. */
     reconcileIntervalMs: int(env, 'SIP_RECONCILE_INTERVAL_MS', 30_000, 100),
+    /**
+     * In-dialog OPTIONS keep-alives to both parties every this many seconds (the dialog module's minimum is 30):
+     * a phone that vanished without BYE ends its call about 15 s after the first unanswered one.
+     */
     keepaliveSeconds: int(env, 'SIP_KEEPALIVE_SECONDS', 30, 30),
+    /** Call events Kamailio holds in memory while the database cannot take them (the oldest go first). */
     eventQueueSize: int(env, 'SIP_EVENT_QUEUE_SIZE', 100_000, 100),
     kamailioBinary: env.KAMAILIO_BIN || 'kamailio',
     kamcmdBinary: env.KAMCMD_BIN || 'kamcmd',
+    /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
     kamailioDebug: int(env, 'SIP_KAMAILIO_DEBUG', 1, 0),
+    /** E.164 prefixes (`+` and digits) no outbound call may dial: premium-rate ranges by default (toll fraud). */
     outboundDenyPrefixes: prefixes(env),
+    /** Outbound calls one organisation may have at once through its gateway. */
     outboundMaxCalls: int(env, 'SIP_OUTBOUND_MAX_CALLS', 10, 0),
+    /** rtpengine, the media plane (RTP_PORT_MIN/MAX, MEDIA_ADVERTISED_ADDRESS; src/config/media.ts). */
     media: loadMediaSettings(env),
+    /**
+     * Where calls to AI agents go: the voice runtime's SIP address, `host:port` (VOICE_SIP_HOST, VOICE_SIP_PORT;
+     * VOICE_ADVERTISED_ADDRESS when the runtime listens on every address).
+     */
     voiceAddress: voiceAddress(env),
   };
 }
