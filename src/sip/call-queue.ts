@@ -1,24 +1,8 @@
 /**
  * The consumer of the durable call event queue (`sip_call_events`, migration 0013): Kamailio writes each
  * call event there without waiting for Parley; `sip serve` reads the rows in id order, validates each with
- * `parseCallEvent`, applies it through `CallEvents` (records service, system actor) and deletes it.
- *
- * - Order per call: rows are claimed in id order (Kamailio writes them in the order they were raised) and a
- *   row is not claimed while an earlier row of the same call is claimed elsewhere or waits, so one call's events
- *   are applied one after the other, in order, even with several consumers.
- * - Usually a batch is one transaction: its rows are claimed by deleting them, and the records they become are
- *   written in the same transaction (`CallEvents.applyClaimed`), so the rows go exactly when their records are
- *   stored; a consumer that dies first leaves both undone. When that fails (a row that is not a valid event, a
- *   row the records service refuses, the database gone), the batch is taken the leased way: rows claimed with a
- *   lease, the calls applied together (one transaction per chunk of calls) and else one call at a time,
- *   different calls concurrently, then deleted.
- * - Exactly once in effect: a leased row whose consumer dies before deleting it is applied again once the lease
- *   expires. Applying an event twice changes nothing (statuses only move forward, a terminal one is final, the
- *   Call is found by its Call-ID).
- * - Failures: a row that is not a valid event, or that the records service refuses as invalid (4xx other than
- *   409), is kept with its `error` and leaves the queue (the call is ended later by reconciliation); any other
- *   failure (database unreachable) is retried with a growing delay, and holds the call's later events back.
- * - Wake-up: NOTIFY `sip_call_events` (a statement trigger on the queue) when a listener is given, and a poll.
+ * `parseCallEvent`, applies it through `CallEvents` (records service, system actor) and deletes it. Its order per
+ * call, transactions, leases, failures and wake-up are in docs/sip.md ("Call events: a durable queue").
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/schema.js';
