@@ -44,10 +44,7 @@ export async function transaction<T>(db: Database, work: (trx: Database) => Prom
  * must do the work at once instead).
  */
 export function beforeCommit(trx: Database, hook: () => Promise<void>): boolean {
-  const hooks = commitHooks.get(trx);
-  if (!hooks) return false;
-  hooks.before.push(hook);
-  return true;
+  return commitHooks.get(trx)?.before.push(hook) !== undefined;
 }
 
 /**
@@ -55,10 +52,7 @@ export function beforeCommit(trx: Database, hook: () => Promise<void>): boolean 
  * when `trx` was not opened by `transaction`.
  */
 export function afterCommit(trx: Database, hook: (db: Database) => void): boolean {
-  const hooks = commitHooks.get(trx);
-  if (!hooks) return false;
-  hooks.after.push(hook);
-  return true;
+  return commitHooks.get(trx)?.after.push(hook) !== undefined;
 }
 
 /** The shortest time between two notification statements of one database handle. */
@@ -91,11 +85,8 @@ export function notifyAfterCommit(trx: Database, channel: string, payload: strin
 }
 
 function queueNotification(db: Database, channel: string, payload: string): void {
-  let notifier = notifiers.get(db);
-  if (!notifier) {
-    notifier = { waiting: new Map(), last: 0 };
-    notifiers.set(db, notifier);
-  }
+  const notifier = notifiers.get(db) ?? { waiting: new Map(), last: 0 };
+  notifiers.set(db, notifier);
   const payloads = notifier.waiting.get(channel) ?? new Set();
   notifier.waiting.set(channel, payloads);
   payloads.add(payload);
