@@ -201,29 +201,16 @@ async function removeMember(ctx: ActionContext): Promise<Record<string, number>>
   requireOwnerFor(ctx, role === 'owner');
   if (role === 'owner' && !otherOwner) throw lastOwner();
   const system = systemActor(principal.organisationId, 'engine');
-  const keys = await db
-    .selectFrom('api_keys')
-    .select('id')
-    .where('organisation_id', '=', principal.organisationId)
-    .where('user_id', '=', id)
-    .execute();
+  // The member's rows of `table` in this organisation.
+  const theirs = (table: 'api_keys' | 'sip_users' | 'operator_statuses') =>
+    db.selectFrom(table).select('id').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id);
+  const keys = await theirs('api_keys').execute();
   for (const key of keys) await ctx.records.delete(system, 'ApiKey', key.id);
-  const sipUsers = await db
-    .selectFrom('sip_users')
-    .select('id')
-    .where('organisation_id', '=', principal.organisationId)
-    .where('user_id', '=', id)
-    .execute();
+  const sipUsers = await theirs('sip_users').execute();
   for (const sipUser of sipUsers) await ctx.records.update(system, 'SipUser', sipUser.id, { user_id: null });
   // Their availability here: a SIP user's status stays the SIP user's (without a user); a status of theirs
   // without a SIP user goes, with its history (as a SIP user's does when the SIP user is deleted).
-  const own = await db
-    .selectFrom('operator_statuses')
-    .select('id')
-    .where('organisation_id', '=', principal.organisationId)
-    .where('user_id', '=', id)
-    .where('sip_user_id', 'is', null)
-    .execute();
+  const own = await theirs('operator_statuses').where('sip_user_id', 'is', null).execute();
   const removed: Record<string, number> = {};
   if (own.length > 0) {
     const ownIds = own.map((o) => o.id);
