@@ -222,40 +222,14 @@ export function chunkText(text: string, size = CHUNK_WORDS, overlap = CHUNK_OVER
  * (lower-cased words, no stemming) for languages PostgreSQL ships none for. Every configuration named here
  * exists in PostgreSQL 14 and later and in PGlite.
  */
-const CONFIGS: Record<string, string> = {
-  ar: 'arabic',
-  hy: 'armenian',
-  eu: 'basque',
-  ca: 'catalan',
-  da: 'danish',
-  nl: 'dutch',
-  en: 'english',
-  et: 'estonian',
-  fi: 'finnish',
-  fr: 'french',
-  de: 'german',
-  el: 'greek',
-  hi: 'hindi',
-  hu: 'hungarian',
-  id: 'indonesian',
-  ga: 'irish',
-  it: 'italian',
-  lt: 'lithuanian',
-  ne: 'nepali',
-  no: 'norwegian',
-  nb: 'norwegian',
-  nn: 'norwegian',
-  pt: 'portuguese',
-  ro: 'romanian',
-  ru: 'russian',
-  sr: 'serbian',
-  es: 'spanish',
-  sv: 'swedish',
-  ta: 'tamil',
-  tr: 'turkish',
-  yi: 'yiddish',
-};
+const CONFIGS = new Map(
+  [
+    'ar:arabic hy:armenian eu:basque ca:catalan da:danish nl:dutch en:english et:estonian fi:finnish fr:french de:german',
+    'el:greek hi:hindi hu:hungarian id:indonesian ga:irish it:italian lt:lithuanian ne:nepali no:norwegian nb:norwegian',
+    'nn:norwegian pt:portuguese ro:romanian ru:russian sr:serbian es:spanish sv:swedish ta:tamil tr:turkish yi:yiddish',
+  ].flatMap((line) => line.split(' ').map((pair) => pair.split(':') as [string, string])),
+);
 
 export function textSearchConfig(language: string | undefined): string {
-  return CONFIGS[(language ?? '').split('-')[0].toLowerCase()] ?? 'simple';
+  return CONFIGS.get((language ?? '').split('-')[0].toLowerCase()) ?? 'simple';
 }
