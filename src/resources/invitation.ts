@@ -4,10 +4,9 @@ import { tokenHash } from '../auth/tokens.js';
 import { type ActionContext, type ActionResult, ApiError, attr, defineResource, forbidden, rel, ROLES } from '../jsonapi/index.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { EMAIL } from './user.js';
 import { at } from './pointer.js';
 
-/** An address with one @ and a dot in its domain (as a user's `email`). */
-const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
 const DAY_MS = 24 * 3600 * 1000;
 export const INVITATION_DEFAULT_DAYS = 7;
 const INVITATION_MAX_DAYS = 30;

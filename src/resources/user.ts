@@ -23,7 +23,7 @@ import { timestamps } from './timestamps.js';
 import { at } from './pointer.js';
 
 /** An address with one @ and a dot in its domain: enough to catch typing mistakes, not to prove delivery. */
-const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
+export const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
 export const MIN_PASSWORD_LENGTH = 8;
 
 /** 16 URL-safe characters from 96 random bits: a password no one guesses before its user replaces it. */
