@@ -64,30 +64,14 @@ export async function assertSipPortFree(listen: string): Promise<void> {
 async function assertAddressFree({ proto, host: bracketed, port }: SipListen, listen: string): Promise<void> {
   const label = `${proto}:${bracketed}:${port}`;
   const host = bracketed.replace(/^\[|\]$/g, '');
-  let close: () => Promise<void> = async () => {};
+  const socket =
+    proto === 'udp' ? dgram.createSocket({ type: host.includes(':') ? 'udp6' : 'udp4', reuseAddr: false }) : net.createServer();
   try {
-    if (proto === 'udp') {
-      const socket = dgram.createSocket({ type: host.includes(':') ? 'udp6' : 'udp4', reuseAddr: false });
-      close = () =>
-        new Promise<void>((resolve) => {
-          try {
-            socket.close(() => resolve());
-          } catch {
-            resolve();
-          }
-        });
-      await new Promise<void>((resolve, reject) => {
-        socket.once('error', reject);
-        socket.bind(port, host, () => resolve());
-      });
-    } else {
-      const server = net.createServer();
-      close = () => new Promise<void>((resolve) => server.close(() => resolve()));
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen({ port, host, exclusive: true }, () => resolve());
-      });
-    }
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      if (socket instanceof net.Server) socket.listen({ port, host, exclusive: true }, resolve);
+      else socket.bind(port, host, resolve);
+    });
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code === 'EADDRINUSE')
@@ -96,7 +80,14 @@ async function assertAddressFree({ proto, host: bracketed, port }: SipListen, li
       );
     throw new Error(`cannot listen on ${label}: ${error instanceof Error ? error.message : String(error)}`);
   } finally {
-    await close();
+    // A socket that never bound closes all the same, or throws: either way it is done.
+    await new Promise<void>((resolve) => {
+      try {
+        socket.close(() => resolve());
+      } catch {
+        resolve();
+      }
+    });
   }
 }
 
