@@ -67,14 +67,11 @@ function revoke(ctx: ActionContext): void {
   if (!ctx.provided.has('revoked_at')) return;
   const wanted = ctx.values.revoked_at as Date | null;
   const current = ctx.existing?.revoked_at as Date | null | undefined;
-  if (current) {
-    if (wanted === null) {
-      throw ApiError.of('invalid_transition', 'A revoked key stays revoked; issue a new key instead.', at('revoked_at'));
-    }
-    delete ctx.values.revoked_at;
-    return;
+  if (current && wanted === null) {
+    throw ApiError.of('invalid_transition', 'A revoked key stays revoked; issue a new key instead.', at('revoked_at'));
   }
-  if (wanted === null) {
+  // Revoked already (the first time stays), or nothing to revoke.
+  if (current || wanted === null) {
     delete ctx.values.revoked_at;
     return;
   }
