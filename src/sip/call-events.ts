@@ -191,11 +191,6 @@ interface CallState {
   restore: { sipUserId: string }[];
 }
 
-export interface CallEventsOptions {
-  db: Db;
-  records: Records;
-}
-
 /**
  * Applies call events. Events of one call are applied one batch at a time (in arrival order) in this
  * process; the queue consumer (call-queue.ts) hands a call's queued events over together, in the order
@@ -208,7 +203,7 @@ export class CallEvents {
   private readonly queues = new Map<string, Promise<unknown>>();
   private readonly observers = new Set<(events: CallEvent[]) => void>();
 
-  constructor(private readonly options: CallEventsOptions) {}
+  constructor(private readonly options: { db: Db; records: Records }) {}
 
   /**
    * Tells `listener` of each batch of a call's events once it has been applied (written, or found already
@@ -388,9 +383,9 @@ export class CallEvents {
   }
 
   /** The stored call (by Call-ID, or id) with its legs, in one statement; undefined when there is none. */
-  private async load(organisationId: string, by: { callUuid?: string; id?: string }): Promise<CallState | undefined> {
-    if (by.id) return (await this.loadMany([{ organisationId, id: by.id }])).get(`${organisationId}/id:${by.id}`);
-    return (await this.loadMany([{ organisationId, callUuid: by.callUuid! }])).get(`${organisationId}/${by.callUuid}`);
+  private async load(organisationId: string, by: { callUuid: string } | { id: string }): Promise<CallState | undefined> {
+    const key = 'id' in by ? `${organisationId}/id:${by.id}` : `${organisationId}/${by.callUuid}`;
+    return (await this.loadMany([{ organisationId, ...by }])).get(key);
   }
 
   /**

@@ -275,7 +275,6 @@ export class CallEventQueue {
    * fails for the moment holds the rest back.
    */
   private async applyCall(valid: Valid[], done: string[]): Promise<void> {
-    if (valid.length === 0) return;
     if (valid.length > 1) {
       try {
         await this.options.events.applyAll(valid.map((v) => v.event));
