@@ -182,10 +182,8 @@ async function updateMember(ctx: ActionContext): Promise<void> {
       ctx.storedElsewhere = true;
     }
   }
-  delete values.password;
-  delete values.current_password;
-  delete values.role;
-  delete values.revoke_tokens;
+  // Stored above (or not columns of `users`): nothing left for the engine to write.
+  for (const name of ['password', 'current_password', 'role', 'revoke_tokens']) delete values[name];
 }
 
 /**
