@@ -11,7 +11,6 @@ import dgram from 'node:dgram';
 import path from 'node:path';
 import { type Supervised, supervise, waitReady } from './kamailio.js';
 
-// ---------------------------------------------------------------------------------------------------------
 // Bencode (the ng protocol's encoding): integers, byte strings, lists, dictionaries with sorted keys.
 
 export type Bencoded = number | string | Bencoded[] | { [key: string]: Bencoded };
@@ -78,7 +77,6 @@ export function bdecode(input: Buffer): Bencoded {
   return value;
 }
 
-// ---------------------------------------------------------------------------------------------------------
 // The ng control protocol: `<cookie> <bencoded dictionary>` over UDP, answered with the same cookie.
 
 export type NgAnswer = Record<string, Bencoded>;
@@ -116,7 +114,6 @@ export async function ngRequest(host: string, port: number, command: Record<stri
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------
 // The RTP port range: rtpengine binds ports lazily, one pair per stream, so a range another process holds
 // only shows when calls fail. It is checked at start instead.
 
@@ -179,7 +176,6 @@ export async function freeLoopbackUdpPort(address = '127.0.0.1'): Promise<number
   return port;
 }
 
-// ---------------------------------------------------------------------------------------------------------
 // The process.
 
 export interface RtpengineOptions {
