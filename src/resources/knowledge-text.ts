@@ -7,6 +7,9 @@
  * searched for again), since documents come from members and reach a few hundred KiB.
  */
 
+/** A table written as space-separated `key:value` pairs. */
+const pairs = (...lines: string[]) => new Map(lines.flatMap((line) => line.split(' ').map((pair) => pair.split(':') as [string, string])));
+
 /** Elements whose content is not text a reader sees. */
 const RAW_TEXT = new Set(['script', 'style', 'noscript', 'template', 'svg', 'head', 'iframe', 'object']);
 /** Elements that start a new line where they open or close. */
@@ -18,38 +21,10 @@ const BLOCK = new Set(
 );
 
 /** The named character references seen in ordinary prose; numeric ones are decoded in full. */
-const ENTITIES: Record<string, string> = {
-  amp: '&',
-  lt: '<',
-  gt: '>',
-  quot: '"',
-  apos: "'",
-  nbsp: ' ',
-  ndash: '–',
-  mdash: '—',
-  hellip: '…',
-  lsquo: '‘',
-  rsquo: '’',
-  ldquo: '“',
-  rdquo: '”',
-  laquo: '«',
-  raquo: '»',
-  copy: '©',
-  reg: '®',
-  trade: '™',
-  euro: '€',
-  pound: '£',
-  middot: '·',
-  bull: '•',
-  eacute: 'é',
-  egrave: 'è',
-  agrave: 'à',
-  uuml: 'ü',
-  ouml: 'ö',
-  auml: 'ä',
-  szlig: 'ß',
-  ccedil: 'ç',
-};
+const ENTITIES = pairs(
+  'amp:& lt:< gt:> quot:" apos:\' nbsp:\u00a0 ndash:– mdash:— hellip:… lsquo:‘ rsquo:’ ldquo:“ rdquo:” laquo:« raquo:»',
+  'copy:© reg:® trade:™ euro:€ pound:£ middot:· bull:• eacute:é egrave:è agrave:à uuml:ü ouml:ö auml:ä szlig:ß ccedil:ç',
+);
 
 export function decodeEntities(text: string): string {
   return text.replace(/&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z]{2,8});/g, (whole, name: string) => {
@@ -59,7 +34,7 @@ export function decodeEntities(text: string): string {
       if (code === 0 || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return '';
       return String.fromCodePoint(code);
     }
-    return ENTITIES[name] ?? whole;
+    return ENTITIES.get(name) ?? whole;
   });
 }
 
@@ -222,12 +197,10 @@ export function chunkText(text: string, size = CHUNK_WORDS, overlap = CHUNK_OVER
  * (lower-cased words, no stemming) for languages PostgreSQL ships none for. Every configuration named here
  * exists in PostgreSQL 14 and later and in PGlite.
  */
-const CONFIGS = new Map(
-  [
-    'ar:arabic hy:armenian eu:basque ca:catalan da:danish nl:dutch en:english et:estonian fi:finnish fr:french de:german',
-    'el:greek hi:hindi hu:hungarian id:indonesian ga:irish it:italian lt:lithuanian ne:nepali no:norwegian nb:norwegian',
-    'nn:norwegian pt:portuguese ro:romanian ru:russian sr:serbian es:spanish sv:swedish ta:tamil tr:turkish yi:yiddish',
-  ].flatMap((line) => line.split(' ').map((pair) => pair.split(':') as [string, string])),
+const CONFIGS = pairs(
+  'ar:arabic hy:armenian eu:basque ca:catalan da:danish nl:dutch en:english et:estonian fi:finnish fr:french de:german',
+  'el:greek hi:hindi hu:hungarian id:indonesian ga:irish it:italian lt:lithuanian ne:nepali no:norwegian nb:norwegian',
+  'nn:norwegian pt:portuguese ro:romanian ru:russian sr:serbian es:spanish sv:swedish ta:tamil tr:turkish yi:yiddish',
 );
 
 export function textSearchConfig(language: string | undefined): string {
