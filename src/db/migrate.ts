@@ -8,26 +8,23 @@ import type { Database } from './schema.js';
  */
 const folder = new URL('./migrations/', import.meta.url);
 const files = fs.readdirSync(folder).filter((f) => /^\d{4}_\w+\.(ts|js)$/.test(f));
-const migrations: Record<string, { up: string }> = {};
-for (const file of files.sort()) migrations[file.replace(/\.(ts|js)$/, '')] = await import(new URL(file, folder).href);
+const migrations = new Map<string, string>();
+for (const file of files.sort()) migrations.set(file.replace(/\.(ts|js)$/, ''), (await import(new URL(file, folder).href)).up);
 
 /** Every migration's name and SQL, in order (a template cluster is named after their digest: pglite-template). */
-export const migrationList = (): Array<[name: string, sql: string]> => Object.entries(migrations).map(([name, m]) => [name, m.up]);
+export const migrationList = (): Array<[name: string, sql: string]> => [...migrations];
 
 /** The schema's SQL, every migration in order (declarations are checked against it at start). */
-export const schemaSql = (): string =>
-  Object.values(migrations)
-    .map((m) => m.up)
-    .join('\n');
+export const schemaSql = (): string => [...migrations.values()].join('\n');
 
 const provider: MigrationProvider = {
   async getMigrations() {
     const result: Record<string, Migration> = {};
-    for (const [name, migration] of Object.entries(migrations)) {
+    for (const [name, up] of migrations) {
       result[name] = {
         up: async (db) => {
           // One statement at a time: the extended protocol (PGlite's) refuses several in one.
-          for (const statement of splitStatements(migration.up)) await sql.raw(statement).execute(db);
+          for (const statement of splitStatements(up)) await sql.raw(statement).execute(db);
         },
       };
     }
