@@ -45,14 +45,8 @@ async function checkNumber(ctx: ActionContext): Promise<void> {
   const agent = 'ai_agent_id' in ctx.values ? ctx.values.ai_agent_id : ctx.existing?.ai_agent_id;
   const sipUser = 'sip_user_id' in ctx.values ? ctx.values.sip_user_id : ctx.existing?.sip_user_id;
   if (agent && sipUser) {
-    const pointer = ctx.provided.has('sip_user_id') ? '/data/attributes/sip_user_id' : '/data/attributes/ai_agent_id';
-    errors.push(
-      errorObject(
-        'invalid_attribute',
-        'A number routes to one AI agent, one SIP user, or neither (the available operators): set the other to null.',
-        { pointer },
-      ),
-    );
+    const detail = 'A number routes to one AI agent, one SIP user, or neither (the available operators): set the other to null.';
+    errors.push(errorObject('invalid_attribute', detail, at(ctx.provided.has('sip_user_id') ? 'sip_user_id' : 'ai_agent_id')));
   }
   if (errors.length > 0) throw new ApiError(errors);
 }
