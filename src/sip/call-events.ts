@@ -657,12 +657,7 @@ export class CallEvents {
   /** Operator presence, after the call's records are committed: an operator's phone (a SIP user with a user_id) only. */
   private async afterCommit(state: CallState, users: Map<string, SipUserRow>): Promise<void> {
     const actor = systemActor(state.organisationId, 'sip');
-    for (const id of new Set(state.busy)) {
-      const user = users.get(id);
-      if (user?.user_id && user.status !== 'busy') {
-        await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: id, status: 'busy', source: 'system' });
-      }
-    }
+    for (const id of new Set(state.busy)) await this.setBusy(actor, id, users);
     for (const r of state.restore) {
       if (users.get(r.sipUserId)?.user_id) await this.operatorRestore(actor, r.sipUserId, state.stored?.id);
     }
@@ -697,11 +692,15 @@ export class CallEvents {
       role: 'operator',
       joined_at: at,
     });
-    const users = await this.sipUsersOf([{ organisationId, busy: [sipUserId], restore: [] }]);
+    await this.setBusy(actor, sipUserId, await this.sipUsersOf([{ organisationId, busy: [sipUserId], restore: [] }]));
+    return leg.id;
+  }
+
+  /** `busy` for an operator's phone (a SIP user with a user_id) that is not busy already. */
+  private async setBusy(actor: Actor, sipUserId: string, users: Map<string, SipUserRow>): Promise<void> {
     const user = users.get(sipUserId);
     if (user?.user_id && user.status !== 'busy')
       await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: 'busy', source: 'system' });
-    return leg.id;
   }
 
   /**
