@@ -35,10 +35,9 @@ function prefixes(env: NodeJS.ProcessEnv): string[] {
     .split(',')
     .map((p) => p.trim())
     .filter(Boolean);
-  for (const prefix of list) {
+  for (const prefix of list)
     if (!/^\+[0-9]{1,15}$/.test(prefix))
       throw new Error(`SIP_OUTBOUND_DENY_PREFIXES must list + and digits, comma-separated; got "${prefix}"`);
-  }
   return list;
 }
 
@@ -191,13 +190,11 @@ export function mediaListenAddress(settings: SipSettings, interfaces = os.networ
   return '127.0.0.1';
 }
 
-const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
-
 /** The voice runtime's address as the edge sends to it: an IPv4 address (a wildcard is reached on loopback). */
 function voiceAddress(env: NodeJS.ProcessEnv): string {
   const listen = env.VOICE_SIP_HOST || '127.0.0.1';
   const host = listen === '0.0.0.0' ? env.VOICE_ADVERTISED_ADDRESS || '127.0.0.1' : listen;
-  if (!IPV4.test(host))
+  if (!/^\d{1,3}(\.\d{1,3}){3}$/.test(host))
     throw new Error(`VOICE_SIP_HOST (or VOICE_ADVERTISED_ADDRESS) must be an IPv4 address for the SIP edge, got "${host}"`);
   return `${host}:${int(env, 'VOICE_SIP_PORT', 5070, 1)}`;
 }
