@@ -44,10 +44,7 @@ export async function transaction<T>(db: Database, work: (trx: Database) => Prom
  * must do the work at once instead).
  */
 export function beforeCommit(trx: Database, hook: () => Promise<void>): boolean {
-  const hooks = commitHooks.get(trx);
-  if (!hooks) return false;
-  hooks.before.push(hook);
-  return true;
+  return commitHooks.get(trx)?.before.push(hook) !== undefined;
 }
 
 /**
@@ -55,10 +52,7 @@ export function beforeCommit(trx: Database, hook: () => Promise<void>): boolean 
  * when `trx` was not opened by `transaction`.
  */
 export function afterCommit(trx: Database, hook: (db: Database) => void): boolean {
-  const hooks = commitHooks.get(trx);
-  if (!hooks) return false;
-  hooks.after.push(hook);
-  return true;
+  return commitHooks.get(trx)?.after.push(hook) !== undefined;
 }
 
 /** The shortest time between two notification statements of one database handle. */
@@ -91,11 +85,8 @@ export function notifyAfterCommit(trx: Database, channel: string, payload: strin
 }
 
 function queueNotification(db: Database, channel: string, payload: string): void {
-  let notifier = notifiers.get(db);
-  if (!notifier) {
-    notifier = { waiting: new Map(), last: 0 };
-    notifiers.set(db, notifier);
-  }
+  const notifier = notifiers.get(db) ?? { waiting: new Map(), last: 0 };
+  notifiers.set(db, notifier);
   const payloads = notifier.waiting.get(channel) ?? new Set();
   notifier.waiting.set(channel, payloads);
   payloads.add(payload);
@@ -326,20 +317,66 @@ interface Subscription {
   onLost?: () => void;
 }
 
+/** A connection of its own, outside the pool: opened when first needed, ended by `close`. */
+abstract class OwnConnection {
+  protected client?: pg.Client;
+  private connecting?: Promise<pg.Client>;
+  protected closed = false;
+
+  constructor(
+    protected readonly config: Config,
+    private readonly settings: pg.ClientConfig = {},
+  ) {}
+
+  /** Sets a new client's handlers, before it connects. */
+  protected abstract prepare(client: pg.Client): void;
+
+  protected connect(): Promise<pg.Client> {
+    if (this.client) return Promise.resolve(this.client);
+    this.connecting ??= (async () => {
+      const client = new pg.Client({
+        connectionString: this.config.databaseUrl,
+        connectionTimeoutMillis: this.config.databaseTimeoutMs,
+        query_timeout: this.config.databaseTimeoutMs + 1000,
+        ...this.settings,
+      });
+      this.prepare(client);
+      try {
+        await client.connect();
+      } catch (error) {
+        client.end().catch(() => {});
+        throw error;
+      } finally {
+        this.connecting = undefined;
+      }
+      // Closed while connecting (a reconnection in flight): kept, the connection would hold the process open.
+      if (this.closed) {
+        await client.end().catch(() => {});
+        throw new Error('closed');
+      }
+      this.client = client;
+      return client;
+    })();
+    return this.connecting;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => {});
+  }
+}
+
 /**
  * One dedicated connection per process for LISTEN (a pooled connection would be handed to other queries).
  * It is opened on the first subscription and, when lost, reopened with growing pauses; then every channel is
  * listened to again and its subscribers told to catch up.
  */
-class Listener {
-  private client?: pg.Client;
-  private connecting?: Promise<pg.Client>;
+class Listener extends OwnConnection {
   private readonly channels = new Map<string, Set<Subscription>>();
-  private closed = false;
   private retryMs = 250;
   private timer?: NodeJS.Timeout;
-
-  constructor(private readonly config: Config) {}
 
   async listen(
     channel: string,
@@ -369,34 +406,13 @@ class Listener {
     };
   }
 
-  private connect(): Promise<pg.Client> {
-    if (this.client) return Promise.resolve(this.client);
-    this.connecting ??= (async () => {
-      // LISTEN and UNLISTEN are bounded too: the server's close waits for its UNLISTEN (stream.ts, typing.ts).
-      const client = new pg.Client({
-        connectionString: this.config.databaseUrl,
-        connectionTimeoutMillis: this.config.databaseTimeoutMs,
-        query_timeout: this.config.databaseTimeoutMs + 1000,
-      });
-      client.on('notification', (message) => {
-        for (const subscription of this.channels.get(message.channel) ?? []) subscription.onNotify(message.payload ?? '');
-      });
-      client.on('error', () => this.lost(client));
-      client.on('end', () => this.lost(client));
-      try {
-        await client.connect();
-      } finally {
-        this.connecting = undefined;
-      }
-      // Closed while connecting (a reconnection in flight): kept, the connection would hold the process open.
-      if (this.closed) {
-        await client.end().catch(() => {});
-        throw new Error('closed');
-      }
-      this.client = client;
-      return client;
-    })();
-    return this.connecting;
+  // LISTEN and UNLISTEN are bounded too: the server's close waits for its UNLISTEN (stream.ts, typing.ts).
+  protected prepare(client: pg.Client): void {
+    client.on('notification', (message) => {
+      for (const subscription of this.channels.get(message.channel) ?? []) subscription.onNotify(message.payload ?? '');
+    });
+    client.on('error', () => this.lost(client));
+    client.on('end', () => this.lost(client));
   }
 
   private lost(client: pg.Client): void {
@@ -424,31 +440,25 @@ class Listener {
     this.timer.unref();
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
+  override async close(): Promise<void> {
     clearTimeout(this.timer);
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => {});
+    await super.close();
   }
 }
 
 /** The connection of `DatabaseHandle.readAside`: opened on first use, dropped when it fails (the pool serves then). */
-class AsideConnection {
-  private client?: pg.Client;
-  private connecting?: Promise<pg.Client>;
-  private closed = false;
-
+class AsideConnection extends OwnConnection {
   constructor(
-    private readonly config: Config,
+    config: Config,
     private readonly db: Database,
-  ) {}
+  ) {
+    super(config, { statement_timeout: config.databaseTimeoutMs });
+  }
 
   async read<R>(text: string, values: unknown[] = []): Promise<R[]> {
     if (!this.closed) {
       try {
-        const client = this.client ?? (await this.connect());
-        return (await client.query(text, values)).rows as R[];
+        return (await (await this.connect()).query(text, values)).rows as R[];
       } catch {
         this.drop();
       }
@@ -456,46 +466,16 @@ class AsideConnection {
     return (await this.db.executeQuery<R>(CompiledQuery.raw(text, values))).rows;
   }
 
-  private connect(): Promise<pg.Client> {
-    this.connecting ??= (async () => {
-      const client = new pg.Client({
-        connectionString: this.config.databaseUrl,
-        connectionTimeoutMillis: this.config.databaseTimeoutMs,
-        statement_timeout: this.config.databaseTimeoutMs,
-        query_timeout: this.config.databaseTimeoutMs + 1000,
-      });
-      client.on('error', () => {
-        if (this.client === client) this.drop();
-      });
-      try {
-        await client.connect();
-      } catch (error) {
-        client.end().catch(() => {});
-        throw error;
-      } finally {
-        this.connecting = undefined;
-      }
-      if (this.closed) {
-        await client.end().catch(() => {});
-        throw new Error('closed');
-      }
-      this.client = client;
-      return client;
-    })();
-    return this.connecting;
+  protected prepare(client: pg.Client): void {
+    client.on('error', () => {
+      if (this.client === client) this.drop();
+    });
   }
 
   private drop(): void {
     const client = this.client;
     this.client = undefined;
     client?.end().catch(() => {});
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => {});
   }
 }
 

@@ -22,7 +22,9 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { migrationList } from './migrate.js';
+import { Kysely } from 'kysely';
+import { migrate, migrationList } from './migrate.js';
+import { Mutex, PGliteDialect } from './pglite-dialect.js';
 
 /** The installed PGlite's version, from its package.json (which the package does not export). */
 function pgliteVersion(): string {
@@ -48,9 +50,6 @@ export function clusterTemplate(): string | undefined {
 /** Runs initdb and the migrations into a PGlite at `dataDir`, then `finish` with it, then closes it. */
 async function makeCluster<T>(dataDir: string, finish: (pglite: import('@electric-sql/pglite').PGlite) => Promise<T>): Promise<T> {
   const { PGlite } = await import('@electric-sql/pglite');
-  const { Kysely } = await import('kysely');
-  const { Mutex, PGliteDialect } = await import('./pglite-dialect.js');
-  const { migrate } = await import('./migrate.js');
   const pglite = await PGlite.create(dataDir);
   try {
     await migrate(new Kysely({ dialect: new PGliteDialect(pglite, new Mutex()) }));

@@ -11,26 +11,16 @@ const WRITES = /^\s*(?:WITH\s+\w+\s+AS\s*\(\s*)?(?:INSERT|UPDATE|DELETE)\b/i;
 const GENERIC_PLAN_MARK = '/* generic plan */';
 
 /**
- * A read whose plan is the same whatever its parameters' values: a lookup by primary key, or a page of an
- * organisation's records in an indexed order with no filter on values. It runs as a named statement under
- * `plan_cache_mode = force_generic_plan`, so PostgreSQL plans it once per connection instead of on every
- * call. Left to itself (`auto`) PostgreSQL keeps planning such a list anew for a large organisation: its
- * estimated cost for that organisation's rows is lower than the generic plan's, which assumes an average
- * organisation, although both plans are the same index scan. Measured on the benchmark's list of
- * conversations, planning was over half of PostgreSQL's CPU time for the request (docs/benchmarks.md).
- * A read whose best plan depends on the values (a filter on a range, a sort over what a filter leaves)
- * stays unmarked and is planned for its values on every call.
+ * A read whose plan is the same whatever its parameters' values (a lookup by primary key, a page of an
+ * organisation's records in an indexed order with no filter on values): run as a named statement under
+ * `plan_cache_mode = force_generic_plan`, planned once per connection (docs/architecture.md, "Statements on
+ * PostgreSQL", says why). A read whose best plan depends on its values stays unmarked.
  */
 export function genericPlan<T>(statement: RawBuilder<T>): RawBuilder<T> {
   return sql<T>`${sql.raw(GENERIC_PLAN_MARK)} ${statement}`;
 }
 
-/**
- * A read run as a named statement in PostgreSQL's default plan mode (`auto`): parsed once per connection,
- * planned for its values five times, then generic only if PostgreSQL estimates that no costlier (PREPARE).
- * For a page in id order filtered by equality, parsing and planning were 60% of PostgreSQL's CPU for the
- * request (docs/benchmarks.md, 2026-11-28).
- */
+/** A read run as a named statement in PostgreSQL's default plan mode (`auto`): parsed once per connection. */
 export const preparedPlan = <T>(statement: RawBuilder<T>): RawBuilder<T> => sql<T>`${sql.raw(PREPARED_MARK)} ${statement}`;
 const PREPARED_MARK = '/* prepared */';
 
@@ -44,15 +34,10 @@ interface Held {
 }
 
 /**
- * The pool as Kysely sees it, with every write that has parameters, and every read marked by `genericPlan`,
- * run as a named prepared statement: node-postgres parses a name once per connection and then sends only
- * Bind and Execute, so PostgreSQL skips parsing and analysing the text (and, once it settles on a generic
- * plan, planning) on every run after a connection's first (PostgreSQL: PREPARE, "plan_cache_mode"). A
- * create's statement carries its select list and the event's rendering (a few kilobytes of SQL), which
- * PostgreSQL otherwise parsed on every create. Other reads stay unnamed: a list filtered on values has a
- * plan that depends on them and on the organisation (one may hold a fifth of the rows). The engine's
- * statements are a bounded set of texts (values are parameters), so each gets one name for the life of
- * the process.
+ * The pool as Kysely sees it, with every write that has parameters, and every read marked by `genericPlan` or
+ * `preparedPlan`, run as a named prepared statement: node-postgres parses a name once per connection and then
+ * sends only Bind and Execute (docs/architecture.md, "Statements on PostgreSQL"). The engine's statements are a
+ * bounded set of texts (values are parameters), so each gets one name for the life of the process.
  *
  * The plan mode is a connection's setting: the first statement of a checkout chooses it, `force_generic_plan`
  * for a marked read and PostgreSQL's default (`auto`) for anything else, so a transaction (which opens with

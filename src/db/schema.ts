@@ -49,6 +49,19 @@ const textArray = () => new Column<string[]>('_text', false, false);
 /** `created_at` and `updated_at`, which every resource table has. */
 const stamps = () => ({ created_at: timestamptz().default(), updated_at: timestamptz().default() });
 
+/** An operator's status: the current one (operator_statuses) and each change (operator_status_events). */
+const operatorStatus = () => ({
+  id: uuid(),
+  organisation_id: uuid(),
+  sip_user_id: uuid().null(),
+  user_id: uuid().null(),
+  agent_name: text(),
+  status: text(),
+  source: text(),
+  changed_by_user_id: uuid().null(),
+  ...stamps(),
+});
+
 export const tables = {
   settings: { key: text(), value: text() },
   credential_epoch: { id: boolean().default(), n: bigint() },
@@ -158,30 +171,13 @@ export const tables = {
     user_id: uuid().null(),
     ...stamps(),
   },
-  operator_statuses: {
-    id: uuid(),
-    organisation_id: uuid(),
-    sip_user_id: uuid().null(),
-    user_id: uuid().null(),
-    agent_name: text(),
-    status: text(),
-    source: text(),
-    changed_by_user_id: uuid().null(),
-    ...stamps(),
-  },
+  operator_statuses: operatorStatus(),
+  // Every column of operator_statuses, and the change's own.
   operator_status_events: {
-    id: uuid(),
-    organisation_id: uuid(),
+    ...operatorStatus(),
     operator_status_id: uuid(),
-    sip_user_id: uuid().null(),
-    user_id: uuid().null(),
-    agent_name: text(),
-    status: text(),
     previous_status: text().null(),
-    source: text(),
-    changed_by_user_id: uuid().null(),
     occurred_at: timestamptz().default(),
-    ...stamps(),
   },
   calls: {
     id: uuid(),

@@ -7,6 +7,7 @@
 import { Ajv, type ErrorObject as AjvError, type ValidateFunction } from 'ajv';
 import { ApiError, errorObject } from '../jsonapi/index.js';
 import { urlFormProblem } from './webhook-url.js';
+import { at } from './pointer.js';
 
 const id = { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A name for the step, unique in the workflow.' };
 const text = { type: 'string', minLength: 1, maxLength: 4000 };
@@ -247,9 +248,7 @@ export function assertWorkflow(workflow: unknown, rules: WorkflowRules = {}): vo
   if (found.length === 0) return;
   throw new ApiError(
     found.map((p) =>
-      errorObject('invalid_attribute', `\`workflow${p.pointer.replaceAll('/', '.')}\` ${p.detail}.`, {
-        pointer: `/data/attributes/workflow${p.pointer}`,
-      }),
+      errorObject('invalid_attribute', `\`workflow${p.pointer.replaceAll('/', '.')}\` ${p.detail}.`, at(`workflow${p.pointer}`)),
     ),
   );
 }

@@ -7,6 +7,12 @@ import { timestamps } from './timestamps.js';
 /** BCP 47 language tag, e.g. `en`, `en-GB`, `zh-Hant-TW`. */
 const LANGUAGE_TAG = '^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$';
 
+/** The workflow's own schema (docs/agents.md), with every problem at its exact pointer under /data/attributes/workflow. */
+function checkWorkflow(ctx: ActionContext): void {
+  if (ctx.values.workflow !== undefined)
+    assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
+}
+
 /**
  * The agent's knowledge documents go with it (through the records service: each is a `KnowledgeDocument.deleted`
  * event, and its chunks follow it). A delete refused because conversations name the agent rolls them back too.
@@ -48,15 +54,8 @@ export default defineResource({
     organisation: rel.belongsTo('Organisation', 'organisation_id'),
   },
   operations: { list: true, get: true, create: true, update: true, delete: true },
-  // The workflow's own schema (docs/agents.md), with every problem at its exact pointer under /data/attributes/workflow.
-  beforeInsert: (ctx) => {
-    if (ctx.values.workflow !== undefined)
-      assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
-  },
-  beforeUpdate: (ctx) => {
-    if (ctx.values.workflow !== undefined)
-      assertWorkflow(ctx.values.workflow, { allowPrivateUrls: ctx.services.config.events.webhookAllowPrivateUrls });
-  },
+  beforeInsert: checkWorkflow,
+  beforeUpdate: checkWorkflow,
   beforeDelete: removeKnowledge,
   access: { read: EVERY_ROLE, create: ADMINS, update: ADMINS, delete: ADMINS },
   actions: {

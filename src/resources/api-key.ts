@@ -5,6 +5,7 @@ import { type ActionContext, type ActionResult, ApiError, attr, defineResource, 
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { API_KEY_TYPES } from './values.js';
+import { at } from './pointer.js';
 
 /**
  * Issues a key: the token (a JWT naming this record) is returned once, in the
@@ -23,9 +24,7 @@ async function issueKey(ctx: ActionContext): Promise<ActionResult> {
         .executeTakeFirst()
     : undefined;
   if (!member) {
-    throw ApiError.of(userId ? 'invalid_attribute' : 'required', 'The key must belong to a member of the organisation.', {
-      pointer: '/data/attributes/user_id',
-    });
+    throw ApiError.of(userId ? 'invalid_attribute' : 'required', 'The key must belong to a member of the organisation.', at('user_id'));
   }
   // A key acts with its user's role: an admin issuing one for an owner would gain the owner's powers.
   if (ctx.actor.kind === 'principal' && member.role === 'owner' && principal.role !== 'owner') {
@@ -68,23 +67,20 @@ function revoke(ctx: ActionContext): void {
   if (!ctx.provided.has('revoked_at')) return;
   const wanted = ctx.values.revoked_at as Date | null;
   const current = ctx.existing?.revoked_at as Date | null | undefined;
-  if (current) {
-    if (wanted === null) {
-      throw ApiError.of('invalid_transition', 'A revoked key stays revoked; issue a new key instead.', {
-        pointer: '/data/attributes/revoked_at',
-      });
-    }
-    delete ctx.values.revoked_at;
-    return;
+  if (current && wanted === null) {
+    throw ApiError.of('invalid_transition', 'A revoked key stays revoked; issue a new key instead.', at('revoked_at'));
   }
-  if (wanted === null) {
+  // Revoked already (the first time stays), or nothing to revoke.
+  if (current || wanted === null) {
     delete ctx.values.revoked_at;
     return;
   }
   if (wanted.getTime() > Date.now() + 1000) {
-    throw ApiError.of('invalid_attribute', 'revoked_at must not be in the future; set expires_at when a key should end later.', {
-      pointer: '/data/attributes/revoked_at',
-    });
+    throw ApiError.of(
+      'invalid_attribute',
+      'revoked_at must not be in the future; set expires_at when a key should end later.',
+      at('revoked_at'),
+    );
   }
 }
 

@@ -16,6 +16,7 @@ import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitorsWithout } from './scopes.js';
 import { ITEM_MODALITIES, ITEM_ROLES } from './values.js';
+import { at } from './pointer.js';
 
 /** Fields compared when an `item_id` is posted again (those the repeat gives): same content means the same item. */
 const IDEMPOTENT_FIELDS = ['content', 'role', 'modality'] as const;
@@ -51,30 +52,24 @@ const newItemId = () => `item_${randomUUID().replaceAll('-', '')}`;
 function checkItem(ctx: ActionContext): void {
   const { values } = ctx;
   if (values.organisation_id !== undefined && values.organisation_id !== ctx.principal.organisationId) {
-    throw ApiError.of('invalid_attribute', 'organisation_id must be your organisation.', {
-      pointer: '/data/attributes/organisation_id',
-    });
+    throw ApiError.of('invalid_attribute', 'organisation_id must be your organisation.', at('organisation_id'));
   }
   if (ctx.principal.role === 'visitor' && values.role !== 'user') {
-    throw ApiError.of('forbidden', 'A visitor may only post items with role user.', { pointer: '/data/attributes/role' });
+    throw ApiError.of('forbidden', 'A visitor may only post items with role user.', at('role'));
   }
   if (ctx.principal.role === 'visitor' && values.occurred_at !== undefined && ctx.provided.has('occurred_at')) {
-    const at = new Date(values.occurred_at as string | Date).getTime();
+    const when = new Date(values.occurred_at as string | Date).getTime();
     const now = Date.now();
-    if (!(at >= now - VISITOR_OCCURRED_AT_PAST_MS && at <= now + VISITOR_OCCURRED_AT_FUTURE_MS)) {
+    if (!(when >= now - VISITOR_OCCURRED_AT_PAST_MS && when <= now + VISITOR_OCCURRED_AT_FUTURE_MS)) {
       throw ApiError.of(
         'invalid_attribute',
         "A visitor's occurred_at must be within the last 24 hours (or 5 minutes ahead); omit it for now.",
-        {
-          pointer: '/data/attributes/occurred_at',
-        },
+        at('occurred_at'),
       );
     }
   }
   if (ctx.principal.credential !== 'system' && typeof values.item_id === 'string' && RESERVED_ITEM_ID.test(values.item_id)) {
-    throw ApiError.of('invalid_attribute', "item_id may not start with reply_ or handoff_: those are the AI agent's.", {
-      pointer: '/data/attributes/item_id',
-    });
+    throw ApiError.of('invalid_attribute', "item_id may not start with reply_ or handoff_: those are the AI agent's.", at('item_id'));
   }
 }
 
@@ -117,7 +112,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     WHERE c.id = ${values.conversation_id} AND ${rowScope(conversation, ctx.principal, 'c')}
     FOR UPDATE`.execute(db);
   const row = target.rows[0];
-  if (!row) throw ApiError.of('invalid_attribute', 'No such conversation.', { pointer: '/data/attributes/conversation_id' });
+  if (!row) throw ApiError.of('invalid_attribute', 'No such conversation.', at('conversation_id'));
 
   if (values.item_id !== undefined) {
     const existing = await db
@@ -129,17 +124,11 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     if (existing) {
       const same = IDEMPOTENT_FIELDS.every((f) => !ctx.provided.has(f) || values[f] === existing[f]);
       if (same) return { id: existing.id, status: 200, unchanged: true };
-      throw ApiError.of('conflict', 'An item with this item_id exists with other content.', {
-        pointer: '/data/attributes/item_id',
-      });
+      throw ApiError.of('conflict', 'An item with this item_id exists with other content.', at('item_id'));
     }
   }
   if (row.status === 'closed') {
-    throw new ApiError([
-      errorObject('invalid_transition', 'The conversation is closed; reopen it to add items.', {
-        pointer: '/data/attributes/conversation_id',
-      }),
-    ]);
+    throw new ApiError([errorObject('invalid_transition', 'The conversation is closed; reopen it to add items.', at('conversation_id'))]);
   }
 
   const contentIndex = (values.content_index as number | undefined) ?? row.next_content_index;
@@ -153,7 +142,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
       throw ApiError.of(
         'invalid_attribute',
         `content_index must be past ${handled}, the last item the AI agent has dealt with; omit it to take the next.`,
-        { pointer: '/data/attributes/content_index' },
+        at('content_index'),
       );
     }
   }
@@ -161,13 +150,15 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     throw ApiError.of(
       'invalid_attribute',
       `content_index may be at most ${row.next_content_index + CONTENT_INDEX_LOOKAHEAD} (the next index, ${row.next_content_index}, plus ${CONTENT_INDEX_LOOKAHEAD}); omit it to take the next.`,
-      { pointer: '/data/attributes/content_index' },
+      at('content_index'),
     );
   }
   if (contentIndex > MAX_CONTENT_INDEX) {
-    throw ApiError.of('invalid_attribute', `The conversation has no content_index left (at most ${MAX_CONTENT_INDEX}).`, {
-      pointer: '/data/attributes/content_index',
-    });
+    throw ApiError.of(
+      'invalid_attribute',
+      `The conversation has no content_index left (at most ${MAX_CONTENT_INDEX}).`,
+      at('content_index'),
+    );
   }
   await sql`UPDATE conversations SET next_content_index = GREATEST(next_content_index, ${contentIndex + 1})
             WHERE id = ${values.conversation_id}`.execute(db);

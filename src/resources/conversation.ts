@@ -7,10 +7,10 @@ import { timestamps } from './timestamps.js';
 import { EVERY_ROLE, EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
 import { CONVERSATION_CHANNELS, CONVERSATION_MODES, CONVERSATION_STATUSES } from './values.js';
 
-/** 128 random bits, URL-safe: unguessable public handle for a widget. */
 /** Largest `metadata`, in bytes of JSON (the agent runtime fits a question's answers into it). */
 export const CONVERSATION_METADATA_MAX_BYTES = 16 * 1024;
 
+/** 128 random bits, URL-safe: unguessable public handle for a widget. */
 const newPublicId = () => randomBytes(16).toString('base64url');
 
 export default defineResource({

@@ -4,17 +4,15 @@ import { tokenHash } from '../auth/tokens.js';
 import { type ActionContext, type ActionResult, ApiError, attr, defineResource, forbidden, rel, ROLES } from '../jsonapi/index.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { EMAIL } from './user.js';
+import { at } from './pointer.js';
 
-/** An address with one @ and a dot in its domain (as a user's `email`). */
-const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
 const DAY_MS = 24 * 3600 * 1000;
 export const INVITATION_DEFAULT_DAYS = 7;
 const INVITATION_MAX_DAYS = 30;
 
 /** `inv_` and 256 random bits: the invitation's only proof, handed to the person invited. */
 const newInvitationToken = () => `inv_${randomBytes(32).toString('base64url')}`;
-
-const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
 
 /**
  * Invites an address. Nothing about accounts is looked at, so the answer is the same whether the address

@@ -7,79 +7,24 @@
  * searched for again), since documents come from members and reach a few hundred KiB.
  */
 
+/** A table written as space-separated `key:value` pairs. */
+const pairs = (...lines: string[]) => new Map(lines.flatMap((line) => line.split(' ').map((pair) => pair.split(':') as [string, string])));
+
 /** Elements whose content is not text a reader sees. */
 const RAW_TEXT = new Set(['script', 'style', 'noscript', 'template', 'svg', 'head', 'iframe', 'object']);
 /** Elements that start a new line where they open or close. */
-const BLOCK = new Set([
-  'address',
-  'article',
-  'aside',
-  'blockquote',
-  'br',
-  'dd',
-  'div',
-  'dl',
-  'dt',
-  'figcaption',
-  'figure',
-  'footer',
-  'form',
-  'h1',
-  'h2',
-  'h3',
-  'h4',
-  'h5',
-  'h6',
-  'header',
-  'hr',
-  'li',
-  'main',
-  'nav',
-  'ol',
-  'p',
-  'pre',
-  'section',
-  'summary',
-  'table',
-  'td',
-  'th',
-  'tr',
-  'ul',
-]);
+const BLOCK = new Set(
+  [
+    'address article aside blockquote br dd div dl dt figcaption figure footer form h1 h2 h3 h4 h5 h6 header hr li main',
+    'nav ol p pre section summary table td th tr ul',
+  ].flatMap((names) => names.split(' ')),
+);
 
 /** The named character references seen in ordinary prose; numeric ones are decoded in full. */
-const ENTITIES: Record<string, string> = {
-  amp: '&',
-  lt: '<',
-  gt: '>',
-  quot: '"',
-  apos: "'",
-  nbsp: ' ',
-  ndash: '–',
-  mdash: '—',
-  hellip: '…',
-  lsquo: '‘',
-  rsquo: '’',
-  ldquo: '“',
-  rdquo: '”',
-  laquo: '«',
-  raquo: '»',
-  copy: '©',
-  reg: '®',
-  trade: '™',
-  euro: '€',
-  pound: '£',
-  middot: '·',
-  bull: '•',
-  eacute: 'é',
-  egrave: 'è',
-  agrave: 'à',
-  uuml: 'ü',
-  ouml: 'ö',
-  auml: 'ä',
-  szlig: 'ß',
-  ccedil: 'ç',
-};
+const ENTITIES = pairs(
+  'amp:& lt:< gt:> quot:" apos:\' nbsp:\u00a0 ndash:– mdash:— hellip:… lsquo:‘ rsquo:’ ldquo:“ rdquo:” laquo:« raquo:»',
+  'copy:© reg:® trade:™ euro:€ pound:£ middot:· bull:• eacute:é egrave:è agrave:à uuml:ü ouml:ö auml:ä szlig:ß ccedil:ç',
+);
 
 export function decodeEntities(text: string): string {
   return text.replace(/&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z]{2,8});/g, (whole, name: string) => {
@@ -89,7 +34,7 @@ export function decodeEntities(text: string): string {
       if (code === 0 || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return '';
       return String.fromCodePoint(code);
     }
-    return ENTITIES[name] ?? whole;
+    return ENTITIES.get(name) ?? whole;
   });
 }
 
@@ -252,40 +197,12 @@ export function chunkText(text: string, size = CHUNK_WORDS, overlap = CHUNK_OVER
  * (lower-cased words, no stemming) for languages PostgreSQL ships none for. Every configuration named here
  * exists in PostgreSQL 14 and later and in PGlite.
  */
-const CONFIGS: Record<string, string> = {
-  ar: 'arabic',
-  hy: 'armenian',
-  eu: 'basque',
-  ca: 'catalan',
-  da: 'danish',
-  nl: 'dutch',
-  en: 'english',
-  et: 'estonian',
-  fi: 'finnish',
-  fr: 'french',
-  de: 'german',
-  el: 'greek',
-  hi: 'hindi',
-  hu: 'hungarian',
-  id: 'indonesian',
-  ga: 'irish',
-  it: 'italian',
-  lt: 'lithuanian',
-  ne: 'nepali',
-  no: 'norwegian',
-  nb: 'norwegian',
-  nn: 'norwegian',
-  pt: 'portuguese',
-  ro: 'romanian',
-  ru: 'russian',
-  sr: 'serbian',
-  es: 'spanish',
-  sv: 'swedish',
-  ta: 'tamil',
-  tr: 'turkish',
-  yi: 'yiddish',
-};
+const CONFIGS = pairs(
+  'ar:arabic hy:armenian eu:basque ca:catalan da:danish nl:dutch en:english et:estonian fi:finnish fr:french de:german',
+  'el:greek hi:hindi hu:hungarian id:indonesian ga:irish it:italian lt:lithuanian ne:nepali no:norwegian nb:norwegian',
+  'nn:norwegian pt:portuguese ro:romanian ru:russian sr:serbian es:spanish sv:swedish ta:tamil tr:turkish yi:yiddish',
+);
 
 export function textSearchConfig(language: string | undefined): string {
-  return CONFIGS[(language ?? '').split('-')[0].toLowerCase()] ?? 'simple';
+  return CONFIGS.get((language ?? '').split('-')[0].toLowerCase()) ?? 'simple';
 }

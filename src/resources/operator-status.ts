@@ -14,6 +14,7 @@ import {
 import { timestamps } from './timestamps.js';
 import { EVERY_ROLE } from './scopes.js';
 import { OPERATOR_STATUS_SOURCES, OPERATOR_STATUSES } from './values.js';
+import { at } from './pointer.js';
 
 /** Attributes shared by the current status and its history events. */
 export const operatorStatusAttributes = {
@@ -33,8 +34,6 @@ export const operatorStatusRelationships = {
   sip_user: rel.belongsTo('SipUser', 'sip_user_id'),
   user: rel.belongsTo('User', 'user_id'),
 };
-
-const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
 
 /**
  * Whose status a create sets: the SIP user and the user behind it, or the user and their SIP user here if

@@ -2,6 +2,7 @@ import parsePhoneNumberFromString, { type CountryCode } from 'libphonenumber-js'
 import { type ActionContext, ApiError, attr, defineResource, errorObject, type ErrorObject, rel } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { at } from './pointer.js';
 
 /** What a dialled or written number may contain: digits, one leading `+`, and visual separators (RFC 3966 section 5.1.1). */
 const NUMBER_TEXT = /^\+?[0-9 ().\-/]{2,40}$/;
@@ -37,23 +38,15 @@ async function checkNumber(ctx: ActionContext): Promise<void> {
         ? `, or a national number of ${org.default_country} (the organisation's default_country)`
         : " (a national number needs the organisation's default_country)";
       errors.push(
-        errorObject('invalid_attribute', `\`number\` must be an international number such as +442079460018${national}.`, {
-          pointer: '/data/attributes/number',
-        }),
+        errorObject('invalid_attribute', `\`number\` must be an international number such as +442079460018${national}.`, at('number')),
       );
     }
   }
   const agent = 'ai_agent_id' in ctx.values ? ctx.values.ai_agent_id : ctx.existing?.ai_agent_id;
   const sipUser = 'sip_user_id' in ctx.values ? ctx.values.sip_user_id : ctx.existing?.sip_user_id;
   if (agent && sipUser) {
-    const pointer = ctx.provided.has('sip_user_id') ? '/data/attributes/sip_user_id' : '/data/attributes/ai_agent_id';
-    errors.push(
-      errorObject(
-        'invalid_attribute',
-        'A number routes to one AI agent, one SIP user, or neither (the available operators): set the other to null.',
-        { pointer },
-      ),
-    );
+    const detail = 'A number routes to one AI agent, one SIP user, or neither (the available operators): set the other to null.';
+    errors.push(errorObject('invalid_attribute', detail, at(ctx.provided.has('sip_user_id') ? 'sip_user_id' : 'ai_agent_id')));
   }
   if (errors.length > 0) throw new ApiError(errors);
 }

@@ -20,15 +20,14 @@ import {
 } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { at } from './pointer.js';
 
 /** An address with one @ and a dot in its domain: enough to catch typing mistakes, not to prove delivery. */
-const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
+export const EMAIL = '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$';
 export const MIN_PASSWORD_LENGTH = 8;
 
 /** 16 URL-safe characters from 96 random bits: a password no one guesses before its user replaces it. */
 const newInitialPassword = () => randomBytes(12).toString('base64url');
-
-const at = (name: string) => ({ pointer: `/data/attributes/${name}` });
 
 /**
  * The member's role and whether another owner remains, with the memberships of the member and of every owner
@@ -183,10 +182,8 @@ async function updateMember(ctx: ActionContext): Promise<void> {
       ctx.storedElsewhere = true;
     }
   }
-  delete values.password;
-  delete values.current_password;
-  delete values.role;
-  delete values.revoke_tokens;
+  // Stored above (or not columns of `users`): nothing left for the engine to write.
+  for (const name of ['password', 'current_password', 'role', 'revoke_tokens']) delete values[name];
 }
 
 /**
@@ -202,29 +199,16 @@ async function removeMember(ctx: ActionContext): Promise<Record<string, number>>
   requireOwnerFor(ctx, role === 'owner');
   if (role === 'owner' && !otherOwner) throw lastOwner();
   const system = systemActor(principal.organisationId, 'engine');
-  const keys = await db
-    .selectFrom('api_keys')
-    .select('id')
-    .where('organisation_id', '=', principal.organisationId)
-    .where('user_id', '=', id)
-    .execute();
+  // The member's rows of `table` in this organisation.
+  const theirs = (table: 'api_keys' | 'sip_users' | 'operator_statuses') =>
+    db.selectFrom(table).select('id').where('organisation_id', '=', principal.organisationId).where('user_id', '=', id);
+  const keys = await theirs('api_keys').execute();
   for (const key of keys) await ctx.records.delete(system, 'ApiKey', key.id);
-  const sipUsers = await db
-    .selectFrom('sip_users')
-    .select('id')
-    .where('organisation_id', '=', principal.organisationId)
-    .where('user_id', '=', id)
-    .execute();
+  const sipUsers = await theirs('sip_users').execute();
   for (const sipUser of sipUsers) await ctx.records.update(system, 'SipUser', sipUser.id, { user_id: null });
   // Their availability here: a SIP user's status stays the SIP user's (without a user); a status of theirs
   // without a SIP user goes, with its history (as a SIP user's does when the SIP user is deleted).
-  const own = await db
-    .selectFrom('operator_statuses')
-    .select('id')
-    .where('organisation_id', '=', principal.organisationId)
-    .where('user_id', '=', id)
-    .where('sip_user_id', 'is', null)
-    .execute();
+  const own = await theirs('operator_statuses').where('sip_user_id', 'is', null).execute();
   const removed: Record<string, number> = {};
   if (own.length > 0) {
     const ownIds = own.map((o) => o.id);

@@ -15,6 +15,7 @@ import { eventTypes } from './event-types.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { webhookUrlProblem } from './webhook-url.js';
+import { at } from './pointer.js';
 
 /** A Standard Webhooks secret: `whsec_` and the base64 of 32 random bytes (the HMAC key). */
 export const newWebhookSecret = () => `whsec_${randomBytes(32).toString('base64')}`;
@@ -25,7 +26,7 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
   const { url, event_types: types } = ctx.values;
   if (typeof url === 'string') {
     const problem = await webhookUrlProblem(url, ctx.services.config.events.webhookAllowPrivateUrls);
-    if (problem) errors.push(errorObject('invalid_attribute', `\`url\` ${problem}.`, { pointer: '/data/attributes/url' }));
+    if (problem) errors.push(errorObject('invalid_attribute', `\`url\` ${problem}.`, at('url')));
   }
   if (Array.isArray(types)) {
     const known = eventTypes(ctx.registry);
@@ -35,9 +36,7 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
         errorObject(
           'invalid_attribute',
           `\`event_types\` names unknown event types: ${unknown.join(', ')}. See GET /api/open_api or docs/events.md for the catalogue.`,
-          {
-            pointer: '/data/attributes/event_types',
-          },
+          at('event_types'),
         ),
       );
     }

@@ -23,8 +23,6 @@ export function isPublicAddress(address: string): boolean {
   return parsed.range() === 'unicast';
 }
 
-export class UnsafeAddress extends Error {}
-
 /** A `lookup` for node:http(s) that refuses non-public answers (used by the delivery worker). */
 export function publicOnlyLookup(allowPrivate: boolean): NonNullable<import('node:net').TcpNetConnectOpts['lookup']> {
   return (hostname, options, callback) => {
@@ -33,7 +31,7 @@ export function publicOnlyLookup(allowPrivate: boolean): NonNullable<import('nod
       const list = addresses as dns.LookupAddress[];
       const bad = allowPrivate ? undefined : list.find((a) => !isPublicAddress(a.address));
       if (bad || list.length === 0) {
-        return callback(new UnsafeAddress(`${hostname} resolves to ${bad?.address ?? 'nothing'}, which is not a public address`), '', 4);
+        return callback(new Error(`${hostname} resolves to ${bad?.address ?? 'nothing'}, which is not a public address`), '', 4);
       }
       if ((options as { all?: boolean }).all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, list);
       callback(null, list[0].address, list[0].family);

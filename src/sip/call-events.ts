@@ -69,6 +69,8 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
     if (typeof v !== 'string' || v.length > max) problems.push(`${name} must be a string of at most ${max} characters`);
     return typeof v === 'string' ? v : '';
   };
+  /** A field that may be absent or empty (then undefined). */
+  const optional = (name: string, max?: number) => (b[name] === undefined || b[name] === '' ? undefined : str(name, max));
   const event = str('event');
   if (!EVENT_NAMES.includes(event)) problems.push(`event must be one of ${EVENT_NAMES.join(', ')}`);
   const callId = str('call_id');
@@ -85,11 +87,8 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
     if (value !== '' && !UUID.test(value)) problems.push(`${name} must be a UUID or empty`);
   const from = str('from');
   const to = str('to');
-  let aiAgentId: string | undefined;
-  if (b.ai_agent_id !== undefined && b.ai_agent_id !== '') {
-    aiAgentId = str('ai_agent_id', 36);
-    if (!UUID.test(aiAgentId)) problems.push('ai_agent_id must be a UUID or absent');
-  }
+  const aiAgentId = optional('ai_agent_id', 36);
+  if (aiAgentId !== undefined && !UUID.test(aiAgentId)) problems.push('ai_agent_id must be a UUID or absent');
   const code = b.code;
   if (!Number.isInteger(code) || (code as number) < 0 || (code as number) > 699) problems.push('code must be an integer 0..699');
   const at = Number(str('at', 32));
@@ -103,21 +102,12 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
     if (!reason) problems.push('reason must not be empty');
     if (!Number.isInteger(code) || (code as number) < 300) problems.push('code of a refused call must be a final failure (300..699)');
   }
-  let leg: string | undefined;
-  if (b.leg !== undefined) {
-    leg = str('leg');
-    if (!leg) problems.push('leg must not be empty when given');
-  }
-  let transferor: CallEvent['transferor'];
-  if (b.transferor !== undefined && b.transferor !== '') {
-    transferor = str('transferor') as CallEvent['transferor'];
-    if (transferor !== 'caller' && transferor !== 'callee') problems.push('transferor must be caller or callee');
-  }
-  let replacedBy: string | undefined;
-  if (b.replaced_by !== undefined && b.replaced_by !== '') {
-    replacedBy = str('replaced_by');
-    if (event !== 'ended') problems.push('replaced_by is for ended events only');
-  }
+  const leg = b.leg === undefined ? undefined : str('leg');
+  if (leg === '') problems.push('leg must not be empty when given');
+  const transferor = optional('transferor') as CallEvent['transferor'];
+  if (transferor !== undefined && transferor !== 'caller' && transferor !== 'callee') problems.push('transferor must be caller or callee');
+  const replacedBy = optional('replaced_by');
+  if (replacedBy !== undefined && event !== 'ended') problems.push('replaced_by is for ended events only');
   if (problems.length) return { problems };
   return {
     problems,
@@ -150,6 +140,8 @@ export function failureStatus(code: number): 'busy' | 'no_answer' | 'canceled' |
   return 'failed';
 }
 
+/** A call's key: its organisation and SIP Call-ID. */
+const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;
 const RANK: Record<string, number> = { initiated: 0, ringing: 1, in_progress: 2 };
 const isTerminal = (status: string) => (TERMINAL_CALL_STATUSES as readonly string[]).includes(status);
 const later = (a: Date, b: Date | null) => (b && a < b ? b : a);
@@ -199,11 +191,6 @@ interface CallState {
   restore: { sipUserId: string }[];
 }
 
-export interface CallEventsOptions {
-  db: Db;
-  records: Records;
-}
-
 /**
  * Applies call events. Events of one call are applied one batch at a time (in arrival order) in this
  * process; the queue consumer (call-queue.ts) hands a call's queued events over together, in the order
@@ -216,7 +203,7 @@ export class CallEvents {
   private readonly queues = new Map<string, Promise<unknown>>();
   private readonly observers = new Set<(events: CallEvent[]) => void>();
 
-  constructor(private readonly options: CallEventsOptions) {}
+  constructor(private readonly options: { db: Db; records: Records }) {}
 
   /**
    * Tells `listener` of each batch of a call's events once it has been applied (written, or found already
@@ -237,9 +224,9 @@ export class CallEvents {
   async applyAll(events: CallEvent[]): Promise<void> {
     let i = 0;
     while (i < events.length) {
-      const key = `${events[i].organisation_id}/${events[i].call_id}`;
+      const key = keyOf(events[i]);
       let j = i + 1;
-      while (j < events.length && `${events[j].organisation_id}/${events[j].call_id}` === key) j++;
+      while (j < events.length && keyOf(events[j]) === key) j++;
       await this.serialised(key, events.slice(i, j));
       i = j;
     }
@@ -253,7 +240,6 @@ export class CallEvents {
    * written, and the caller applies the calls one at a time (applyAll) to find the one at fault.
    */
   async applyMany(groups: CallEvent[][]): Promise<void> {
-    const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;
     const list = groups.filter((g) => g.length > 0);
     if (list.length === 0) return;
     for (const group of list) {
@@ -264,23 +250,31 @@ export class CallEvents {
     // Calls being applied in this process already (applyAll): those wait their turn as before, the rest go together.
     const busy = list.filter((g) => this.queues.has(keyOf(g[0])));
     const free = list.filter((g) => !this.queues.has(keyOf(g[0])));
-    const applied = free.length > 1 ? this.applyTogether(free) : free.length === 1 ? this.applyCall(free[0]) : Promise.resolve();
+    const applied =
+      free.length > 1
+        ? this.statesOf(free).then((states) => this.write(states))
+        : free.length === 1
+          ? this.applyCall(free[0])
+          : Promise.resolve();
     // Observers see every call's batch whichever way it was applied (together here, or one by one in serialised).
     const together = applied.finally(() => {
       for (const group of free) this.notify(group);
     });
-    for (const group of free) this.queues.set(keyOf(group[0]), together);
-    void together
-      .finally(() => {
-        for (const group of free) if (this.queues.get(keyOf(group[0])) === together) this.queues.delete(keyOf(group[0]));
-      })
-      .catch(() => {});
+    this.hold(
+      free.map((g) => keyOf(g[0])),
+      together,
+    );
     await Promise.all([together, ...busy.map((g) => this.applyAll(g))]);
   }
 
-  private async applyTogether(groups: CallEvent[][]): Promise<void> {
-    const states = await this.statesOf(groups);
-    if (states.length) await this.write(states);
+  /** The calls of `keys` are being applied until `work` settles: applyAll of one of them waits for it. */
+  private hold(keys: string[], work: Promise<unknown>): void {
+    for (const key of keys) this.queues.set(key, work);
+    void work
+      .finally(() => {
+        for (const key of keys) if (this.queues.get(key) === work) this.queues.delete(key);
+      })
+      .catch(() => {});
   }
 
   /**
@@ -293,42 +287,36 @@ export class CallEvents {
    * error is thrown too, the records and the rows' deletion stay. The number of events applied.
    */
   async applyClaimed(claim: (trx: Database) => Promise<CallEvent[][]>): Promise<number> {
-    const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;
     let groups: CallEvent[][] = [];
     let states: CallState[] = [];
     let users = new Map<string, SipUserRow>();
-    // The claimed calls are this drain's until it is done: applyAll of one of them waits for it.
+    // The claimed calls are this drain's until it is done.
     let release = () => {};
     const held = new Promise<void>((resolve) => {
       release = resolve;
     });
-    const keys: string[] = [];
-    const done = () => {
-      for (const key of keys) if (this.queues.get(key) === held) this.queues.delete(key);
-      release();
-    };
     try {
       await this.options.records.transaction(async (records, trx) => {
         groups = (await claim(trx)).filter((g) => g.length > 0);
         if (groups.length === 0) return;
         if (groups.some((g) => this.queues.has(keyOf(g[0])))) throw new Error('a claimed call is being applied already');
-        for (const group of groups) {
-          keys.push(keyOf(group[0]));
-          this.queues.set(keyOf(group[0]), held);
-        }
+        this.hold(
+          groups.map((g) => keyOf(g[0])),
+          held,
+        );
         states = await this.statesOf(groups, trx);
         users = await this.sipUsersOf(states, trx);
         for (const state of states.filter(changed)) await this.writeRecords(records, state, users);
       });
     } catch (error) {
-      done();
+      release();
       throw error;
     }
     try {
       for (const state of states) await this.afterCommit(state, users);
     } finally {
       for (const group of groups) this.notify(group);
-      done();
+      release();
     }
     return groups.reduce((n, g) => n + g.length, 0);
   }
@@ -351,17 +339,11 @@ export class CallEvents {
   }
 
   private serialised(key: string, events: CallEvent[]): Promise<void> {
-    const previous = this.queues.get(key) ?? Promise.resolve();
-    const next = previous
+    const next = (this.queues.get(key) ?? Promise.resolve())
       .catch(() => {})
       .then(() => this.applyCall(events))
       .finally(() => this.notify(events));
-    this.queues.set(key, next);
-    void next
-      .finally(() => {
-        if (this.queues.get(key) === next) this.queues.delete(key);
-      })
-      .catch(() => {});
+    this.hold([key], next);
     return next;
   }
 
@@ -401,9 +383,9 @@ export class CallEvents {
   }
 
   /** The stored call (by Call-ID, or id) with its legs, in one statement; undefined when there is none. */
-  private async load(organisationId: string, by: { callUuid?: string; id?: string }): Promise<CallState | undefined> {
-    if (by.id) return (await this.loadMany([{ organisationId, id: by.id }])).get(`${organisationId}/id:${by.id}`);
-    return (await this.loadMany([{ organisationId, callUuid: by.callUuid! }])).get(`${organisationId}/${by.callUuid}`);
+  private async load(organisationId: string, by: { callUuid: string } | { id: string }): Promise<CallState | undefined> {
+    const key = 'id' in by ? `${organisationId}/id:${by.id}` : `${organisationId}/${by.callUuid}`;
+    return (await this.loadMany([{ organisationId, ...by }])).get(key);
   }
 
   /**
@@ -626,7 +608,6 @@ export class CallEvents {
     const create = state.create?.event;
     const newLegs = state.legs.filter((l) => !l.id);
     const changedLegs = state.legs.filter((l) => l.id && l.changed);
-    if (!changed(state)) return;
     let callId = state.stored?.id;
     if (create) {
       const conversation = await records.create(actor, 'Conversation', {
@@ -676,12 +657,7 @@ export class CallEvents {
   /** Operator presence, after the call's records are committed: an operator's phone (a SIP user with a user_id) only. */
   private async afterCommit(state: CallState, users: Map<string, SipUserRow>): Promise<void> {
     const actor = systemActor(state.organisationId, 'sip');
-    for (const id of new Set(state.busy)) {
-      const user = users.get(id);
-      if (user?.user_id && user.status !== 'busy') {
-        await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: id, status: 'busy', source: 'system' });
-      }
-    }
+    for (const id of new Set(state.busy)) await this.setBusy(actor, id, users);
     for (const r of state.restore) {
       if (users.get(r.sipUserId)?.user_id) await this.operatorRestore(actor, r.sipUserId, state.stored?.id);
     }
@@ -716,11 +692,15 @@ export class CallEvents {
       role: 'operator',
       joined_at: at,
     });
-    const users = await this.sipUsersOf([{ organisationId, busy: [sipUserId], restore: [] }]);
+    await this.setBusy(actor, sipUserId, await this.sipUsersOf([{ organisationId, busy: [sipUserId], restore: [] }]));
+    return leg.id;
+  }
+
+  /** `busy` for an operator's phone (a SIP user with a user_id) that is not busy already. */
+  private async setBusy(actor: Actor, sipUserId: string, users: Map<string, SipUserRow>): Promise<void> {
     const user = users.get(sipUserId);
     if (user?.user_id && user.status !== 'busy')
       await this.options.records.create(actor, 'OperatorStatus', { sip_user_id: sipUserId, status: 'busy', source: 'system' });
-    return leg.id;
   }
 
   /**

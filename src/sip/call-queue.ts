@@ -1,24 +1,8 @@
 /**
  * The consumer of the durable call event queue (`sip_call_events`, migration 0013): Kamailio writes each
  * call event there without waiting for Parley; `sip serve` reads the rows in id order, validates each with
- * `parseCallEvent`, applies it through `CallEvents` (records service, system actor) and deletes it.
- *
- * - Order per call: rows are claimed in id order (Kamailio writes them in the order they were raised) and a
- *   row is not claimed while an earlier row of the same call is claimed elsewhere or waits, so one call's events
- *   are applied one after the other, in order, even with several consumers.
- * - Usually a batch is one transaction: its rows are claimed by deleting them, and the records they become are
- *   written in the same transaction (`CallEvents.applyClaimed`), so the rows go exactly when their records are
- *   stored; a consumer that dies first leaves both undone. When that fails (a row that is not a valid event, a
- *   row the records service refuses, the database gone), the batch is taken the leased way: rows claimed with a
- *   lease, the calls applied together (one transaction per chunk of calls) and else one call at a time,
- *   different calls concurrently, then deleted.
- * - Exactly once in effect: a leased row whose consumer dies before deleting it is applied again once the lease
- *   expires. Applying an event twice changes nothing (statuses only move forward, a terminal one is final, the
- *   Call is found by its Call-ID).
- * - Failures: a row that is not a valid event, or that the records service refuses as invalid (4xx other than
- *   409), is kept with its `error` and leaves the queue (the call is ended later by reconciliation); any other
- *   failure (database unreachable) is retried with a growing delay, and holds the call's later events back.
- * - Wake-up: NOTIFY `sip_call_events` (a statement trigger on the queue) when a listener is given, and a poll.
+ * `parseCallEvent`, applies it through `CallEvents` (records service, system actor) and deletes it. Its order per
+ * call, transactions, leases, failures and wake-up are in docs/sip.md ("Call events: a durable queue").
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/schema.js';
@@ -37,14 +21,8 @@ export interface CallQueueOptions {
   pollMs?: number;
   /** Rows claimed at once. */
   batchSize?: number;
-  /** How long a claimed row is this consumer's before another may take it (ms). */
-  leaseMs?: number;
   /** Calls applied at the same time when they are applied one by one (a chunk failed). */
   concurrency?: number;
-  /** Calls written together in one transaction. */
-  chunk?: number;
-  /** The least time between the starts of two drains (ms): what arrives meanwhile is applied together. */
-  gatherMs?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
 }
 
@@ -66,16 +44,20 @@ function permanent(error: unknown): boolean {
   return typeof status === 'number' && status >= 400 && status < 500 && status !== 409;
 }
 
+/** How long a claimed row is this consumer's before another may take it (ms). */
+const LEASE_MS = 30_000;
+/** Calls written together in one transaction. */
+const CHUNK = 100;
+/** The least time between the starts of two drains (ms): what arrives meanwhile is applied together. */
+const GATHER_MS = 100;
+
 const message = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 export class CallEventQueue {
   private readonly db: Db;
   private readonly pollMs: number;
   private readonly batchSize: number;
-  private readonly leaseMs: number;
   private readonly concurrency: number;
-  private readonly chunk: number;
-  private readonly gatherMs: number;
   private readonly log: NonNullable<CallQueueOptions['log']>;
   private timer: NodeJS.Timeout | undefined;
   private unlisten: (() => Promise<void>) | undefined;
@@ -89,10 +71,7 @@ export class CallEventQueue {
     this.db = options.db;
     this.pollMs = options.pollMs ?? 1000;
     this.batchSize = options.batchSize ?? 400;
-    this.leaseMs = options.leaseMs ?? 30_000;
     this.concurrency = options.concurrency ?? 32;
-    this.chunk = options.chunk ?? 100;
-    this.gatherMs = options.gatherMs ?? 100;
     this.log = options.log ?? (() => {});
   }
 
@@ -125,7 +104,7 @@ export class CallEventQueue {
   }
 
   /**
-   * Runs a drain now unless one is running or about to, and at most one per `gatherMs`: Kamailio writes a few
+   * Runs a drain now unless one is running or about to, and at most one per `GATHER_MS`: Kamailio writes a few
    * events every 20 ms, each write a notification, and a drain per notification cost its claim, reads, BEGIN,
    * COMMIT and delete for one or two calls' events; what arrives until the next is applied together.
    */
@@ -135,7 +114,7 @@ export class CallEventQueue {
       this.again = true;
       return;
     }
-    const wait = this.gatherMs - (Date.now() - this.lastStart);
+    const wait = GATHER_MS - (Date.now() - this.lastStart);
     if (wait > 0) {
       this.gathering = setTimeout(() => {
         this.gathering = undefined;
@@ -219,7 +198,7 @@ export class CallEventQueue {
     // (when leasing; a delete's transaction holds them until it ends, as another consumer could not take them).
     const take =
       how === 'lease'
-        ? sql`UPDATE sip_call_events q SET lease_until = now() + make_interval(secs => ${this.leaseMs / 1000}), attempts = q.attempts + 1`
+        ? sql`UPDATE sip_call_events q SET lease_until = now() + make_interval(secs => ${LEASE_MS / 1000}), attempts = q.attempts + 1`
         : sql`DELETE FROM sip_call_events q`;
     const { rows } = await sql<Row>`
       WITH candidates AS (
@@ -253,8 +232,8 @@ export class CallEventQueue {
     // one transaction per chunk. A chunk that fails (a row the records service refuses, the database gone) is
     // applied again call by call below, where the row at fault is kept out or retried alone.
     const alone: Valid[][] = [];
-    for (let i = 0; i < groups.length; i += this.chunk) {
-      const chunk = groups.slice(i, i + this.chunk);
+    for (let i = 0; i < groups.length; i += CHUNK) {
+      const chunk = groups.slice(i, i + CHUNK);
       if (chunk.length === 1) {
         alone.push(chunk[0]);
         continue;
@@ -296,7 +275,6 @@ export class CallEventQueue {
    * fails for the moment holds the rest back.
    */
   private async applyCall(valid: Valid[], done: string[]): Promise<void> {
-    if (valid.length === 0) return;
     if (valid.length > 1) {
       try {
         await this.options.events.applyAll(valid.map((v) => v.event));

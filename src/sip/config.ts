@@ -3,75 +3,20 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadMediaSettings, type MediaSettings } from '../config/media.js';
+import { loadMediaSettings } from '../config/media.js';
 import { origins } from '../config/index.js';
 
-export interface SipListen {
-  proto: 'udp' | 'tcp' | 'tls';
+/** A listen address: SIP over `udp`, `tcp`, `tls`; a WebSocket (RFC 7118) `ws` over TCP, `wss` over TLS. */
+export interface SipListen<Proto = 'udp' | 'tcp' | 'tls'> {
+  proto: Proto;
   host: string;
   port: number;
 }
 
-/** A WebSocket listen address (RFC 7118): `ws` over TCP, `wss` over TLS. */
-export interface SipWsListen {
-  proto: 'ws' | 'wss';
-  host: string;
-  port: number;
-}
+export type SipWsListen = SipListen<'ws' | 'wss'>;
 
-export interface SipSettings {
-  /** SIP_LISTEN as given: one or more `udp|tcp|tls:<IP address>:<port>`, comma-separated. */
-  listen: string;
-  /** Each Kamailio `listen` address. */
-  listens: SipListen[];
-  /** PEM certificate chain and private key for the TLS listen addresses (SIP_TLS_CERT, SIP_TLS_KEY). */
-  tlsCert: string | undefined;
-  tlsKey: string | undefined;
-  /** SIP_WS_LISTEN: the WebSocket addresses browsers connect to (`wss:0.0.0.0:8443`); empty: none. */
-  wsListens: SipWsListen[];
-  /**
-   * Origins (scheme://host[:port]) whose pages may open a SIP WebSocket: the console's (SIP_WS_ORIGINS, else
-   * PUBLIC_URL's origin). A handshake with any other Origin, or none, is refused with 403.
-   */
-  wsOrigins: string[];
-  /** The one SIP domain users register in: `<sip_username>@<domain>`. */
-  domain: string;
-  /** Ring timeout before an unanswered call ends as no_answer. */
-  ringTimeoutSeconds: number;
-  /** Requests per 2 s from one address before it is banned (pike); 0 turns the check off. */
-  floodRequests: number;
-  /** Failed authentications per minute from one address before it is banned. */
-  authFailures: number;
-  banSeconds: number;
-  /** Kamailio worker processes. */
-  children: number;
-  /** How often gateway edits are looked for (and Kamailio told to reload them) and revoked softphones' calls ended. */
-  reloadIntervalMs: number;
-  /** How often calls whose dialog is gone are ended. */
-  reconcileIntervalMs: number;
-  /**
-   * In-dialog OPTIONS keep-alives to both parties every this many seconds (the dialog module's minimum is 30):
-   * a phone that vanished without BYE ends its call about 15 s after the first unanswered one.
-   */
-  keepaliveSeconds: number;
-  /** Call events Kamailio holds in memory while the database cannot take them (the oldest go first). */
-  eventQueueSize: number;
-  kamailioBinary: string;
-  kamcmdBinary: string;
-  /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
-  kamailioDebug: number;
-  /** E.164 prefixes (`+` and digits) no outbound call may dial: premium-rate ranges by default (toll fraud). */
-  outboundDenyPrefixes: string[];
-  /** Outbound calls one organisation may have at once through its gateway. */
-  outboundMaxCalls: number;
-  /** rtpengine, the media plane (RTP_PORT_MIN/MAX, MEDIA_ADVERTISED_ADDRESS; src/config/media.ts). */
-  media: MediaSettings;
-  /**
-   * Where calls to AI agents go: the voice runtime's SIP address, `host:port` (VOICE_SIP_HOST, VOICE_SIP_PORT;
-   * VOICE_ADVERTISED_ADDRESS when the runtime listens on every address).
-   */
-  voiceAddress: string;
-}
+/** The SIP edge's settings, as `loadSipSettings` reads them from the environment. */
+export type SipSettings = ReturnType<typeof loadSipSettings>;
 
 /**
  * Premium-rate and similar ranges that toll fraud dials (the default of SIP_OUTBOUND_DENY_PREFIXES): North
@@ -90,10 +35,9 @@ function prefixes(env: NodeJS.ProcessEnv): string[] {
     .split(',')
     .map((p) => p.trim())
     .filter(Boolean);
-  for (const prefix of list) {
+  for (const prefix of list)
     if (!/^\+[0-9]{1,15}$/.test(prefix))
       throw new Error(`SIP_OUTBOUND_DENY_PREFIXES must list + and digits, comma-separated; got "${prefix}"`);
-  }
   return list;
 }
 
@@ -105,43 +49,33 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0): n
   return value;
 }
 
-const LISTEN = /^(udp|tcp|tls):(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
 const DOMAIN = /^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
 
-/** SIP_LISTEN's addresses (`udp:0.0.0.0:5060,tls:0.0.0.0:5061`); an IPv6 host keeps its brackets. */
-export function parseSipListen(listen: string): SipListen[] {
+/** `name`'s comma-separated `<proto>:<IP address>:<port>` addresses (`example` shows them); an IPv6 host keeps its brackets. */
+function parseListens<Proto extends string>(name: string, protos: Proto[], listen: string, example: string): SipListen<Proto>[] {
+  const pattern = new RegExp(`^(${protos.join('|')}):(\\d{1,3}(\\.\\d{1,3}){3}|\\[[0-9A-Fa-f:.]+\\]):(\\d{1,5})$`);
   return listen.split(',').map((one) => {
-    const match = LISTEN.exec(one.trim());
+    const match = pattern.exec(one.trim());
     if (!match || Number(match[4]) < 1 || Number(match[4]) > 65535) {
-      throw new Error(
-        `SIP_LISTEN must be one or more udp|tcp|tls:<IP address>:<port>, comma-separated (udp:0.0.0.0:5060,tls:0.0.0.0:5061), got "${listen}"`,
-      );
+      throw new Error(`${name} must be one or more ${protos.join('|')}:<IP address>:<port>, comma-separated (${example}), got "${listen}"`);
     }
-    return { proto: match[1] as SipListen['proto'], host: match[2], port: Number(match[4]) };
+    return { proto: match[1] as Proto, host: match[2], port: Number(match[4]) };
   });
 }
 
-const WS_LISTEN = /^(wss?):(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
+/** SIP_LISTEN's addresses (`udp:0.0.0.0:5060,tls:0.0.0.0:5061`). */
+export const parseSipListen = (listen: string): SipListen[] =>
+  parseListens('SIP_LISTEN', ['udp', 'tcp', 'tls'], listen, 'udp:0.0.0.0:5060,tls:0.0.0.0:5061');
 
 /** SIP_WS_LISTEN's addresses (`wss:0.0.0.0:8443,ws:127.0.0.1:8080`); empty or unset: none. */
-export function parseSipWsListen(listen: string | undefined): SipWsListen[] {
-  if (!listen) return [];
-  return listen.split(',').map((one) => {
-    const match = WS_LISTEN.exec(one.trim());
-    if (!match || Number(match[4]) < 1 || Number(match[4]) > 65535) {
-      throw new Error(
-        `SIP_WS_LISTEN must be one or more ws|wss:<IP address>:<port>, comma-separated (wss:0.0.0.0:8443,ws:127.0.0.1:8080), got "${listen}"`,
-      );
-    }
-    return { proto: match[1] as SipWsListen['proto'], host: match[2], port: Number(match[4]) };
-  });
-}
+export const parseSipWsListen = (listen: string | undefined): SipWsListen[] =>
+  listen ? parseListens('SIP_WS_LISTEN', ['ws', 'wss'], listen, 'wss:0.0.0.0:8443,ws:127.0.0.1:8080') : [];
 
 /** Kamailio's socket under a WebSocket address: ws over a TCP socket, wss over a TLS one. */
 const wsSocketProto = (l: SipWsListen) => (l.proto === 'ws' ? 'tcp' : 'tls');
 
 /** Whether two addresses share a port on overlapping hosts (0.0.0.0 overlaps every IPv4 address). */
-const overlaps = (a: { host: string; port: number }, b: { host: string; port: number }) =>
+const overlaps = (a: SipListen<string>, b: SipListen<string>) =>
   a.port === b.port && (a.host === b.host || a.host === '0.0.0.0' || b.host === '0.0.0.0');
 
 function wsOrigins(env: NodeJS.ProcessEnv): string[] {
@@ -155,7 +89,7 @@ function wsOrigins(env: NodeJS.ProcessEnv): string[] {
   return list;
 }
 
-export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettings {
+export function loadSipSettings(env: NodeJS.ProcessEnv = process.env) {
   const listen = env.SIP_LISTEN || 'udp:127.0.0.1:5060';
   const listens = parseSipListen(listen);
   const wsListens = parseSipWsListen(env.SIP_WS_LISTEN);
@@ -186,28 +120,56 @@ export function loadSipSettings(env: NodeJS.ProcessEnv = process.env): SipSettin
   const domain = env.SIP_DOMAIN || 'parley.local';
   if (!DOMAIN.test(domain)) throw new Error(`SIP_DOMAIN must be a host name, got "${domain}"`);
   return {
+    /** SIP_LISTEN as given: one or more `udp|tcp|tls:<IP address>:<port>`, comma-separated. */
     listen,
+    /** Each Kamailio `listen` address. */
     listens,
+    /** PEM certificate chain and private key for the TLS listen addresses (SIP_TLS_CERT, SIP_TLS_KEY). */
     tlsCert,
     tlsKey,
+    /** SIP_WS_LISTEN: the WebSocket addresses browsers connect to (`wss:0.0.0.0:8443`); empty: none. */
     wsListens,
+    /**
+     * Origins (scheme://host[:port]) whose pages may open a SIP WebSocket: the console's (SIP_WS_ORIGINS, else
+     * PUBLIC_URL's origin). A handshake with any other Origin, or none, is refused with 403.
+     */
     wsOrigins: origins,
+    /** The one SIP domain users register in: `<sip_username>@<domain>`. */
     domain,
+    /** Ring timeout before an unanswered call ends as no_answer. */
     ringTimeoutSeconds: int(env, 'SIP_RING_TIMEOUT_SECONDS', 30, 1),
+    /** Requests per 2 s from one address before it is banned (pike); 0 turns the check off. */
     floodRequests: int(env, 'SIP_FLOOD_REQUESTS', 200),
+    /** Failed authentications per minute from one address before it is banned. */
     authFailures: int(env, 'SIP_AUTH_FAILURES', 20, 1),
     banSeconds: int(env, 'SIP_BAN_SECONDS', 300, 1),
+    /** Kamailio worker processes. */
     children: int(env, 'SIP_CHILDREN', 4, 1),
+    /** How often gateway edits are looked for (and Kamailio told to reload them) and revoked softphones' calls ended. */
     reloadIntervalMs: int(env, 'SIP_RELOAD_INTERVAL_MS', 2000, 100),
+    /** How often calls whose dialog is gone are ended. */
     reconcileIntervalMs: int(env, 'SIP_RECONCILE_INTERVAL_MS', 30_000, 100),
+    /**
+     * In-dialog OPTIONS keep-alives to both parties every this many seconds (the dialog module's minimum is 30):
+     * a phone that vanished without BYE ends its call about 15 s after the first unanswered one.
+     */
     keepaliveSeconds: int(env, 'SIP_KEEPALIVE_SECONDS', 30, 30),
+    /** Call events Kamailio holds in memory while the database cannot take them (the oldest go first). */
     eventQueueSize: int(env, 'SIP_EVENT_QUEUE_SIZE', 100_000, 100),
     kamailioBinary: env.KAMAILIO_BIN || 'kamailio',
     kamcmdBinary: env.KAMCMD_BIN || 'kamcmd',
+    /** Kamailio's log level (-5..3); 1 (notices, warnings, errors) by default. */
     kamailioDebug: int(env, 'SIP_KAMAILIO_DEBUG', 1, 0),
+    /** E.164 prefixes (`+` and digits) no outbound call may dial: premium-rate ranges by default (toll fraud). */
     outboundDenyPrefixes: prefixes(env),
+    /** Outbound calls one organisation may have at once through its gateway. */
     outboundMaxCalls: int(env, 'SIP_OUTBOUND_MAX_CALLS', 10, 0),
+    /** rtpengine, the media plane (RTP_PORT_MIN/MAX, MEDIA_ADVERTISED_ADDRESS; src/config/media.ts). */
     media: loadMediaSettings(env),
+    /**
+     * Where calls to AI agents go: the voice runtime's SIP address, `host:port` (VOICE_SIP_HOST, VOICE_SIP_PORT;
+     * VOICE_ADVERTISED_ADDRESS when the runtime listens on every address).
+     */
     voiceAddress: voiceAddress(env),
   };
 }
@@ -228,13 +190,11 @@ export function mediaListenAddress(settings: SipSettings, interfaces = os.networ
   return '127.0.0.1';
 }
 
-const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
-
 /** The voice runtime's address as the edge sends to it: an IPv4 address (a wildcard is reached on loopback). */
 function voiceAddress(env: NodeJS.ProcessEnv): string {
   const listen = env.VOICE_SIP_HOST || '127.0.0.1';
   const host = listen === '0.0.0.0' ? env.VOICE_ADVERTISED_ADDRESS || '127.0.0.1' : listen;
-  if (!IPV4.test(host))
+  if (!/^\d{1,3}(\.\d{1,3}){3}$/.test(host))
     throw new Error(`VOICE_SIP_HOST (or VOICE_ADVERTISED_ADDRESS) must be an IPv4 address for the SIP edge, got "${host}"`);
   return `${host}:${int(env, 'VOICE_SIP_PORT', 5070, 1)}`;
 }
@@ -339,12 +299,10 @@ export function renderKamailioConfig(input: RenderInput, template = fs.readFileS
       throw new Error(`${name} must not contain quotes or line breaks`);
     }
   }
-  const rendered = template.replace(/\{\{([A-Z_]+)\}\}/g, (whole, name: string) => {
-    const value = values[name];
-    if (value === undefined) throw new Error(`unknown placeholder ${whole} in the Kamailio template`);
-    return value;
+  return template.replace(/\{\{([A-Z_]+)\}\}/g, (whole, name: string) => {
+    if (values[name] === undefined) throw new Error(`unknown placeholder ${whole} in the Kamailio template`);
+    return values[name];
   });
-  return rendered;
 }
 
 /**

@@ -33,20 +33,8 @@ export interface SipEdgeOptions {
   onRtpengineLog?: (line: string) => void;
 }
 
-export interface SipEdge {
-  kamailio: KamailioProcess;
-  /** The media plane; Kamailio anchors every call's media in it. */
-  rtpengine: RtpengineProcess;
-  runDir: string;
-  events: CallEvents;
-  /** The consumer of `sip_call_events` (stopped and started again by tests that take Parley away). */
-  queue: CallEventQueue;
-  /** Checks the gateways now and reloads Kamailio's trunk registrations and ACLs when they changed; true when in sync. */
-  reloadIfChanged(): Promise<boolean>;
-  /** Ends the calls whose dialog Kamailio no longer holds (not updated for `graceMs`); how many. */
-  reconcile(graceMs?: number): Promise<number>;
-  stop(): Promise<void>;
-}
+export type SipEdge = Awaited<ReturnType<typeof startSipEdge>>;
+
 /** Why the SIP edge cannot run here, or undefined when it can. */
 export function sipEdgeUnavailable(databaseUrl: string | undefined, settings: SipSettings): string | undefined {
   if (!databaseUrl) {
@@ -76,30 +64,14 @@ export async function assertSipPortFree(listen: string): Promise<void> {
 async function assertAddressFree({ proto, host: bracketed, port }: SipListen, listen: string): Promise<void> {
   const label = `${proto}:${bracketed}:${port}`;
   const host = bracketed.replace(/^\[|\]$/g, '');
-  let close: () => Promise<void> = async () => {};
+  const socket =
+    proto === 'udp' ? dgram.createSocket({ type: host.includes(':') ? 'udp6' : 'udp4', reuseAddr: false }) : net.createServer();
   try {
-    if (proto === 'udp') {
-      const socket = dgram.createSocket({ type: host.includes(':') ? 'udp6' : 'udp4', reuseAddr: false });
-      close = () =>
-        new Promise<void>((resolve) => {
-          try {
-            socket.close(() => resolve());
-          } catch {
-            resolve();
-          }
-        });
-      await new Promise<void>((resolve, reject) => {
-        socket.once('error', reject);
-        socket.bind(port, host, () => resolve());
-      });
-    } else {
-      const server = net.createServer();
-      close = () => new Promise<void>((resolve) => server.close(() => resolve()));
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen({ port, host, exclusive: true }, () => resolve());
-      });
-    }
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      if (socket instanceof net.Server) socket.listen({ port, host, exclusive: true }, resolve);
+      else socket.bind(port, host, resolve);
+    });
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code === 'EADDRINUSE')
@@ -108,11 +80,18 @@ async function assertAddressFree({ proto, host: bracketed, port }: SipListen, li
       );
     throw new Error(`cannot listen on ${label}: ${error instanceof Error ? error.message : String(error)}`);
   } finally {
-    await close();
+    // A socket that never bound closes all the same, or throws: either way it is done.
+    await new Promise<void>((resolve) => {
+      try {
+        socket.close(() => resolve());
+      } catch {
+        resolve();
+      }
+    });
   }
 }
 
-export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
+export async function startSipEdge(options: SipEdgeOptions) {
   const { settings, db, records } = options;
   const log = options.log ?? (() => {});
   const unavailable = sipEdgeUnavailable(options.databaseUrl, settings);
@@ -134,14 +113,15 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
   await db.updateTable('sip_settings').set({ domain: settings.domain }).where('id', '=', 1).execute();
 
   const events = new CallEvents({ db, records });
-  // Events queued while no consumer ran (sip serve down, Parley's database unreachable) are applied first.
+  // The consumer of `sip_call_events` (stopped and started again by tests that take Parley away). Events queued
+  // while no consumer ran (sip serve down, Parley's database unreachable) are applied first.
   const queue = new CallEventQueue({ db, events, listen: options.listen, log });
   await queue.start();
 
   const runDir = options.runDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'parley-sip-'));
   fs.mkdirSync(runDir, { recursive: true });
 
-  // rtpengine first: Kamailio's rtpengine module pings it when it starts.
+  // rtpengine, the media plane, first: Kamailio anchors every call's media in it, and its module pings it at start.
   let rtpengine: RtpengineProcess;
   try {
     rtpengine = await startRtpengine({
@@ -192,7 +172,7 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
 
   // Kamailio caches trunk registrations (uac) and ACLs (permissions); each is reloaded over RPC when its
   // view changed. Both modules refuse reloads that come too fast (uac: reg_gc_interval, permissions:
-  // reload_delta): a refused reload is retried at the next check.
+  // reload_delta): a refused reload is retried at the next check. True when in sync.
   const loaded = { uac: await viewFingerprint(db, 'sip_uacreg'), address: await viewFingerprint(db, 'sip_address') };
   const reloadIfChanged = async () => {
     let inSync = true;
@@ -217,7 +197,7 @@ export async function startSipEdge(options: SipEdgeOptions): Promise<SipEdge> {
     return inSync;
   };
   // Kamailio keeps its dialogs in sip_dialogs (written within a second, loaded at its start), so a call
-  // without a dialog row has ended, whether Kamailio or sip serve restarted in between or not.
+  // without a dialog row has ended, whether Kamailio or sip serve restarted in between or not. How many it ended.
   const reconcile = async (graceMs = 10_000) => {
     const count = await reconcileCalls(db, events, {
       answeredBefore: new Date(Date.now() - graceMs),

@@ -2,21 +2,14 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
-export interface KamailioProcess {
-  /** The supervisor script (see SUPERVISOR); Kamailio is its child, in a process group of its own. */
-  child: ChildProcess;
-  /** Kamailio's main process id (also its process group id). */
-  pid(): number | undefined;
-  /** Resolves with the exit code (or signal name) when Kamailio ends. */
-  exited: Promise<number | string>;
+export interface KamailioProcess extends Supervised {
   /** One management command (`uac.reg_reload`, `dlg.list`...); its text answer. */
   rpc(command: string, ...args: string[]): Promise<string>;
-  /** SIGTERM to Kamailio, then SIGKILL to its process group after 5 s (the supervisor's grace). */
-  stop(): Promise<void>;
 }
 
 export interface StartOptions {
@@ -26,7 +19,6 @@ export interface StartOptions {
   runDir: string;
   /** Each line Kamailio writes to stderr (its log). */
   onLog?: (line: string) => void;
-  readyTimeoutMs?: number;
 }
 
 /** Whether a program is on PATH (or is an executable path). */
@@ -71,12 +63,15 @@ kill "$w" 2>/dev/null
 exit "$status"
 `;
 
-/** A process run under SUPERVISOR: its supervisor child, its exit, its pid (from the pid file), and stop. */
+/** A process run under SUPERVISOR (Kamailio, rtpengine). */
 export interface Supervised {
+  /** The supervisor script; the process is its child, in a process group of its own. */
   child: ChildProcess;
+  /** Resolves with the exit code (or signal name) when the process ends. */
   exited: Promise<number | string>;
+  /** The process's pid (also its process group id), from the pid file. */
   pid(): number | undefined;
-  /** Closes the watchdog's pipe (SIGTERM, then SIGKILL of the group after the grace) and waits for the exit. */
+  /** Closes the watchdog's pipe (SIGTERM, then SIGKILL of the group after 5 s) and waits for the exit. */
   stop(): Promise<void>;
 }
 
@@ -115,6 +110,31 @@ export function supervise(name: string, pidFile: string, argv: string[], onLine?
   };
 }
 
+/**
+ * Waits until `ready` answers true (asked every 100 ms). Throws `exitError` when the process exits first; stops
+ * it and throws `slow` when `timeoutMs` has passed.
+ */
+export async function waitReady(
+  supervised: Supervised,
+  ready: () => Promise<boolean>,
+  timeoutMs: number,
+  exitError: (code: number | string) => Error,
+  slow: string,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let ended: number | string | undefined;
+  void supervised.exited.then((code) => (ended = code));
+  for (;;) {
+    if (ended !== undefined) throw exitError(ended);
+    if (await ready().catch(() => false)) return;
+    if (Date.now() > deadline) {
+      await supervised.stop();
+      throw new Error(slow);
+    }
+    await delay(100);
+  }
+}
+
 export async function startKamailio(options: StartOptions): Promise<KamailioProcess> {
   // -DD: stay in the foreground without forking; -E: log to stderr; -Y: runtime directory (pid, sockets).
   const supervised = supervise(
@@ -123,29 +143,18 @@ export async function startKamailio(options: StartOptions): Promise<KamailioProc
     [options.binary, '-f', options.configFile, '-DD', '-E', '-Y', options.runDir],
     options.onLog,
   );
-  const { child, exited } = supervised;
   const socket = `unix:${path.join(options.runDir, 'kamailio_ctl')}`;
   const rpc = async (command: string, ...args: string[]) => {
     const { stdout } = await run(options.kamcmd, ['-s', socket, command, ...args], { timeout: 5000 });
     return stdout;
   };
-  const handle: KamailioProcess = { child, exited, rpc, pid: supervised.pid, stop: supervised.stop };
-
   // Ready when the management socket answers: every module is initialised and the workers run.
-  const deadline = Date.now() + (options.readyTimeoutMs ?? 15_000);
-  let ended: number | string | undefined;
-  void exited.then((code) => (ended = code));
-  for (;;) {
-    if (ended !== undefined) throw new Error(`Kamailio exited during start-up (${ended}); see its log above`);
-    try {
-      await rpc('core.uptime');
-      return handle;
-    } catch {
-      if (Date.now() > deadline) {
-        await handle.stop();
-        throw new Error('Kamailio did not become ready in time');
-      }
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
+  await waitReady(
+    supervised,
+    () => rpc('core.uptime').then(() => true),
+    15_000,
+    (code) => new Error(`Kamailio exited during start-up (${code}); see its log above`),
+    'Kamailio did not become ready in time',
+  );
+  return { ...supervised, rpc };
 }

@@ -17,31 +17,20 @@ export interface ReconcileOptions {
   answeredBefore: Date;
   /** Unanswered calls (initiated, ringing) not updated since then and without a dialog are ended. */
   unansweredBefore: Date;
-  /** The end time written (default: now). */
-  now?: Date;
   /** Calls read per page. */
   pageSize?: number;
 }
 
 export async function reconcileCalls(db: Db, events: CallEvents, options: ReconcileOptions): Promise<number> {
-  const now = options.now ?? new Date();
+  const now = new Date();
   const pageSize = options.pageSize ?? 500;
   let ended = 0;
   // Pages in (updated_at, id) order; each page's calls are ended (so they leave the condition), and the
   // cursor moves past those that could not be, so a failing call does not stop the others.
   let after: { updatedAt: Date; id: string } | undefined;
   for (;;) {
-    const { rows } = await sql<{
-      id: string;
-      organisation_id: string;
-      status: string;
-      conversation_id: string | null;
-      started_at: Date | null;
-      answered_at: Date | null;
-      updated_at: Date;
-    }>`
-      SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at, c.updated_at,
-             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at
+    const { rows } = await sql<{ id: string; organisation_id: string; status: string; updated_at: Date }>`
+      SELECT c.id, c.organisation_id, c.status, c.updated_at
       FROM calls c
       WHERE c.call_source IN ('sip', 'trunk')
         AND ((c.status = 'in_progress' AND c.updated_at < ${options.answeredBefore})

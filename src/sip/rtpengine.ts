@@ -9,9 +9,8 @@
 import crypto from 'node:crypto';
 import dgram from 'node:dgram';
 import path from 'node:path';
-import { supervise } from './kamailio.js';
+import { type Supervised, supervise, waitReady } from './kamailio.js';
 
-// ---------------------------------------------------------------------------------------------------------
 // Bencode (the ng protocol's encoding): integers, byte strings, lists, dictionaries with sorted keys.
 
 export type Bencoded = number | string | Bencoded[] | { [key: string]: Bencoded };
@@ -78,7 +77,6 @@ export function bdecode(input: Buffer): Bencoded {
   return value;
 }
 
-// ---------------------------------------------------------------------------------------------------------
 // The ng control protocol: `<cookie> <bencoded dictionary>` over UDP, answered with the same cookie.
 
 export type NgAnswer = Record<string, Bencoded>;
@@ -116,7 +114,6 @@ export async function ngRequest(host: string, port: number, command: Record<stri
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------
 // The RTP port range: rtpengine binds ports lazily, one pair per stream, so a range another process holds
 // only shows when calls fail. It is checked at start instead.
 
@@ -179,7 +176,6 @@ export async function freeLoopbackUdpPort(address = '127.0.0.1'): Promise<number
   return port;
 }
 
-// ---------------------------------------------------------------------------------------------------------
 // The process.
 
 export interface RtpengineOptions {
@@ -196,22 +192,16 @@ export interface RtpengineOptions {
   /** ng control port on 127.0.0.1; a free one when absent. */
   ngPort?: number;
   onLog?: (line: string) => void;
-  readyTimeoutMs?: number;
 }
 
-export interface RtpengineProcess {
+export interface RtpengineProcess extends Supervised {
   /** `udp:127.0.0.1:<port>`, as Kamailio's rtpengine module names it (`rtpengine_sock`). */
   ngSocket: string;
   ngPort: number;
   /** Where RTP is bound (`address`, ports `min..max`) and the address SDP names. */
   media: { address: string; advertised: string; min: number; max: number };
-  /** rtpengine's pid (also its process group id). */
-  pid(): number | undefined;
-  exited: Promise<number | string>;
   /** One ng command (`ping`, `query`, `list`, `statistics`...), with `command` filled in. */
   ng(command: string, args?: Record<string, Bencoded>): Promise<NgAnswer>;
-  /** Closes the watchdog's pipe: SIGTERM, then SIGKILL to the group after the grace. */
-  stop(): Promise<void>;
 }
 
 /** The command line: every setting explicit, and Debian's /etc/rtpengine/rtpengine.conf (kernel table 0) not read. */
@@ -243,7 +233,7 @@ export function rtpengineArguments(options: RtpengineOptions & { ngPort: number 
 export async function startRtpengine(options: RtpengineOptions): Promise<RtpengineProcess> {
   const ngPort = options.ngPort ?? (await freeLoopbackUdpPort());
   const recent: string[] = [];
-  const { exited, pid, stop } = supervise(
+  const supervised = supervise(
     'parley-media-supervisor',
     path.join(options.runDir, 'rtpengine.pid'),
     [options.binary, ...rtpengineArguments({ ...options, ngPort })],
@@ -253,8 +243,21 @@ export async function startRtpengine(options: RtpengineOptions): Promise<Rtpengi
       options.onLog?.(line);
     },
   );
-  const ng = (command: string, args: Record<string, Bencoded> = {}) => ngRequest('127.0.0.1', ngPort, { ...args, command });
-  const handle: RtpengineProcess = {
+  // Ready when the ng socket answers a ping.
+  await waitReady(
+    supervised,
+    async () => (await ngRequest('127.0.0.1', ngPort, { command: 'ping' }, 300)).result === 'pong',
+    10_000,
+    (code) => {
+      const log = recent.join('\n');
+      if (/address already in use/i.test(log))
+        return new Error(`rtpengine could not bind its control port 127.0.0.1:${ngPort} (in use by another process); its log:\n${log}`);
+      return new Error(`rtpengine exited during start-up (${code}); its log:\n${log}`);
+    },
+    'rtpengine did not answer on its control socket in time',
+  );
+  return {
+    ...supervised,
     ngSocket: `udp:127.0.0.1:${ngPort}`,
     ngPort,
     media: {
@@ -263,31 +266,6 @@ export async function startRtpengine(options: RtpengineOptions): Promise<Rtpengi
       min: options.portMin,
       max: options.portMax,
     },
-    exited,
-    ng,
-    pid,
-    stop,
+    ng: (command, args = {}) => ngRequest('127.0.0.1', ngPort, { ...args, command }),
   };
-
-  // Ready when the ng socket answers a ping.
-  const deadline = Date.now() + (options.readyTimeoutMs ?? 10_000);
-  let ended: number | string | undefined;
-  void exited.then((code) => (ended = code));
-  for (;;) {
-    if (ended !== undefined) {
-      const log = recent.join('\n');
-      if (/address already in use/i.test(log))
-        throw new Error(`rtpengine could not bind its control port 127.0.0.1:${ngPort} (in use by another process); its log:\n${log}`);
-      throw new Error(`rtpengine exited during start-up (${ended}); its log:\n${log}`);
-    }
-    try {
-      const answer = await ngRequest('127.0.0.1', ngPort, { command: 'ping' }, 300);
-      if (answer.result === 'pong') return handle;
-    } catch {}
-    if (Date.now() > deadline) {
-      await handle.stop();
-      throw new Error('rtpengine did not answer on its control socket in time');
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
