@@ -41,7 +41,8 @@ export async function reconcileCalls(db: Db, events: CallEvents, options: Reconc
       updated_at: Date;
     }>`
       SELECT c.id, c.organisation_id, c.status, c.conversation_id, c.started_at, c.updated_at,
-             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at
+             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p
+               WHERE p.organisation_id = c.organisation_id AND p.call_id = c.id AND p.role <> 'caller')) AS answered_at
       FROM calls c
       WHERE c.call_source IN ('sip', 'trunk')
         AND ((c.status = 'in_progress' AND c.updated_at < ${options.answeredBefore})
