@@ -14,7 +14,17 @@ import { queueEvent, type EventAction } from './outbox.js';
 import { ApiError, errorObject, forbidden, notFound } from './errors.js';
 import { ROLES } from './principal.js';
 import { fetchById, type Reader } from './read.js';
-import type { ActionContext, ActionResult, Records, Registry, RenderWritten, ResourceDef, WriteOptions } from './resource.js';
+import {
+  columnOf,
+  type ActionContext,
+  type ActionResult,
+  type Records,
+  type Registry,
+  type RenderWritten,
+  type ResourceDef,
+  type WriteOptions,
+} from './resource.js';
+import { KINDS } from './kinds.js';
 import { mayPerform, requirePermission, rowScope } from './scope.js';
 import { selectList } from './select.js';
 import { renderResource, type Row } from './serialize.js';
@@ -28,6 +38,7 @@ import {
   columnValues,
   eventBaseUrl,
   insertRecord,
+  insertRecords,
   runAtOnce,
   runTransaction,
   STORED_VISIBLE,
@@ -167,6 +178,70 @@ function bind(options: RecordsOptions, db: Database): Records {
       });
     },
 
+    async createMany(actor: Actor, type: string, inputs: Record<string, unknown>[]) {
+      const resource = resourceOf(type);
+      if (actor.kind !== 'system' || resource.create) throw new Error(`records: createMany of ${type} is for plain system creates`);
+      const { accepted, required } = inputSpec(resource.attributes, 'create', true);
+      const principal = principalOf(actor);
+      if (inputs.length === 0) return [];
+      return runTransaction(db, resource, async (trx) => {
+        const contexts = inputs.map((input) => context(trx, actor, resource, validateAttributes(input, accepted, required)));
+        await checkReferences(
+          { db: trx, principal, registry },
+          resource.attributes,
+          contexts.map((ctx) => ctx.values),
+        );
+        for (const ctx of contexts) {
+          applyDefaults(resource, ctx.values);
+          await resource.beforeInsert?.(ctx);
+        }
+        const written = [];
+        for (const result of await insertRecords(contexts)) {
+          const record = await plainRender(actor, resource)(trx, result);
+          await emit(trx, actor, resource, 'created', result.id, record);
+          written.push({ id: result.id, status: 201 as const, record });
+        }
+        return written;
+      });
+    },
+
+    async updateMany(actor: Actor, type: string, changes: { id: string; values: Record<string, unknown> }[]) {
+      const resource = resourceOf(type);
+      if (actor.kind !== 'system') throw new Error(`records: updateMany of ${type} is for system writes`);
+      const { accepted } = inputSpec(resource.attributes, 'update', true);
+      const principal = principalOf(actor);
+      if (changes.length === 0) return [];
+      return runTransaction(db, resource, async (trx) => {
+        // As `update`: the stored rows locked and read first only when a hook checks against them, all in one statement.
+        const { rows: stored } = resource.beforeUpdate
+          ? await sql<Row>`SELECT t.* FROM ${sql.table(resource.table)} t
+              WHERE t.id = ANY(${changes.map((c) => c.id)}::uuid[]) AND ${rowScope(resource, principal)} FOR UPDATE`.execute(trx)
+          : { rows: [] };
+        const existing = new Map(stored.map((row) => [String(row.id), row]));
+        const contexts = changes.map(({ id, values }) => {
+          if (resource.beforeUpdate && !existing.has(id)) throw notFound();
+          return context(trx, actor, resource, validateAttributes(values, accepted, []), existing.get(id));
+        });
+        await checkReferences(
+          { db: trx, principal, registry },
+          resource.attributes,
+          contexts.map((ctx) => ctx.values),
+        );
+        for (const ctx of contexts) await resource.beforeUpdate?.(ctx);
+        const rows = await updateRecords(
+          contexts,
+          changes.map((c) => c.id),
+        );
+        const written = [];
+        for (const [i, { id }] of changes.entries()) {
+          const record = await plainRender(actor, resource)(trx, { id, status: 200, row: rows[i] });
+          await emit(trx, actor, resource, 'updated', id, record);
+          written.push({ id, status: 200 as const, record });
+        }
+        return written;
+      });
+    },
+
     async delete(actor: Actor, type: string, id: string) {
       const resource = resourceOf(type);
       const principal = principalOf(actor);
@@ -274,6 +349,47 @@ async function updateRecord(ctx: ActionContext, id: string, columns: Record<stri
   );
   if (!rows[0]) throw notFound();
   return rows[0];
+}
+
+/**
+ * `updateRecord` of several records of one type (`contexts[i]` the values for `ids[i]`): one `UPDATE ... FROM
+ * (VALUES ...)` per set of columns written, returning the rows in the order of `ids`; 404 when one is not found.
+ */
+async function updateRecords(contexts: ActionContext[], ids: string[]): Promise<Row[]> {
+  const now = new Date();
+  const shapes = new Map<string, number[]>();
+  const columns = contexts.map((ctx) => columnValues(ctx.resource, ctx.values));
+  for (const [i, set] of columns.entries()) {
+    const names = Object.keys(set).filter((name) => set[name] !== undefined);
+    if (names.length === 0) throw new Error(`records: nothing to update in ${contexts[i].resource.type} ${ids[i]}`);
+    const key = names.sort().join();
+    shapes.set(key, [...(shapes.get(key) ?? []), i]);
+  }
+  const rows: Row[] = [];
+  for (const [key, indexes] of shapes) {
+    const names = key.split(',');
+    const { db, resource, principal, registry } = contexts[indexes[0]];
+    const types = new Map(Object.entries(resource.attributes).map(([name, def]) => [columnOf(name, def), KINDS[def.kind].sqlType]));
+    const values = indexes.map(
+      (i) => sql`(${sql.join([sql`${ids[i]}::uuid`, ...names.map((name) => sql`${columns[i][name]}::${sql.raw(types.get(name)!)}`)])})`,
+    );
+    const { rows: stored } = await sql<Row>`
+      WITH t AS (
+        UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = v.${sql.id(name)}`))}, updated_at = ${now}
+        FROM (VALUES ${sql.join(values)}) AS v(id, ${sql.join(names.map((name) => sql.id(name)))})
+        WHERE u.id = v.id AND ${rowScope(resource, principal, 'u')} RETURNING u.*
+      )
+      SELECT ${selectList(resource, principal, registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
+      db,
+    );
+    const byId = new Map(stored.map((row) => [String(row.id), row]));
+    for (const i of indexes) {
+      const row = byId.get(ids[i]);
+      if (!row) throw notFound();
+      rows[i] = row;
+    }
+  }
+  return rows;
 }
 
 /**

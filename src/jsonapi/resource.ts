@@ -359,6 +359,13 @@ export interface Records {
     values: WriteValues<K>,
     options?: WriteOptions<T>,
   ): Promise<Written<Rendered<T, K>>>;
+  /**
+   * System creates of one type as one INSERT per set of columns given (a batch: the SIP edge's calls of a queue
+   * drain), each validated, defaulted and checked as `create` does, with its `created` event; in input order.
+   */
+  createMany(actor: Actor, type: string, inputs: Record<string, unknown>[]): Promise<Written[]>;
+  /** System updates of one type as one UPDATE per set of columns written, each as `update` does it; in input order. */
+  updateMany(actor: Actor, type: string, changes: { id: string; values: Record<string, unknown> }[]): Promise<Written[]>;
   delete(actor: Actor, type: string, id: string): Promise<Deleted>;
   /**
    * Runs the type's custom action `name` (on record `id` for a member action). `input` may be a function, called

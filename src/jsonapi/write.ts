@@ -113,6 +113,50 @@ export async function insertRecordFrom(ctx: ActionContext, source?: InsertSource
   return { id, status: 201, row: rows[0], evented: data !== undefined };
 }
 
+/**
+ * `insertRecord` for several records of one type (`list`, their contexts): one multi-row INSERT per set of columns
+ * given, each returning its rows as the actor's select list reads them. Their events are the caller's to queue.
+ */
+export async function insertRecords(list: ActionContext[]): Promise<(ActionResult & { row: Row })[]> {
+  const now = new Date();
+  const rows = list.map((ctx) => {
+    const columns: Record<string, unknown> = {
+      ...columnValues(ctx.resource, ctx.values),
+      id: uuidv7(),
+      organisation_id: ctx.principal.organisationId,
+      created_at: now,
+      updated_at: now,
+    };
+    return Object.fromEntries(Object.entries(columns).filter(([, value]) => value !== undefined));
+  });
+  const shapes = new Map<string, number[]>();
+  for (const [i, row] of rows.entries()) {
+    const key = Object.keys(row).sort().join();
+    shapes.set(key, [...(shapes.get(key) ?? []), i]);
+  }
+  const results: (ActionResult & { row: Row })[] = [];
+  for (const [key, indexes] of shapes) {
+    const names = key.split(',');
+    const { db, resource, principal, registry } = list[indexes[0]];
+    const { rows: stored } = await sql<Row>`
+      WITH t AS (
+        INSERT INTO ${sql.table(resource.table)} (${sql.join(names.map((name) => sql.id(name)))})
+        VALUES ${sql.join(indexes.map((i) => sql`(${sql.join(names.map((name) => sql`${rows[i][name]}`))})`))}
+        RETURNING *
+      )
+      SELECT ${selectList(resource, principal, registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
+      db,
+    );
+    const byId = new Map(stored.map((row) => [String(row.id), row]));
+    for (const i of indexes) {
+      const id = rows[i].id as string;
+      noteCreated(db, principal, resource.type, id);
+      results[i] = { id, status: 201, row: byId.get(id)! };
+    }
+  }
+  return results;
+}
+
 export function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {
   for (const [name, def] of Object.entries(resource.attributes)) {
     if (values[name] === undefined && def.default !== undefined) {
@@ -121,11 +165,6 @@ export function applyDefaults(resource: ResourceDef, values: Record<string, unkn
   }
 }
 
-/**
- * Every uuid attribute that names another record must name one the caller can
- * see: outside the organisation it is a 422 on its pointer (as if missing);
- * inside it but hidden from the caller's role, a 403.
- */
 /**
  * Records the system created in a transaction (`<organisation>/<type>/<id>`): a later write of the same transaction
  * naming one (a Call its new Conversation, a leg its new Call) names a row of its organisation, not read again.
@@ -138,24 +177,44 @@ function noteCreated(trx: Database, principal: Principal, type: string, id: stri
   createdIn.set(trx, created.add(`${principal.organisationId}/${type}/${id}`));
 }
 
-export async function checkReferences(writer: Checker, attributes: Record<string, AttributeDef>, values: Record<string, unknown>) {
-  const errors: ErrorObject[] = [];
+/**
+ * Every uuid attribute that names another record must name one the caller can see: outside the organisation it
+ * is a 422 on its pointer (as if missing); inside it but hidden from the caller's role, a 403. The records named
+ * by several writes (`values` a list: a batch of one type) are read in one statement per type they name.
+ */
+export async function checkReferences(
+  writer: Checker,
+  attributes: Record<string, AttributeDef>,
+  values: Record<string, unknown> | Record<string, unknown>[],
+) {
   const created = writer.principal.credential === 'system' ? createdIn.get(writer.db) : undefined;
-  for (const [name, def] of Object.entries(attributes)) {
-    const value = values[name];
-    if (!def.references || def.referenceCheckedByAction || value === undefined || value === null) continue;
-    if (created?.has(`${writer.principal.organisationId}/${def.references}/${value}`)) continue;
-    const target = writer.registry.get(def.references)!;
-    const { rows } = await sql<{ visible: boolean }>`
-      SELECT ${rowScope(target, writer.principal)} AS visible FROM ${sql.table(target.table)} t
-      WHERE t.id = ${value} AND ${tenancyScope(target, writer.principal)}`.execute(writer.db);
-    if (rows.length === 0) {
+  const wanted: { name: string; target: ResourceDef; id: string }[] = [];
+  for (const one of Array.isArray(values) ? values : [values]) {
+    for (const [name, def] of Object.entries(attributes)) {
+      const value = one[name];
+      if (!def.references || def.referenceCheckedByAction || value === undefined || value === null) continue;
+      if (created?.has(`${writer.principal.organisationId}/${def.references}/${value}`)) continue;
+      wanted.push({ name, target: writer.registry.get(def.references)!, id: String(value).toLowerCase() });
+    }
+  }
+  const found = new Map<ResourceDef, Map<string, boolean>>();
+  for (const target of new Set(wanted.map((w) => w.target))) {
+    const ids = [...new Set(wanted.filter((w) => w.target === target).map((w) => w.id))];
+    const { rows } = await sql<{ id: string; visible: boolean }>`
+      SELECT t.id::text AS id, ${rowScope(target, writer.principal)} AS visible FROM ${sql.table(target.table)} t
+      WHERE t.id = ANY(${ids}::uuid[]) AND ${tenancyScope(target, writer.principal)}`.execute(writer.db);
+    found.set(target, new Map(rows.map((r) => [r.id, r.visible])));
+  }
+  const errors: ErrorObject[] = [];
+  for (const { name, target, id } of wanted) {
+    const visible = found.get(target)!.get(id);
+    if (visible === undefined) {
       errors.push(
         errorObject('invalid_attribute', `\`${name}\` does not name a ${target.type} of your organisation.`, {
           pointer: `/data/attributes/${name}`,
         }),
       );
-    } else if (!rows[0].visible) {
+    } else if (!visible) {
       throw forbidden(`Your role may not use this ${target.type}.`);
     }
   }

@@ -36,7 +36,7 @@ export default defineResource({
       description: "Ids of the SIP users among the call's participants.",
       expression: () => sql`ARRAY(SELECT s.id::text FROM call_participants p
         JOIN sip_users s ON s.organisation_id = p.organisation_id AND s.id::text = p.member_uuid
-        WHERE p.call_id = t.id ORDER BY p.joined_at, p.id)`,
+        WHERE p.organisation_id = t.organisation_id AND p.call_id = t.id ORDER BY p.joined_at, p.id)`,
     }),
     ...timestamps,
   },

@@ -306,7 +306,7 @@ export class CallEvents {
         );
         states = await this.statesOf(groups, trx);
         users = await this.sipUsersOf(states, trx);
-        for (const state of states.filter(changed)) await this.writeRecords(records, state, users);
+        await this.writeRecords(records, states, users);
       });
     } catch (error) {
       release();
@@ -411,10 +411,11 @@ export class CallEvents {
     }>`
       SELECT c.id, c.organisation_id, c.call_uuid, c.status, c.conversation_id, c.started_at,
              (SELECT v.status FROM conversations v WHERE v.id = c.conversation_id) AS conversation_status,
-             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p WHERE p.call_id = c.id AND p.role <> 'caller')) AS answered_at,
+             coalesce(c.answered_at, (SELECT min(p.joined_at) FROM call_participants p
+               WHERE p.organisation_id = c.organisation_id AND p.call_id = c.id AND p.role <> 'caller')) AS answered_at,
              coalesce((SELECT json_agg(json_build_object('id', p.id, 'member_uuid', p.member_uuid, 'role', p.role,
                  'joined_at', p.joined_at, 'left_at', p.left_at) ORDER BY p.joined_at, p.id)
-               FROM call_participants p WHERE p.call_id = c.id), '[]'::json) AS legs
+               FROM call_participants p WHERE p.organisation_id = c.organisation_id AND p.call_id = c.id), '[]'::json) AS legs
       FROM calls c
       WHERE c.id IN (
         SELECT c.id FROM unnest(${byUuid.map((w) => w.organisationId)}::uuid[], ${byUuid.map((w) => w.callUuid!)}::text[]) AS w(o, u)
@@ -567,11 +568,7 @@ export class CallEvents {
   /** What the events changed, through the records service in one transaction; then operator presence. */
   private async write(states: CallState[]): Promise<void> {
     const users = await this.sipUsersOf(states);
-    const writes = states.filter(changed);
-    if (writes.length)
-      await this.options.records.transaction(async (records) => {
-        for (const state of writes) await this.writeRecords(records, state, users);
-      });
+    if (states.some(changed)) await this.options.records.transaction((records) => this.writeRecords(records, states, users));
     for (const state of states) await this.afterCommit(state, users);
   }
 
@@ -602,56 +599,89 @@ export class CallEvents {
     return new Map(rows.map((r) => [r.id, r]));
   }
 
-  /** One call's changes through the records service, inside the caller's transaction. */
-  private async writeRecords(records: Records, state: CallState, users: Map<string, SipUserRow>): Promise<void> {
-    const actor = systemActor(state.organisationId, 'sip');
-    const create = state.create?.event;
-    const newLegs = state.legs.filter((l) => !l.id);
-    const changedLegs = state.legs.filter((l) => l.id && l.changed);
-    let callId = state.stored?.id;
-    if (create) {
-      const conversation = await records.create(actor, 'Conversation', {
-        channel: 'voice',
-        mode: 'voice',
-        status: state.closeConversation ? 'closed' : 'active',
-        ...(create.ai_agent_id ? { ai_agent_id: create.ai_agent_id } : {}),
-        metadata: { sip: { call_id: create.call_id, from: create.from, to: create.to } },
-      });
-      const sipUserId = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
-      const call = await records.create(actor, 'Call', {
-        direction: create.direction,
-        from_number: create.from || null,
-        to_number: create.to || null,
-        sip_username: users.get(sipUserId)?.sip_username ?? null,
-        status: 'initiated',
-        call_uuid: create.call_id,
-        call_source: create.source,
-        started_at: create.at,
-        conversation_id: conversation.id,
-        ...state.patch,
-      });
-      callId = call.id;
-      state.stored = {
-        id: call.id,
-        conversation_id: conversation.id,
-        conversation_status: state.closeConversation ? 'closed' : 'active',
-      };
-    } else if (Object.keys(state.patch).length) {
-      await records.update(actor, 'Call', callId!, state.patch);
+  /**
+   * The calls' changes through the records service, inside the caller's transaction: per organisation, each kind
+   * of write of all its calls as one statement (the conversations created, the calls created, the calls updated,
+   * the legs created, the legs updated, the conversations closed), in the order one call's writes take.
+   */
+  private async writeRecords(records: Records, states: CallState[], users: Map<string, SipUserRow>): Promise<void> {
+    const byOrganisation = new Map<string, CallState[]>();
+    for (const state of states.filter(changed))
+      byOrganisation.set(state.organisationId, [...(byOrganisation.get(state.organisationId) ?? []), state]);
+    for (const [organisationId, list] of byOrganisation) {
+      const actor = systemActor(organisationId, 'sip');
+      const creates = list.filter((state) => state.create);
+      const newLegs = list.map((state) => state.legs.filter((l) => !l.id));
+      const conversations = await records.createMany(
+        actor,
+        'Conversation',
+        creates.map(({ create, closeConversation }) => ({
+          channel: 'voice',
+          mode: 'voice',
+          status: closeConversation ? 'closed' : 'active',
+          ...(create!.event.ai_agent_id ? { ai_agent_id: create!.event.ai_agent_id } : {}),
+          metadata: { sip: { call_id: create!.event.call_id, from: create!.event.from, to: create!.event.to } },
+        })),
+      );
+      const calls = await records.createMany(
+        actor,
+        'Call',
+        creates.map(({ create, patch }, i) => {
+          const event = create!.event;
+          const sipUserId = event.direction === 'outbound' ? event.caller_sip_user_id : event.callee_sip_user_id;
+          return {
+            direction: event.direction,
+            from_number: event.from || null,
+            to_number: event.to || null,
+            sip_username: users.get(sipUserId)?.sip_username ?? null,
+            status: 'initiated',
+            call_uuid: event.call_id,
+            call_source: event.source,
+            started_at: event.at,
+            conversation_id: conversations[i].id,
+            ...patch,
+          };
+        }),
+      );
+      for (const [i, state] of creates.entries()) {
+        const conversation_status = state.closeConversation ? 'closed' : 'active';
+        state.stored = { id: calls[i].id, conversation_id: conversations[i].id, conversation_status };
+      }
+      const updates = list.filter((state) => !state.create && Object.keys(state.patch).length);
+      await records.updateMany(
+        actor,
+        'Call',
+        updates.map((state) => ({ id: state.stored!.id, values: state.patch })),
+      );
+      await records.createMany(
+        actor,
+        'CallParticipant',
+        list.flatMap((state, i) =>
+          newLegs[i].map((leg) => ({
+            call_id: state.stored!.id,
+            member_uuid: leg.member_uuid,
+            role: leg.role,
+            joined_at: leg.joined_at,
+            ...(leg.left_at ? { left_at: leg.left_at } : {}),
+          })),
+        ),
+      );
+      const leftLegs = list.flatMap((state) => state.legs.filter((l) => l.id && l.changed));
+      await records.updateMany(
+        actor,
+        'CallParticipant',
+        leftLegs.map((leg) => ({ id: leg.id!, values: { left_at: leg.left_at } })),
+      );
+      // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
+      const closing = list.filter(
+        (s) => !s.create && s.closeConversation && s.stored?.conversation_id && s.stored.conversation_status === 'active',
+      );
+      await records.updateMany(
+        actor,
+        'Conversation',
+        closing.map((state) => ({ id: state.stored!.conversation_id!, values: { status: 'closed' } })),
+      );
     }
-    for (const leg of newLegs) {
-      await records.create(actor, 'CallParticipant', {
-        call_id: callId,
-        member_uuid: leg.member_uuid,
-        role: leg.role,
-        joined_at: leg.joined_at,
-        ...(leg.left_at ? { left_at: leg.left_at } : {}),
-      });
-    }
-    for (const leg of changedLegs) await records.update(actor, 'CallParticipant', leg.id!, { left_at: leg.left_at });
-    // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
-    if (!create && state.closeConversation && state.stored?.conversation_id && state.stored.conversation_status === 'active')
-      await records.update(actor, 'Conversation', state.stored.conversation_id, { status: 'closed' });
   }
 
   /** Operator presence, after the call's records are committed: an operator's phone (a SIP user with a user_id) only. */
