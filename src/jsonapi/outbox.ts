@@ -38,15 +38,6 @@ export interface PendingEvent {
   data: Row;
 }
 
-/** The event document: what the stream's `data:` line and a webhook's body carry. */
-export interface EventDocument {
-  id: string;
-  type: string;
-  occurred_at: string;
-  organisation_id: string;
-  data: Row;
-}
-
 const pending = new WeakMap<Database, PendingEvent[]>();
 
 /** Queues `event` to be written when `trx` commits (at once when `trx` has no commit hooks). */

@@ -1,6 +1,6 @@
 /** Request document validation: every problem of a body is reported together. */
 import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorObject } from './errors.js';
-import { convertTimestamp, convertValue } from './kinds.js';
+import { convertValue } from './kinds.js';
 import type { AttributeDef } from './resource.js';
 
 export { UUID_PATTERN } from './kinds.js';
@@ -301,10 +301,4 @@ export function validateAttributes(
   }
   if (errors.length > 0) throw new ApiError(errors, {}, errors.length + uncounted);
   return values;
-}
-
-/** Parses an RFC 3339 date-time (any offset) to a Date; optionally truncated to whole seconds. */
-export function parseTimestamp(value: unknown, wholeSeconds = false): Date | undefined {
-  const result = convertTimestamp(value, wholeSeconds);
-  return result.ok ? result.value : undefined;
 }
