@@ -13,6 +13,7 @@ import type { ActionResult, CustomAction, RelationshipDef, ResourceDef } from '.
 import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, type RenderContext } from './serialize.js';
+import { isPlainObject } from './kinds.js';
 import { inputSpec, UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
 import { createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
@@ -355,8 +356,7 @@ function listLinks(
   cursors: CursorCodec,
 ): Record<string, string | null> {
   const { page, sort } = query;
-  const rawPage = (typeof raw.page === 'object' && raw.page !== null ? raw.page : {}) as Query;
-  const { after: _a, before: _b, offset: _o, ...keepPage } = rawPage;
+  const { after: _a, before: _b, offset: _o, ...keepPage } = isPlainObject(raw.page) ? raw.page : {};
   const link = (extra: Query) => `${collectionUrl}${queryString({ ...raw, page: { ...keepPage, ...extra } })}`;
   const first = result.rows[0];
   const last = result.rows[result.rows.length - 1];

@@ -1,6 +1,7 @@
 /** Request document validation: every problem of a body is reported together. */
 import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorObject } from './errors.js';
-import { convertValue } from './kinds.js';
+import { convertValue, isPlainObject } from './kinds.js';
+import { memo } from './memo.js';
 import type { AttributeDef } from './resource.js';
 
 export { UUID_PATTERN } from './kinds.js';
@@ -23,21 +24,17 @@ const specs = new WeakMap<Record<string, AttributeDef>, Map<string, InputSpec>>(
  * and the OpenAPI request schemas, so none of them can accept what another refuses.
  */
 export function inputSpec(attributes: Record<string, AttributeDef>, operation: 'create' | 'update', system = false): InputSpec {
-  const byOperation = specs.get(attributes) ?? new Map<string, InputSpec>();
-  specs.set(attributes, byOperation);
-  const key = `${operation}${system ? ':system' : ''}`;
-  let spec = byOperation.get(key);
-  if (!spec) {
-    spec = { accepted: {}, required: [] };
+  const byOperation = memo(specs, attributes, () => new Map<string, InputSpec>());
+  return memo(byOperation, `${operation}${system ? ':system' : ''}`, () => {
+    const spec: InputSpec = { accepted: {}, required: [] };
     for (const [name, def] of Object.entries(attributes)) {
       const flag = operation === 'update' ? def.update : def.create;
       if ((def.expression && !def.storedByHook) || def.revealedOnCreate || (!flag && !system)) continue;
       spec.accepted[name] = def;
       if (operation === 'create' && flag === 'required') spec.required.push(name);
     }
-    byOperation.set(key, spec);
-  }
-  return spec;
+    return spec;
+  });
 }
 
 export interface BodyExpectation extends InputSpec {
@@ -50,10 +47,6 @@ export interface BodyExpectation extends InputSpec {
 }
 
 const pointer = (name: string) => ({ pointer: `/data/attributes/${pointerToken(name)}` });
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
 
 const bodyError = (detail: string, at: string) => ApiError.of('invalid_body', detail, { pointer: at });
 

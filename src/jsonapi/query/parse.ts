@@ -4,7 +4,7 @@
  * problem into one 400.
  */
 import { ApiError, errorObject, type ErrorCode, type ErrorObject } from '../errors.js';
-import { converted, invalid, KINDS, operatorProblem, type Conversion } from '../kinds.js';
+import { converted, invalid, isPlainObject, KINDS, operatorProblem, type Conversion } from '../kinds.js';
 import { fieldNames, type AttributeDef, type Registry, type ResourceDef } from '../resource.js';
 import type { CursorCodec } from './cursor.js';
 import {
@@ -59,8 +59,6 @@ class Problems {
     this.list.push(errorObject(code, detail, { parameter }));
   }
 }
-
-const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 export function parseQuery(
   raw: Record<string, unknown>,
@@ -117,7 +115,7 @@ function parseInclude(value: unknown, resource: ResourceDef, registry: Registry,
 function parseFields(value: unknown, registry: Registry, problems: Problems): Map<string, Set<string>> {
   const fields = new Map<string, Set<string>>();
   if (value === undefined) return fields;
-  if (!isObject(value)) {
+  if (!isPlainObject(value)) {
     problems.add('invalid_field', 'fields', '`fields` takes the form fields[Type]=a,b.');
     return fields;
   }
@@ -156,7 +154,7 @@ function searchQuery(operand: unknown): Conversion {
 function parseFilter(value: unknown, resource: ResourceDef, problems: Problems): FilterNode | undefined {
   let conditions = 0;
   const walk = (node: unknown, path: string, depth: number): FilterNode | undefined => {
-    if (!isObject(node)) {
+    if (!isPlainObject(node)) {
       problems.add('invalid_filter', path, `\`${path}\` must name attributes, e.g. ${path}[status]=active.`);
       return undefined;
     }
@@ -170,7 +168,7 @@ function parseFilter(value: unknown, resource: ResourceDef, problems: Problems):
       if (key === 'and' || key === 'or') {
         const items = Array.isArray(child)
           ? child.map((item, i) => [String(i), item] as const)
-          : isObject(child)
+          : isPlainObject(child)
             ? Object.entries(child)
             : [];
         if (items.length === 0 || items.some(([index]) => !/^\d{1,3}$/.test(index))) {
@@ -202,10 +200,10 @@ function parseConditions(resource: ResourceDef, attribute: string, value: unknow
     problems.add('invalid_filter', parameter, `${resource.type} cannot be filtered by \`${attribute}\`.`);
     return [];
   }
-  const operations: [string, unknown][] = isObject(value) ? Object.entries(value) : [['eq', value]];
+  const operations: [string, unknown][] = isPlainObject(value) ? Object.entries(value) : [['eq', value]];
   const nodes: FilterNode[] = [];
   for (const [operator, operand] of operations) {
-    const where = isObject(value) ? `${parameter}[${operator}]` : parameter;
+    const where = isPlainObject(value) ? `${parameter}[${operator}]` : parameter;
     if (!(FILTER_OPERATORS as readonly string[]).includes(operator)) {
       problems.add('invalid_filter', where, `Unknown operator \`${operator}\`; use one of ${FILTER_OPERATORS.join(', ')}.`);
       continue;
@@ -227,7 +225,13 @@ function convertOperand(def: AttributeDef, operator: FilterOperator, operand: un
   }
   if (operator === 'in') {
     const items =
-      typeof operand === 'string' ? operand.split(',') : Array.isArray(operand) ? operand : isObject(operand) ? Object.values(operand) : [];
+      typeof operand === 'string'
+        ? operand.split(',')
+        : Array.isArray(operand)
+          ? operand
+          : isPlainObject(operand)
+            ? Object.values(operand)
+            : [];
     if (items.length === 0 || items.length > MAX_IN_VALUES) return invalid(`\`in\` takes 1 to ${MAX_IN_VALUES} values.`);
     const values: unknown[] = [];
     for (const item of items) {
@@ -306,7 +310,7 @@ function parsePage(
 ): PageParams {
   const page: PageParams = { limit: limits.defaultLimit, count: false };
   if (value === undefined) return page;
-  if (!isObject(value)) {
+  if (!isPlainObject(value)) {
     problems.add('invalid_pagination', 'page', '`page` takes page[limit], page[offset], page[after], page[before] and page[count].');
     return page;
   }
