@@ -1,5 +1,5 @@
 /** Request document validation: every problem of a body is reported together. */
-import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorObject } from './errors.js';
+import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorCode, type ErrorObject } from './errors.js';
 import { convertValue, isPlainObject } from './kinds.js';
 import { memo } from './memo.js';
 import type { AttributeDef } from './resource.js';
@@ -131,49 +131,26 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
   const values: Record<string, unknown> = {};
   for (const [name, member] of Object.entries((data.relationships as Record<string, unknown> | undefined) ?? {})) {
     const at = `/data/relationships/${pointerToken(name)}`;
+    const refuse = (code: ErrorCode, detail: string, pointer = at) => errors.push(errorObject(code, detail, { pointer }));
     const target = writable.get(name);
+    const linkage = isPlainObject(member) ? member.data : undefined;
     if (!target && expected.relationships?.includes(name)) {
       // JSON:API 1.1 section 9.2/9.3: an unsupported request to set a relationship is 403 Forbidden.
-      errors.push(errorObject('forbidden', `The \`${name}\` relationship cannot be set by this operation.`, { pointer: at }));
-      continue;
-    }
-    if (!target) {
+      refuse('forbidden', `The \`${name}\` relationship cannot be set by this operation.`);
+    } else if (!target) {
       const settable = [...writable.keys()].map((n) => `\`${n}\``).join(', ') || 'none';
-      errors.push(
-        errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`, {
-          pointer: at,
-        }),
-      );
-      continue;
-    }
-    if (!isPlainObject(member) || !('data' in member)) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`, {
-          pointer: at,
-        }),
-      );
-      continue;
-    }
-    const linkage = member.data;
-    if (linkage === null) {
+      refuse('unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`);
+    } else if (!isPlainObject(member) || !('data' in member)) {
+      refuse('invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`);
+    } else if (linkage === null) {
       values[target.attribute] = null;
-      continue;
+    } else if (!isPlainObject(linkage) || typeof linkage.type !== 'string' || typeof linkage.id !== 'string') {
+      refuse('invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, `${at}/data`);
+    } else if (linkage.type !== target.type) {
+      refuse('invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, `${at}/data/type`);
+    } else {
+      values[target.attribute] = linkage.id;
     }
-    if (!isPlainObject(linkage) || typeof linkage.type !== 'string' || typeof linkage.id !== 'string') {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, { pointer: `${at}/data` }),
-      );
-      continue;
-    }
-    if (linkage.type !== target.type) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, {
-          pointer: `${at}/data/type`,
-        }),
-      );
-      continue;
-    }
-    values[target.attribute] = linkage.id;
   }
   return values;
 }
@@ -203,22 +180,13 @@ export function validateDocument(
   const values: Record<string, unknown> = {};
   for (const [name, raw] of Object.entries(linked)) {
     const relationship = `/data/relationships/${name.slice(0, -3)}`;
+    const refuse = (detail: string, pointer: string) => errors.push(errorObject('invalid_attribute', detail, { pointer }));
     const result = convertValue(expected.accepted[name], raw);
-    if (!result.ok) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, {
-          pointer: `${relationship}/data${raw === null ? '' : '/id'}`,
-        }),
-      );
-      continue;
-    }
     const attribute = Object.hasOwn(attributes, name) ? convertValue(expected.accepted[name], attributes[name]) : undefined;
-    if (attribute?.ok && attribute.value !== result.value) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, {
-          pointer: relationship,
-        }),
-      );
+    if (!result.ok) {
+      refuse(`\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, `${relationship}/data${raw === null ? '' : '/id'}`);
+    } else if (attribute?.ok && attribute.value !== result.value) {
+      refuse(`\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, relationship);
     } else {
       values[name] = result.value;
     }
