@@ -257,8 +257,9 @@ function parseSort(value: unknown, resource: ResourceDef, problems: Problems): S
   if (typeof value === 'string' && value !== '') {
     for (const entry of value.split(',')) {
       const key = sortKey(entry);
-      const def = key && (key.attribute === 'id' ? ID_ATTRIBUTE : resource.attributes[key.attribute]);
-      const sortable = key && (key.attribute === 'id' || (Object.hasOwn(resource.attributes, key.attribute) && def?.sortable));
+      const sortable =
+        key &&
+        (key.attribute === 'id' || (Object.hasOwn(resource.attributes, key.attribute) && resource.attributes[key.attribute].sortable));
       if (!key || !sortable) {
         problems.add('invalid_sort', 'sort', `\`${entry.trim()}\` is not a sort key of ${resource.type}.`);
       } else if (seen.has(key.attribute)) {
@@ -286,21 +287,16 @@ function sortKey(entry: string): SortKey | undefined {
   const match = /^([ +]{1,2}|-{1,2})?([A-Za-z_][A-Za-z0-9_]*)$/.exec(entry);
   if (!match) return undefined;
   const prefix = (match[1] ?? '').replaceAll(' ', '+');
-  const attribute = match[2];
-  switch (prefix) {
-    case '':
-    case '+':
-      return { attribute, direction: 'asc', nulls: 'last' };
-    case '++':
-      return { attribute, direction: 'asc', nulls: 'first' };
-    case '-':
-      return { attribute, direction: 'desc', nulls: 'first' };
-    case '--':
-      return { attribute, direction: 'desc', nulls: 'last' };
-    default:
-      return undefined;
-  }
+  return { attribute: match[2], ...SORT_PREFIXES[prefix] };
 }
+
+const SORT_PREFIXES: Record<string, Pick<SortKey, 'direction' | 'nulls'>> = {
+  '': { direction: 'asc', nulls: 'last' },
+  '+': { direction: 'asc', nulls: 'last' },
+  '++': { direction: 'asc', nulls: 'first' },
+  '-': { direction: 'desc', nulls: 'first' },
+  '--': { direction: 'desc', nulls: 'last' },
+};
 
 function parsePage(
   value: unknown,
