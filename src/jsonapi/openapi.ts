@@ -2,7 +2,8 @@
 import { KINDS, operatorProblem, type Schema } from './kinds.js';
 import { EVENT_ACTIONS } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
-import { DEFAULT_QUERY_LIMITS, filterableAttribute, MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
+import { DEFAULT_QUERY_LIMITS, filterableAttribute, includePaths, sortableNames } from './query/parse.js';
+import { MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
 import { FILTER_OPERATORS } from './query/types.js';
 import { inputSpec, writableLinkage } from './validate.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type Registry, type ResourceDef } from './resource.js';
@@ -246,18 +247,6 @@ const listPattern = (words: string[], prefix = '') => {
   return `^${one}(,${one})*$`;
 };
 
-/** Relationship paths `include` accepts (one or two levels), as the query parser does. */
-export function includePaths(resource: ResourceDef, registry: Registry): string[] {
-  const step = (r: ResourceDef) =>
-    Object.entries(r.relationships).filter(([, rel]) => (rel.includable ?? rel.cardinality === 'one') && registry.has(rel.type));
-  const paths: string[] = [];
-  for (const [name, rel] of step(resource)) {
-    paths.push(name);
-    for (const [next] of step(registry.get(rel.type)!)) paths.push(`${name}.${next}`);
-  }
-  return paths;
-}
-
 function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
   const includes = includePaths(resource, registry);
   const parameters: Schema[] = [
@@ -284,7 +273,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     },
   ];
   if (!list) return parameters;
-  const sortable = ['id', ...Object.keys(resource.attributes).filter((n) => resource.attributes[n].sortable)];
+  const sortable = sortableNames(resource);
   // As the parser judges them: `id`, filterable or searchable attributes, the type's searches.
   const candidates = ['id', ...Object.keys(resource.attributes), ...Object.keys(resource.searches ?? {})];
   const filterable = candidates.filter((n) => filterableAttribute(resource, n));

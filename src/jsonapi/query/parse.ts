@@ -88,29 +88,35 @@ function parseInclude(value: unknown, resource: ResourceDef, registry: Registry,
     problems.add('invalid_includes', 'include', '`include` must be a comma-separated list of relationship paths.');
     return tree;
   }
+  const paths = includePaths(resource, registry);
   for (const path of value.split(',')) {
     const segments = path.trim().split('.');
     if (segments.length > 2) {
       problems.add('invalid_includes', 'include', `\`${path}\` is deeper than two levels.`);
-      continue;
-    }
-    let current: ResourceDef | undefined = resource;
-    let node = tree;
-    for (const segment of segments) {
-      const relationship: ResourceDef['relationships'][string] | undefined =
-        current && Object.hasOwn(current.relationships, segment) ? current.relationships[segment] : undefined;
-      const includable = relationship && (relationship.includable ?? relationship.cardinality === 'one');
-      if (!relationship || !includable || !registry.has(relationship.type)) {
-        problems.add('invalid_includes', 'include', `\`${path}\` is not an includable relationship path of ${resource.type}.`);
-        break;
-      }
-      node[segment] ??= {};
-      node = node[segment];
-      current = registry.get(relationship.type);
+    } else if (!paths.includes(path.trim())) {
+      problems.add('invalid_includes', 'include', `\`${path}\` is not an includable relationship path of ${resource.type}.`);
+    } else {
+      let node = tree;
+      for (const segment of segments) node = node[segment] ??= {};
     }
   }
   return tree;
 }
+
+/** Relationship paths `include` accepts (one or two levels): includable relationships of a known type. */
+export function includePaths(resource: ResourceDef, registry: Registry): string[] {
+  const step = (r: ResourceDef) =>
+    Object.entries(r.relationships).filter(([, rel]) => (rel.includable ?? rel.cardinality === 'one') && registry.has(rel.type));
+  const paths: string[] = [];
+  for (const [name, rel] of step(resource)) {
+    paths.push(name);
+    for (const [next] of step(registry.get(rel.type)!)) paths.push(`${name}.${next}`);
+  }
+  return paths;
+}
+
+/** Names `sort` takes: `id` and the sortable attributes. */
+export const sortableNames = (r: ResourceDef) => ['id', ...Object.keys(r.attributes).filter((n) => r.attributes[n].sortable)];
 
 function parseFields(value: unknown, registry: Registry, problems: Problems): Map<string, Set<string>> {
   const fields = new Map<string, Set<string>>();
@@ -257,10 +263,7 @@ function parseSort(value: unknown, resource: ResourceDef, problems: Problems): S
   if (typeof value === 'string' && value !== '') {
     for (const entry of value.split(',')) {
       const key = sortKey(entry);
-      const sortable =
-        key &&
-        (key.attribute === 'id' || (Object.hasOwn(resource.attributes, key.attribute) && resource.attributes[key.attribute].sortable));
-      if (!key || !sortable) {
+      if (!key || !sortableNames(resource).includes(key.attribute)) {
         problems.add('invalid_sort', 'sort', `\`${entry.trim()}\` is not a sort key of ${resource.type}.`);
       } else if (seen.has(key.attribute)) {
         problems.add('invalid_sort', 'sort', `\`${key.attribute}\` appears twice.`);
