@@ -10,22 +10,15 @@ import {
   type ActionResult,
   type AttributeDef,
   type ResourceDef,
-  type Registry,
   type AppServices,
   type Row,
 } from './resource.js';
 import { resourceJsonb } from './json-sql.js';
 import { KINDS } from './kinds.js';
 import { eventsWritten } from './outbox.js';
+import type { Reader } from './read.js';
 import { selectList } from './select.js';
 import { rowScope, tenancyScope } from './scope.js';
-
-/** What a reference check needs: the transaction and whose visibility applies. */
-interface Checker {
-  db: Database;
-  principal: Principal;
-  registry: Registry;
-}
 
 /** Column values of the attributes present in `values` (jsonb as JSON text). */
 export function columnValues(resource: ResourceDef, values: Record<string, unknown>): Record<string, unknown> {
@@ -122,11 +115,6 @@ export function applyDefaults(resource: ResourceDef, values: Record<string, unkn
 }
 
 /**
- * Every uuid attribute that names another record must name one the caller can
- * see: outside the organisation it is a 422 on its pointer (as if missing);
- * inside it but hidden from the caller's role, a 403.
- */
-/**
  * Records the system created in a transaction (`<organisation>/<type>/<id>`): a later write of the same transaction
  * naming one (a Call its new Conversation, a leg its new Call) names a row of its organisation, not read again.
  */
@@ -138,7 +126,12 @@ function noteCreated(trx: Database, principal: Principal, type: string, id: stri
   createdIn.set(trx, created.add(`${principal.organisationId}/${type}/${id}`));
 }
 
-export async function checkReferences(writer: Checker, attributes: Record<string, AttributeDef>, values: Record<string, unknown>) {
+/**
+ * Every uuid attribute that names another record must name one the writer can see (`writer`: the transaction
+ * and whose visibility applies): outside the organisation it is a 422 on its pointer (as if missing); inside it
+ * but hidden from the caller's role, a 403.
+ */
+export async function checkReferences(writer: Reader, attributes: Record<string, AttributeDef>, values: Record<string, unknown>) {
   const errors: ErrorObject[] = [];
   const created = writer.principal.credential === 'system' ? createdIn.get(writer.db) : undefined;
   for (const [name, def] of Object.entries(attributes)) {
