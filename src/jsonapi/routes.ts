@@ -83,6 +83,25 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     return document(data[0], included, meta);
   }
 
+  /** A GET of one record, whose id `idOf` gives (from the path, or an alias's), rendered as text when it is plain. */
+  async function getOne(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    resource: ResourceDef,
+    idOf: (principal: Principal) => string | null,
+  ) {
+    const { principal, reader } = context(request);
+    requirePermission(resource, principal, 'read');
+    const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+    const id = idOf(principal);
+    if (!id) throw notFound();
+    const ctx = renderContext(request, principal, query);
+    if (!noIncludes(query) || !plainRendering(resource, ctx)) return single(request, resource, id, query);
+    const row = await fetchById(reader, resource, id);
+    if (!row) throw notFound();
+    return reply.send(documentJson(resource, row, ctx, {}));
+  }
+
   /**
    * One page of `resource`'s records as a list document whose links are built on `url`: the collection, or
    * a record's to-many related link, which `within` narrows the rows to.
@@ -179,35 +198,13 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     for (const [alias, { resolve }] of Object.entries(resource.aliases ?? {})) {
       // A fixed name under the collection (`/api/users/me`): the router prefers it to the `:id` route.
       const url = `${collection}/${alias}`;
-      app.get(url, visitorMay('read'), async (request) => {
-        const { principal } = context(request);
-        requirePermission(resource, principal, 'read');
-        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const id = resolve(principal);
-        if (!id) throw notFound();
-        return single(request, resource, id, query);
-      });
+      app.get(url, visitorMay('read'), (request, reply) => getOne(request, reply, resource, resolve));
       methodNotAllowed(app, url, ['GET']);
     }
 
     if (resource.operations.get) {
       allowed[member].push('GET');
-      app.get(member, visitorMay('read'), async (request, reply) => {
-        const { principal } = context(request);
-        requirePermission(resource, principal, 'read');
-        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const id = idParam(request);
-        const ctx = renderContext(request, principal, query);
-        if (noIncludes(query) && plainRendering(resource, ctx)) {
-          const row = await fetchById({ db, principal, registry }, resource, id);
-          if (!row) throw notFound();
-          return reply.send(documentJson(resource, row, ctx, {}));
-        }
-        return single(request, resource, id, query);
-      });
-    }
-
-    if (resource.operations.get) {
+      app.get(member, visitorMay('read'), (request, reply) => getOne(request, reply, resource, () => idParam(request)));
       for (const [name, relationship] of Object.entries(resource.relationships)) {
         registerRelated(resource, member, name, relationship, visitorMay('read').config.allowVisitor);
       }
