@@ -186,11 +186,7 @@ function errors(statuses: number[]): Record<string, Schema> {
 }
 
 const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
-const RATE_LIMIT_HEADERS = {
-  'RateLimit-Limit': header('RateLimit-Limit'),
-  'RateLimit-Remaining': header('RateLimit-Remaining'),
-  'RateLimit-Reset': header('RateLimit-Reset'),
-};
+const RATE_LIMIT_HEADERS = Object.fromEntries(['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'].map((n) => [n, header(n)]));
 
 /** Headers of each error response beyond the rate-limit ones. */
 const ERROR_HEADERS: Record<number, Record<string, Schema>> = {
