@@ -35,13 +35,6 @@ function baseUrl(request: FastifyRequest, options: EngineOptions): string {
   return options.config.publicUrl ?? `${request.protocol}://${request.host}`;
 }
 
-/** The authenticated caller of a request (`principalOf` in actor.ts gives the principal of an actor). */
-function callerOf(request: FastifyRequest): Principal {
-  // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
-  if (!request.principal) throw unauthenticated();
-  return request.principal;
-}
-
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
   const registry = buildRegistry(resources);
   const db = options.database.db;
@@ -49,8 +42,11 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
   const records: Records = options.records ?? createRecords({ db, registry, services: options });
 
+  /** The authenticated caller of a request, as a reader and as the actor of its writes. */
   const context = (request: FastifyRequest) => {
-    const principal = callerOf(request);
+    const principal = request.principal;
+    // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
+    if (!principal) throw unauthenticated();
     const reader: Reader = { db, principal, registry };
     return { principal, reader, actor: asPrincipal(principal) };
   };
@@ -190,7 +186,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (resource.operations.list) {
       allowed[collection].push('GET');
       app.get(collection, visitorMay('read'), async (request, reply) => {
-        requirePermission(resource, callerOf(request), 'read');
+        requirePermission(resource, context(request).principal, 'read');
         return listPage(request, reply, resource, collection);
       });
     }
