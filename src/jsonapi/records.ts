@@ -40,11 +40,8 @@ interface RecordsOptions {
   services: AppServices;
 }
 
-export function createRecords(options: RecordsOptions): Records {
-  return bind(options, options.db);
-}
-
-function bind(options: RecordsOptions, db: Database): Records {
+/** The service on `options.db`, or (inside the service) on one of its transactions. */
+export function createRecords(options: RecordsOptions, db = options.db): Records {
   const { registry, services } = options;
 
   const resourceOf = (type: string): ResourceDef => {
@@ -55,7 +52,7 @@ function bind(options: RecordsOptions, db: Database): Records {
 
   /** What hooks and actions receive: the write's transaction, its actor and its values as given. */
   const context = (trx: Database, actor: Actor, resource: ResourceDef, values: Record<string, unknown>, existing?: Row): ActionContext => {
-    const records = bind(options, trx);
+    const records = createRecords(options, trx);
     const provided = new Set(Object.keys(values));
     return { db: trx, services, principal: principalOf(actor), actor, records, resource, values, provided, existing, registry };
   };
@@ -232,7 +229,7 @@ function bind(options: RecordsOptions, db: Database): Records {
     async transaction<T>(work: (records: Records, trx: Database) => Promise<T>): Promise<T> {
       if (db.isTransaction) return work(records, db);
       // The writes inside map their own errors; the outer transaction only commits them together.
-      return inTransaction(db, (trx) => work(bind(options, trx), trx));
+      return inTransaction(db, (trx) => work(createRecords(options, trx), trx));
     },
   };
   return records;
