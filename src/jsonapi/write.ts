@@ -163,14 +163,10 @@ function mapConstraintError(error: unknown, resource: ResourceDef): unknown {
   const { code, constraint } = error as { code?: string; constraint?: string };
   const attribute = constraint ? resource.uniqueConstraints?.[constraint] : undefined;
   const source = { pointer: attribute ? `/data/attributes/${attribute}` : '/data' };
-  if (code === '23505') {
-    return new ApiError([
-      errorObject('conflict', attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.', source),
-    ]);
-  }
-  if (code === '23503' || code === '23514' || code?.startsWith('22')) {
-    return new ApiError([errorObject('invalid_attribute', 'The values are not acceptable together.', source)]);
-  }
+  const conflict = attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.';
+  if (code === '23505') return ApiError.of('conflict', conflict, source);
+  if (code === '23503' || code === '23514' || code?.startsWith('22'))
+    return ApiError.of('invalid_attribute', 'The values are not acceptable together.', source);
   return error;
 }
 
