@@ -103,10 +103,7 @@ export function relatedLink(resource: ResourceDef, id: string, name: string, bas
 }
 
 export function document(data: unknown, included: unknown[], meta: Record<string, unknown>, links?: Record<string, string | null>) {
-  const doc: Record<string, unknown> = { data, included, meta };
-  if (links) doc.links = links;
-  doc.jsonapi = { version: '1.0' };
-  return doc;
+  return { data, included, meta, ...(links ? { links } : {}), jsonapi: { version: '1.0' } };
 }
 
 /**
