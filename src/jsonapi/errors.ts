@@ -89,12 +89,7 @@ export class ApiError extends Error {
   /** `total`: how many problems there were, when the caller stopped collecting them at the bound. */
   constructor(errors: ErrorObject[], headers: Record<string, string> = {}, total = errors.length) {
     const shown = errors.slice(0, MAX_ERRORS_PER_DOCUMENT);
-    super(
-      shown
-        .slice(0, 10)
-        .map((e) => e.detail ?? e.title)
-        .join('; '),
-    );
+    super(Array.from(shown.slice(0, 10), (e) => e.detail ?? e.title).join('; '));
     this.errors = shown;
     this.total = Math.max(total, errors.length);
     this.headers = headers;

@@ -10,6 +10,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { KINDS, renderedValue } from './kinds.js';
 import { columnOf, type AttributeDef, type ResourceDef } from './resource.js';
+import { memo } from './memo.js';
 import { frozen, viewIndependent } from './select.js';
 import { relatedLink } from './serialize.js';
 
@@ -21,17 +22,11 @@ const compiled = new WeakMap<ResourceDef, Map<string, RawBuilder<unknown>>>();
  */
 export function resourceJsonb(resource: ResourceDef, baseUrl: string): RawBuilder<unknown> | undefined {
   if (!viewIndependent(resource)) return undefined;
-  let byBase = compiled.get(resource);
-  if (!byBase) {
-    byBase = new Map();
-    compiled.set(resource, byBase);
-  }
-  let json = byBase.get(baseUrl);
-  if (!json) {
-    json = frozen(compile(resource)(baseUrl));
-    byBase.set(baseUrl, json);
-  }
-  return json;
+  return memo(
+    memo(compiled, resource, () => new Map()),
+    baseUrl,
+    () => frozen(compile(resource, baseUrl)),
+  );
 }
 
 function attributeValue(name: string, def: AttributeDef): RawBuilder<unknown> {
@@ -50,37 +45,35 @@ function object(pairs: [string, RawBuilder<unknown>][]): RawBuilder<unknown> {
   return sql.join(chunks, sql` || `);
 }
 
-function compile(resource: ResourceDef): (baseUrl: string) => RawBuilder<unknown> {
+function compile(resource: ResourceDef, baseUrl: string): RawBuilder<unknown> {
   const attributes = Object.entries(resource.attributes)
     .filter(([, def]) => !def.writeOnly)
     .map(([name, def]): [string, RawBuilder<unknown>] => [name, attributeValue(name, def)]);
-  return (baseUrl) => {
-    const relationships = Object.entries(resource.relationships).map(([name, relationship]): [string, RawBuilder<unknown>] => {
-      if (relationship.cardinality === 'one') {
-        const key = sql.ref(`t.${relationship.foreignKey!}`);
-        return [
-          name,
-          sql`jsonb_build_object('data', CASE WHEN ${key} IS NULL THEN NULL ELSE jsonb_build_object('id', ${key}::text, 'type', ${sql.lit(relationship.type)}::text, 'meta', '{}'::jsonb) END)`,
-        ];
-      }
-      // As serialize.ts's relatedLink: /api/{path}/{id}/{relationship}.
-      if (!relatedLink(resource, '', name, baseUrl)) return [name, sql`'{"meta":{}}'::jsonb`];
-      const prefix = `${baseUrl}/api/${resource.path}/`;
-      const suffix = `/${name}`;
+  const relationships = Object.entries(resource.relationships).map(([name, relationship]): [string, RawBuilder<unknown>] => {
+    if (relationship.cardinality === 'one') {
+      const key = sql.ref(`t.${relationship.foreignKey!}`);
       return [
         name,
-        sql`jsonb_build_object('links', jsonb_build_object('related', ${sql.lit(prefix)}::text || t.id::text || ${sql.lit(suffix)}::text), 'meta', '{}'::jsonb)`,
+        sql`jsonb_build_object('data', CASE WHEN ${key} IS NULL THEN NULL ELSE jsonb_build_object('id', ${key}::text, 'type', ${sql.lit(relationship.type)}::text, 'meta', '{}'::jsonb) END)`,
       ];
-    });
-    const members: [string, RawBuilder<unknown>][] = [
-      ['id', sql`to_jsonb(t.id::text)`],
-      ['type', sql`to_jsonb(${sql.lit(resource.type)}::text)`],
-      ['attributes', object(attributes)],
-      ['relationships', object(relationships)],
+    }
+    // As serialize.ts's relatedLink: /api/{path}/{id}/{relationship}.
+    if (!relatedLink(resource, '', name, baseUrl)) return [name, sql`'{"meta":{}}'::jsonb`];
+    const prefix = `${baseUrl}/api/${resource.path}/`;
+    const suffix = `/${name}`;
+    return [
+      name,
+      sql`jsonb_build_object('links', jsonb_build_object('related', ${sql.lit(prefix)}::text || t.id::text || ${sql.lit(suffix)}::text), 'meta', '{}'::jsonb)`,
     ];
-    if (resource.path)
-      members.push(['links', sql`jsonb_build_object('self', ${sql.lit(`${baseUrl}/api/${resource.path}/`)}::text || t.id::text)`]);
-    members.push(['meta', sql`'{}'::jsonb`]);
-    return object(members);
-  };
+  });
+  const members: [string, RawBuilder<unknown>][] = [
+    ['id', sql`to_jsonb(t.id::text)`],
+    ['type', sql`to_jsonb(${sql.lit(resource.type)}::text)`],
+    ['attributes', object(attributes)],
+    ['relationships', object(relationships)],
+  ];
+  if (resource.path)
+    members.push(['links', sql`jsonb_build_object('self', ${sql.lit(`${baseUrl}/api/${resource.path}/`)}::text || t.id::text)`]);
+  members.push(['meta', sql`'{}'::jsonb`]);
+  return object(members);
 }

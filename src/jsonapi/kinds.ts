@@ -65,7 +65,7 @@ export interface KindDescriptor {
   declarationProblems?: (def: AttributeDef) => string[];
 }
 
-const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+export const isPlainObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
 function textProblem(

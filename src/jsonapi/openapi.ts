@@ -2,10 +2,11 @@
 import { KINDS, operatorProblem, type Schema } from './kinds.js';
 import { EVENT_ACTIONS } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
-import { DEFAULT_QUERY_LIMITS, filterableAttribute, MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
+import { DEFAULT_QUERY_LIMITS, filterableAttribute, includePaths, sortableNames } from './query/parse.js';
+import { MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
 import { FILTER_OPERATORS } from './query/types.js';
 import { inputSpec, writableLinkage } from './validate.js';
-import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type ResourceDef } from './resource.js';
+import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type Registry, type ResourceDef } from './resource.js';
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const nullable = (schema: Schema, isNullable?: boolean): Schema =>
@@ -59,7 +60,7 @@ function resourceSchemas(resource: ResourceDef): Record<string, Schema> {
             },
           };
   }
-  const schemas: Record<string, Schema> = {
+  return {
     [`${t}Attributes`]: { type: 'object', properties: attributes },
     [`${t}Resource`]: {
       type: 'object',
@@ -85,7 +86,6 @@ function resourceSchemas(resource: ResourceDef): Record<string, Schema> {
     ),
     [`${t}ListDocument`]: document({ type: 'array', items: ref(`${t}Resource`) }, ref('PageMeta'), ref('PageLinks')),
   };
-  return schemas;
 }
 
 /** A top-level document with `data` and `included` (and `links` when given). */
@@ -98,8 +98,12 @@ const document = (data: Schema, meta: Schema, links?: Schema): Schema => ({
 /** What a request body does: a member action names its record like an update and takes attributes like a create. */
 type RequestKind = 'create' | 'update' | 'action' | 'member';
 
-/** The request document of a write: `data.type`, `data.attributes` (and `data.id` for updates), closed like the server. */
-function requestSchema(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
+/**
+ * The request body of a write: its document's schema (`data.type`, `data.attributes`, and `data.id` for updates,
+ * closed like the server), and an example built from the operation's required attributes (and ids to replace
+ * with your own).
+ */
+function requestBody(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
   const spec = inputSpec(input, kind === 'update' ? 'update' : 'create');
   const properties: Record<string, Schema> = {};
   for (const [name, def] of Object.entries(spec.accepted)) properties[name] = attributeSchema(def, 'write');
@@ -140,31 +144,21 @@ function requestSchema(type: string, input: Record<string, AttributeDef>, kind: 
       ...(withId ? {} : { lid: { type: 'string' } }),
     },
   };
-  return {
+  const example: Record<string, unknown> = {};
+  for (const [name, def] of Object.entries(spec.accepted)) {
+    // An update's example changes one attribute (not a reference, whose id the reader would have to replace).
+    if (required.includes(name) || (kind === 'update' && Object.keys(example).length === 0 && !def.references))
+      example[name] =
+        def.default !== undefined && typeof def.default !== 'function' ? def.default : (def.example ?? KINDS[def.kind].example(def));
+  }
+  const schema = {
     type: 'object',
     required: ['data'],
     additionalProperties: false,
     properties: { data, meta: { type: 'object' }, jsonapi: { type: 'object' } },
   };
-}
-
-/** A value of the attribute that the server accepts, for examples. */
-function sampleValue(def: AttributeDef): unknown {
-  if (def.default !== undefined && typeof def.default !== 'function') return def.default;
-  return def.example ?? KINDS[def.kind].example(def);
-}
-
-/** A request body built from the operation's required attributes (and ids to replace with your own). */
-function requestExample(type: string, input: Record<string, AttributeDef>, kind: RequestKind): Schema {
-  const spec = inputSpec(input, kind === 'update' ? 'update' : 'create');
-  const attributes: Record<string, unknown> = {};
-  for (const [name, def] of Object.entries(spec.accepted)) {
-    // An update's example changes one attribute (not a reference, whose id the reader would have to replace).
-    if (spec.required.includes(name) || (kind === 'update' && Object.keys(attributes).length === 0 && !def.references))
-      attributes[name] = sampleValue(def);
-  }
-  const id = kind === 'update' || kind === 'member' ? { id: '00000000-0000-7000-8000-000000000000' } : {};
-  return { data: { type, ...id, attributes } };
+  const id = withId ? { id: '00000000-0000-7000-8000-000000000000' } : {};
+  return { required: true, content: jsonApi(schema, { data: { type, ...id, attributes: example } }) };
 }
 
 const ERROR_RESPONSES: Record<number, string> = {
@@ -192,11 +186,7 @@ function errors(statuses: number[]): Record<string, Schema> {
 }
 
 const header = (name: string) => ({ $ref: `#/components/headers/${name}` });
-const RATE_LIMIT_HEADERS = {
-  'RateLimit-Limit': header('RateLimit-Limit'),
-  'RateLimit-Remaining': header('RateLimit-Remaining'),
-  'RateLimit-Reset': header('RateLimit-Reset'),
-};
+const RATE_LIMIT_HEADERS = Object.fromEntries(['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'].map((n) => [n, header(n)]));
 
 /** Headers of each error response beyond the rate-limit ones. */
 const ERROR_HEADERS: Record<number, Record<string, Schema>> = {
@@ -246,8 +236,6 @@ const jsonApi = (schema: Schema, example?: unknown) => ({
   'application/vnd.api+json': example === undefined ? { schema } : { schema, example },
 });
 
-type Registry = ReadonlyMap<string, ResourceDef>;
-
 const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 /** `^(a|b)(,(a|b))*$`: a comma-separated list of the given words. */
 const listPattern = (words: string[], prefix = '') => {
@@ -255,27 +243,14 @@ const listPattern = (words: string[], prefix = '') => {
   return `^${one}(,${one})*$`;
 };
 
-/** Relationship paths `include` accepts (one or two levels), as the query parser does. */
-export function includePaths(resource: ResourceDef, registry: Registry): string[] {
-  const step = (r: ResourceDef) =>
-    Object.entries(r.relationships).filter(([, rel]) => (rel.includable ?? rel.cardinality === 'one') && registry.has(rel.type));
-  const paths: string[] = [];
-  for (const [name, rel] of step(resource)) {
-    paths.push(name);
-    for (const [next] of step(registry.get(rel.type)!)) paths.push(`${name}.${next}`);
-  }
-  return paths;
-}
-
 function queryParameters(resource: ResourceDef, list: boolean, registry: Registry): Schema[] {
   const includes = includePaths(resource, registry);
   const parameters: Schema[] = [
-    {
-      name: 'include',
-      in: 'query',
-      schema: includes.length ? { type: 'string', pattern: listPattern(includes) } : { type: 'string', maxLength: 0 },
-      description: `Comma-separated relationship paths: ${includes.join(', ') || 'none'}. At most 1000 included records and 8 MiB per response (else 400 invalid_includes).`,
-    },
+    queryParameter(
+      'include',
+      includes.length ? { type: 'string', pattern: listPattern(includes) } : { type: 'string', maxLength: 0 },
+      `Comma-separated relationship paths: ${includes.join(', ') || 'none'}. At most 1000 included records and 8 MiB per response (else 400 invalid_includes).`,
+    ),
     {
       name: 'fields',
       in: 'query',
@@ -294,7 +269,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     },
   ];
   if (!list) return parameters;
-  const sortable = ['id', ...Object.keys(resource.attributes).filter((n) => resource.attributes[n].sortable)];
+  const sortable = sortableNames(resource);
   // As the parser judges them: `id`, filterable or searchable attributes, the type's searches.
   const candidates = ['id', ...Object.keys(resource.attributes), ...Object.keys(resource.searches ?? {})];
   const filterable = candidates.filter((n) => filterableAttribute(resource, n));
@@ -341,40 +316,34 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
       // A condition every organisation's records meet, instead of a generated value for every attribute (400).
       example: filterable.includes('created_at') ? { created_at: { less_than: '2999-01-01T00:00:00Z' } } : {},
     },
-    {
-      name: 'sort',
-      in: 'query',
-      schema: { type: 'string', pattern: listPattern(sortable, '(\\+{1,2}|-{1,2})?') },
-      description: `Comma-separated keys of ${sortable.join(', ')}, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last).`,
-    },
-    {
-      name: 'page[limit]',
-      in: 'query',
-      schema: { type: 'integer', minimum: 1, default: DEFAULT_QUERY_LIMITS.defaultLimit },
-      description: `Page size; any larger value is clamped to ${DEFAULT_QUERY_LIMITS.maxLimit}.`,
-    },
-    {
-      name: 'page[offset]',
-      in: 'query',
-      schema: { type: 'integer', minimum: 0, maximum: DEFAULT_QUERY_LIMITS.maxOffset },
-      description: 'Offset paging; not with page[after] or page[before].',
-    },
-    {
-      name: 'page[after]',
-      in: 'query',
-      schema: { type: 'string', pattern: CURSOR_PATTERN },
-      description: 'Keyset cursor from links.next (bound to the sort and the organisation).',
-    },
-    {
-      name: 'page[before]',
-      in: 'query',
-      schema: { type: 'string', pattern: CURSOR_PATTERN },
-      description: 'Keyset cursor from links.prev.',
-    },
-    { name: 'page[count]', in: 'query', schema: { type: 'boolean' }, description: 'Adds meta.page.total.' },
+    queryParameter(
+      'sort',
+      { type: 'string', pattern: listPattern(sortable, '(\\+{1,2}|-{1,2})?') },
+      `Comma-separated keys of ${sortable.join(', ')}, each at most once; prefix none or + (ascending, nulls last), - (descending, nulls first), ++ (ascending, nulls first), -- (descending, nulls last).`,
+    ),
+    queryParameter(
+      'page[limit]',
+      { type: 'integer', minimum: 1, default: DEFAULT_QUERY_LIMITS.defaultLimit },
+      `Page size; any larger value is clamped to ${DEFAULT_QUERY_LIMITS.maxLimit}.`,
+    ),
+    queryParameter(
+      'page[offset]',
+      { type: 'integer', minimum: 0, maximum: DEFAULT_QUERY_LIMITS.maxOffset },
+      'Offset paging; not with page[after] or page[before].',
+    ),
+    queryParameter(
+      'page[after]',
+      { type: 'string', pattern: CURSOR_PATTERN },
+      'Keyset cursor from links.next (bound to the sort and the organisation).',
+    ),
+    queryParameter('page[before]', { type: 'string', pattern: CURSOR_PATTERN }, 'Keyset cursor from links.prev.'),
+    queryParameter('page[count]', { type: 'boolean' }, 'Adds meta.page.total.'),
   );
   return parameters;
 }
+
+/** A parameter of the query string. */
+const queryParameter = (name: string, schema: Schema, description: string) => ({ name, in: 'query', schema, description });
 
 const CURSOR_PATTERN = '^[A-Za-z0-9_-]{1,4096}\\.[A-Za-z0-9_-]{22}$';
 
@@ -385,14 +354,6 @@ const idParameter = {
   schema: { type: 'string', format: 'uuid' },
   description: 'The record id (a malformed or unknown id is a 404).',
 };
-
-/** The relationships of `resource` whose related link answers (routes.ts, `registerRelated`): those of a known type. */
-const relatedNames = (resource: ResourceDef, resources: readonly ResourceDef[]) =>
-  Object.entries(resource.relationships)
-    .filter(([, relationship]) => resources.some((r) => r.type === relationship.type))
-    .map(([name]) => name);
-
-const hasTyping = (resources: readonly ResourceDef[]) => resources.some((r) => r.type === 'Conversation' && r.events !== false);
 
 /** POST /api/conversations/{id}/typing: an ephemeral signal, not a resource (docs/events.md, "Typing"). */
 function typingOperation(): Schema {
@@ -433,18 +394,12 @@ function eventStreamOperation(resources: ResourceDef[]): Schema {
     tags: ['Event'],
     security: MEMBER_SECURITY,
     parameters: [
-      {
-        name: 'filter[type]',
-        in: 'query',
-        schema: { type: 'string', pattern: listPattern(types) },
-        description: 'Comma-separated event types; an unknown one is a 400 naming it.',
-      },
-      {
-        name: 'page[after]',
-        in: 'query',
-        schema: { type: 'string', format: 'uuid' },
-        description: 'Replay the retained events after this event id.',
-      },
+      queryParameter(
+        'filter[type]',
+        { type: 'string', pattern: listPattern(types) },
+        'Comma-separated event types; an unknown one is a 400 naming it.',
+      ),
+      queryParameter('page[after]', { type: 'string', format: 'uuid' }, 'Replay the retained events after this event id.'),
       {
         name: 'Last-Event-ID',
         in: 'header',
@@ -485,10 +440,7 @@ function actionOperation(resource: ResourceDef, name: string, action: CustomActi
     tags: [resource.type],
     security: action.allowPublishable ? [{ publishableKey: [] }, ...MEMBER_SECURITY] : MEMBER_SECURITY,
     parameters: [...(action.member ? [idParameter] : []), ...queryParameters(resource, false, registry)],
-    requestBody: {
-      required: true,
-      content: jsonApi(requestSchema(resource.type, action.input, kind), requestExample(resource.type, action.input, kind)),
-    },
+    requestBody: requestBody(resource.type, action.input, kind),
     responses: {
       [String(action.status ?? 200)]: ok(action.status === 201 ? 'Created' : 'OK', ref(`${resource.type}Document`)),
       ...errors([...(action.member ? [403, 404, 409, 415, 422] : [403, 409, 413, 415, 422, 429]), ...(action.errors ?? [])]),
@@ -591,17 +543,13 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         parameters: [idParameter, ...queryParameters(r, false, registry)],
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404]) },
       };
-    }
-    if (r.operations.get) {
-      for (const name of relatedNames(r, resources)) {
-        const relationship = r.relationships[name];
-        const related = registry.get(relationship.type)!;
+      // The relationships whose related link answers (routes.ts, `registerRelated`): those of a known type.
+      for (const [name, relationship] of Object.entries(r.relationships)) {
+        const related = registry.get(relationship.type);
+        if (!related) continue;
         const many = relationship.cardinality === 'many';
         at(`${member}/${name}`).get = {
-          operationId: `get${type}${name
-            .split('_')
-            .map((w) => w[0].toUpperCase() + w.slice(1))
-            .join('')}`,
+          operationId: `get${type}${name.replace(/(?:^|_)([^_])/g, (_, letter: string) => letter.toUpperCase())}`,
           summary: `Read the ${name} of one ${type}`,
           description: many
             ? `The ${related.type} records of the ${type}'s \`${name}\` relationship (its related link), filtered, sorted and paged as a list. 404 when the ${type} is not visible. ${rolesText(related.access.read)}`
@@ -633,10 +581,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         description: `Creates a ${type} in the caller's organisation. References may be given as \`x_id\` attributes or as relationship linkage; ids in the example must be replaced with your own records'. ${rolesText(r.access.create)}`,
         ...tagged,
         parameters: queryParameters(r, false, registry),
-        requestBody: {
-          required: true,
-          content: jsonApi(requestSchema(type, r.attributes, 'create'), requestExample(type, r.attributes, 'create')),
-        },
+        requestBody: requestBody(type, r.attributes, 'create'),
         responses: {
           '201': ok('Created', ref(`${type}Document`), { Location: header('Location') }),
           ...extra,
@@ -651,10 +596,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
         description: `Changes the attributes given; others keep their values. \`data.id\` must equal the path's id (409 otherwise). ${rolesText(r.access.update)}${visible}${writable}`,
         ...tagged,
         parameters: [idParameter, ...queryParameters(r, false, registry)],
-        requestBody: {
-          required: true,
-          content: jsonApi(requestSchema(type, r.attributes, 'update'), requestExample(type, r.attributes, 'update')),
-        },
+        requestBody: requestBody(type, r.attributes, 'update'),
         responses: { '200': ok('OK', ref(`${type}Document`)), ...errors([403, 404, 409, 413, 415, 422]) },
       };
     }
@@ -674,7 +616,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
     }
   }
   if (resources.some((r) => r.events !== false)) at('/api/events').get = eventStreamOperation(resources);
-  if (hasTyping(resources)) at('/api/conversations/{id}/typing').post = typingOperation();
+  if (resources.some((r) => r.type === 'Conversation' && r.events !== false)) at('/api/conversations/{id}/typing').post = typingOperation();
 
   const responses = Object.fromEntries(
     Object.entries(ERROR_RESPONSES).map(([status, description]) => [

@@ -1,23 +1,16 @@
 /**
- * The transactional outbox. The records service queues one event per create, update and delete; the events
- * are written to `events` just before the writing transaction commits, in that transaction, so an event exists
- * exactly when its change does (a rolled-back write leaves none), whoever wrote.
+ * The transactional outbox (docs/architecture.md, "Events"). The records service queues one event per create,
+ * update and delete; the events are written to `events` in the writing transaction, so an event exists exactly
+ * when its change does (a rolled-back write leaves none), whoever wrote. They are written by its last statement
+ * before COMMIT (a commit hook here; a create that is its own transaction inserts its event with its record,
+ * write.ts), where they take their ids from `parley_event_id` (migration 0011): ids that sort in commit order
+ * within the organisation, so that a client resumes with Last-Event-ID and a reader tails the table by id.
  *
- * Order: an event's id is a UUIDv7 that sorts in commit order within its organisation, which is what lets a
- * client resume with Last-Event-ID and a reader tail the table by id without missing a row. So events are
- * written by the transaction's last statement before COMMIT (a commit hook here; a create that is its own
- * transaction inserts its event with its record, src/jsonapi/write.ts), and take their ids there from
- * `parley_event_id` (migration 0011): the database's clock and a sequence, under a lock of the organisation
- * that writers share and a reader of the events (`parley_read_events`) takes alone for one statement, so that
- * what a reader sees is always a prefix of the organisation's events in id order. A trigger queues the
- * events' webhook deliveries in the same statement.
- *
- * Readers in every server process learn of new events from a notification on `parley_events` with the
- * organisation's id, which the writing process sends after its commit (`notifyAfterCommit`: one statement
- * at most every 10 ms, for every organisation written to meanwhile): a NOTIFY inside the writing transaction
- * would make every notifying commit of the database wait for the one before it (PostgreSQL queues
- * notifications under a database-wide lock held until the commit is flushed). Readers also look for
- * rows they were not told about every few seconds, which covers a lost announcement.
+ * The notification on `parley_events` is sent after the commit (`notifyAfterCommit`: one statement at most every
+ * 10 ms, for every organisation written to meanwhile): a NOTIFY inside the writing transaction would make every
+ * notifying commit of the database wait for the one before it (PostgreSQL queues notifications under a
+ * database-wide lock held until the commit is flushed). Readers also look for rows they were not told about
+ * every few seconds, which covers a lost announcement.
  */
 import { sql } from 'kysely';
 import { beforeCommit, notifyAfterCommit, type Database } from '../db/connection.js';
@@ -35,15 +28,6 @@ export interface PendingEvent {
   type: string;
   occurredAt: Date;
   /** The resource object as a GET renders it (no write-only value, no value shown once). */
-  data: Row;
-}
-
-/** The event document: what the stream's `data:` line and a webhook's body carry. */
-export interface EventDocument {
-  id: string;
-  type: string;
-  occurred_at: string;
-  organisation_id: string;
   data: Row;
 }
 

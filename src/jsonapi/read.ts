@@ -135,19 +135,17 @@ async function fetchToMany(reader: Reader, relationship: RelationshipDef, relate
   const scope = rowScope(related, reader.principal);
   const order = (related.defaultSort ?? []).map((name) => sql.ref(`t.${columnOf(name, related.attributes[name])}`));
   const orderBy = sql.join([...order, sql`t.id`]);
-  if (relationship.through) {
-    const { table, from, to } = relationship.through;
-    const { rows } = await sql<Row>`
-      SELECT ${columns}, ${sql.ref(`j.${from}`)} AS ${sql.id(PARENT)}
-      FROM ${sql.table(table)} j JOIN ${sql.table(related.table)} t ON t.id = ${sql.ref(`j.${to}`)}
-      WHERE ${sql.ref(`j.${from}`)} = ANY(${parentIds}::uuid[]) AND ${scope}
-      ORDER BY ${orderBy} LIMIT ${limit}`.execute(reader.db);
-    return rows;
-  }
-  const key = sql.ref(`t.${relationship.inverseKey!}`);
+  // Through a join table `j`, or by the related table's own key back to the parent.
+  const through = relationship.through;
+  const [from, parent] = through
+    ? [
+        sql`${sql.table(through.table)} j JOIN ${sql.table(related.table)} t ON t.id = ${sql.ref(`j.${through.to}`)}`,
+        sql.ref(`j.${through.from}`),
+      ]
+    : [sql`${sql.table(related.table)} t`, sql.ref(`t.${relationship.inverseKey!}`)];
   const { rows } = await sql<Row>`
-    SELECT ${columns}, ${key} AS ${sql.id(PARENT)} FROM ${sql.table(related.table)} t
-    WHERE ${key} = ANY(${parentIds}::uuid[]) AND ${scope}
+    SELECT ${columns}, ${parent} AS ${sql.id(PARENT)} FROM ${from}
+    WHERE ${parent} = ANY(${parentIds}::uuid[]) AND ${scope}
     ORDER BY ${orderBy} LIMIT ${limit}`.execute(reader.db);
   return rows;
 }
@@ -217,13 +215,8 @@ export async function renderWithIncludes(
         const known = [...ids].map((id) => loaded.get(keyOf(related.type, id))?.row).filter((r): r is Row => !!r);
         relatedRows = [...(await fetchByIds(reader, related, missing)), ...known];
       } else {
-        relatedRows = await fetchToMany(
-          reader,
-          relationship,
-          related,
-          rows.map((r) => String(r.id)),
-          budget.remaining,
-        );
+        const parentIds = rows.map((r) => String(r.id));
+        relatedRows = await fetchToMany(reader, relationship, related, parentIds, budget.remaining);
         for (const row of rows) {
           const linkage = relatedRows
             .filter((r) => String(r[PARENT]) === String(row.id))

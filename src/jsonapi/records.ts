@@ -11,13 +11,14 @@ import { sql } from 'kysely';
 import { inTransaction, type Database } from '../db/connection.js';
 import { principalOf, systemActor, type Actor } from './actor.js';
 import { queueEvent, type EventAction } from './outbox.js';
-import { ApiError, errorObject, forbidden, notFound } from './errors.js';
+import { ApiError, errorObject, forbidden, notFound, type ErrorObject } from './errors.js';
 import { ROLES } from './principal.js';
 import { fetchById, type Reader } from './read.js';
 import {
   columnOf,
   type ActionContext,
   type ActionResult,
+  type AppServices,
   type Records,
   type Registry,
   type RenderWritten,
@@ -25,10 +26,9 @@ import {
   type WriteOptions,
 } from './resource.js';
 import { KINDS } from './kinds.js';
-import { mayPerform, requirePermission, rowScope } from './scope.js';
+import { requirePermission, rowScope } from './scope.js';
 import { selectList } from './select.js';
 import { renderResource, type Row } from './serialize.js';
-import type { AppServices } from './resource.js';
 import type { Rendered, WriteValues } from './typed-writes.js';
 import { inputSpec, validateAttributes } from './validate.js';
 import { resourceJsonb } from './json-sql.js';
@@ -52,11 +52,8 @@ interface RecordsOptions {
   services: AppServices;
 }
 
-export function createRecords(options: RecordsOptions): Records {
-  return bind(options, options.db);
-}
-
-function bind(options: RecordsOptions, db: Database): Records {
+/** The service on `options.db`, or (inside the service) on one of its transactions. */
+export function createRecords(options: RecordsOptions, db = options.db): Records {
   const { registry, services } = options;
 
   const resourceOf = (type: string): ResourceDef => {
@@ -67,7 +64,7 @@ function bind(options: RecordsOptions, db: Database): Records {
 
   /** What hooks and actions receive: the write's transaction, its actor and its values as given. */
   const context = (trx: Database, actor: Actor, resource: ResourceDef, values: Record<string, unknown>, existing?: Row): ActionContext => {
-    const records = bind(options, trx);
+    const records = createRecords(options, trx);
     const provided = new Set(Object.keys(values));
     return { db: trx, services, principal: principalOf(actor), actor, records, resource, values, provided, existing, registry };
   };
@@ -248,9 +245,7 @@ function bind(options: RecordsOptions, db: Database): Records {
       const system = actor.kind === 'system';
       if (!system) requirePermission(resource, principal, 'read');
       return runTransaction(db, resource, async (trx) => {
-        const existing = await lockWritable(trx, actor, resource, id, () => {
-          if (!mayPerform(resource, principal, 'delete')) throw forbidden(`Your role may not delete ${resource.type} records.`);
-        });
+        const existing = await lockWritable(trx, actor, resource, id, () => requirePermission(resource, principal, 'delete'));
         const ctx = context(trx, actor, resource, {}, existing);
         // The deleted event carries the record as it was, rendered before anything goes.
         const before =
@@ -258,16 +253,15 @@ function bind(options: RecordsOptions, db: Database): Records {
             ? undefined
             : await plainRender(systemActor(principal.organisationId, 'engine'), resource)(trx, { id, status: 200 });
         const removed: Record<string, number> = (await resource.beforeDelete?.(ctx)) ?? {};
+        // The resource removes what the record is (and takes along what it means to); its counts are exact.
+        // Its removal is an event like any delete's (a member's removal is what a webhook audit must see).
         if (resource.remove) {
-          // The resource removes what the record is (and takes along what it means to); its counts are exact.
           for (const [type, count] of Object.entries(await resource.remove(ctx))) removed[type] = (removed[type] ?? 0) + count;
-          // Its removal is an event like any delete's (a member's removal is what a webhook audit must see).
-          await emit(trx, actor, resource, 'deleted', id, before);
-          return { id, removed };
+        } else {
+          await refuseWhileReferenced(trx, registry, resource, id);
+          await trx.deleteFrom(resource.table).where('id', '=', id).execute();
+          removed[resource.type] = (removed[resource.type] ?? 0) + 1;
         }
-        await refuseWhileReferenced(trx, registry, resource, id);
-        await trx.deleteFrom(resource.table).where('id', '=', id).execute();
-        removed[resource.type] = (removed[resource.type] ?? 0) + 1;
         await emit(trx, actor, resource, 'deleted', id, before);
         return { id, removed };
       });
@@ -311,7 +305,7 @@ function bind(options: RecordsOptions, db: Database): Records {
     async transaction<T>(work: (records: Records, trx: Database) => Promise<T>): Promise<T> {
       if (db.isTransaction) return work(records, db);
       // The writes inside map their own errors; the outer transaction only commits them together.
-      return inTransaction(db, (trx) => work(bind(options, trx), trx));
+      return inTransaction(db, (trx) => work(createRecords(options, trx), trx));
     },
   };
   return records;
@@ -404,23 +398,17 @@ async function lockWritable(trx: Database, actor: Actor, resource: ResourceDef, 
     SELECT t.* FROM ${sql.table(resource.table)} t
     WHERE t.id = ${id} AND ${rowScope(resource, principal)} FOR UPDATE`.execute(trx);
   if (!rows[0]) throw notFound();
-  if (actor.kind !== 'system') {
-    mayWrite();
-    await assertWritable(trx, resource, principal, id);
-  }
-  return rows[0];
-}
-
-/** A visible record outside the role's `access.writable` rows (another member's user record, for an operator) is a 403. */
-async function assertWritable(db: Database, resource: ResourceDef, principal: ReturnType<typeof principalOf>, id: string): Promise<void> {
+  if (actor.kind === 'system') return rows[0];
+  mayWrite();
+  // A visible record outside the role's `access.writable` rows (another member's user record, for an operator) is a 403.
   const writable = resource.access.writable?.(principal, 't');
-  if (!writable) return;
-  const { rows } = await sql<{ ok: boolean }>`
-    SELECT ${writable} AS ok FROM ${sql.table(resource.table)} t WHERE t.id = ${id}`.execute(db);
-  if (rows[0] && !rows[0].ok)
+  if (!writable) return rows[0];
+  const check = await sql<{ ok: boolean }>`SELECT ${writable} AS ok FROM ${sql.table(resource.table)} t WHERE t.id = ${id}`.execute(trx);
+  if (check.rows[0] && !check.rows[0].ok)
     throw forbidden(
       resource.access.writableNote ? `${resource.access.writableNote}.` : `Your role may change only your own ${resource.type} record.`,
     );
+  return rows[0];
 }
 
 /**
@@ -430,29 +418,16 @@ async function assertWritable(db: Database, resource: ResourceDef, principal: Re
  * `beforeDelete` (and count them) before this check runs.
  */
 async function refuseWhileReferenced(trx: Database, registry: Registry, resource: ResourceDef, id: string) {
-  const references: { type: string; count: number; pointer: string }[] = [];
+  const errors: ErrorObject[] = [];
   for (const other of registry.values()) {
     for (const [name, def] of Object.entries(other.attributes)) {
       if (def.references !== resource.type || def.expression) continue;
-      const column = def.column ?? name;
       const { rows } = await sql<{ count: string }>`
-        SELECT count(*) AS count FROM ${sql.table(other.table)} WHERE ${sql.ref(column)} = ${id}`.execute(trx);
+        SELECT count(*) AS count FROM ${sql.table(other.table)} WHERE ${sql.ref(def.column ?? name)} = ${id}`.execute(trx);
       const count = Number(rows[0].count);
-      if (count > 0) references.push({ type: other.type, count, pointer: name });
+      const detail = `${count} ${other.type} record(s) still name this ${resource.type} in \`${name}\`; remove or change them first.`;
+      if (count > 0) errors.push(errorObject('conflict', detail, undefined, { referenced_by: other.type, count }));
     }
   }
-  if (references.length === 0) return;
-  throw new ApiError(
-    references.map((r) =>
-      errorObject(
-        'conflict',
-        `${r.count} ${r.type} record(s) still name this ${resource.type} in \`${r.pointer}\`; remove or change them first.`,
-        undefined,
-        {
-          referenced_by: r.type,
-          count: r.count,
-        },
-      ),
-    ),
-  );
+  if (errors.length > 0) throw new ApiError(errors);
 }

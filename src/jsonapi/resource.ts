@@ -421,26 +421,15 @@ export const attr = {
   stringArray: (o: AttrOptions = {}): AttributeDef => ({ kind: 'string_array', ...o }),
 };
 
-/** Relationship builders. */
+const relationship =
+  (cardinality: RelationshipDef['cardinality'], key: 'foreignKey' | 'inverseKey') =>
+  (type: string, column: string, o: Partial<RelationshipDef> = {}): RelationshipDef => ({ type, cardinality, [key]: column, ...o });
+
+/** Relationship builders: `rel.belongsTo('AiAgent', 'ai_agent_id')`. */
 export const rel = {
-  belongsTo: (type: string, foreignKey: string, o: Partial<RelationshipDef> = {}): RelationshipDef => ({
-    type,
-    cardinality: 'one',
-    foreignKey,
-    ...o,
-  }),
-  hasOne: (type: string, inverseKey: string, o: Partial<RelationshipDef> = {}): RelationshipDef => ({
-    type,
-    cardinality: 'one',
-    inverseKey,
-    ...o,
-  }),
-  hasMany: (type: string, inverseKey: string, o: Partial<RelationshipDef> = {}): RelationshipDef => ({
-    type,
-    cardinality: 'many',
-    inverseKey,
-    ...o,
-  }),
+  belongsTo: relationship('one', 'foreignKey'),
+  hasOne: relationship('one', 'inverseKey'),
+  hasMany: relationship('many', 'inverseKey'),
 };
 
 export const columnOf = (name: string, a: AttributeDef): string => a.column ?? name;

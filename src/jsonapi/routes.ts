@@ -13,6 +13,7 @@ import type { ActionResult, CustomAction, RelationshipDef, ResourceDef } from '.
 import { linkageColumn } from './select.js';
 import { requirePermission } from './scope.js';
 import { document, documentJson, plainRendering, queryString, type RenderContext } from './serialize.js';
+import { isPlainObject } from './kinds.js';
 import { inputSpec, UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
 import { createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
@@ -34,13 +35,6 @@ function baseUrl(request: FastifyRequest, options: EngineOptions): string {
   return options.config.publicUrl ?? `${request.protocol}://${request.host}`;
 }
 
-/** The authenticated caller of a request (`principalOf` in actor.ts gives the principal of an actor). */
-function callerOf(request: FastifyRequest): Principal {
-  // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
-  if (!request.principal) throw unauthenticated();
-  return request.principal;
-}
-
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
   const registry = buildRegistry(resources);
   const db = options.database.db;
@@ -48,8 +42,11 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
 
   const records: Records = options.records ?? createRecords({ db, registry, services: options });
 
+  /** The authenticated caller of a request, as a reader and as the actor of its writes. */
   const context = (request: FastifyRequest) => {
-    const principal = callerOf(request);
+    const principal = request.principal;
+    // Authentication runs before every /api route; should a request ever arrive without it, it is refused, not a 500.
+    if (!principal) throw unauthenticated();
     const reader: Reader = { db, principal, registry };
     return { principal, reader, actor: asPrincipal(principal) };
   };
@@ -80,6 +77,25 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (written?.revealed) ctx.revealed = new Map([[id, written.revealed]]);
     const { data, included } = await renderWithIncludes(reader, resource, [row], query.include, ctx);
     return document(data[0], included, meta);
+  }
+
+  /** A GET of one record, whose id `idOf` gives (from the path, or an alias's), rendered as text when it is plain. */
+  async function getOne(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    resource: ResourceDef,
+    idOf: (principal: Principal) => string | null,
+  ) {
+    const { principal, reader } = context(request);
+    requirePermission(resource, principal, 'read');
+    const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+    const id = idOf(principal);
+    if (!id) throw notFound();
+    const ctx = renderContext(request, principal, query);
+    if (!noIncludes(query) || !plainRendering(resource, ctx)) return single(request, resource, id, query);
+    const row = await fetchById(reader, resource, id);
+    if (!row) throw notFound();
+    return reply.send(documentJson(resource, row, ctx, {}));
   }
 
   /**
@@ -170,7 +186,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     if (resource.operations.list) {
       allowed[collection].push('GET');
       app.get(collection, visitorMay('read'), async (request, reply) => {
-        requirePermission(resource, callerOf(request), 'read');
+        requirePermission(resource, context(request).principal, 'read');
         return listPage(request, reply, resource, collection);
       });
     }
@@ -178,35 +194,13 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     for (const [alias, { resolve }] of Object.entries(resource.aliases ?? {})) {
       // A fixed name under the collection (`/api/users/me`): the router prefers it to the `:id` route.
       const url = `${collection}/${alias}`;
-      app.get(url, visitorMay('read'), async (request) => {
-        const { principal } = context(request);
-        requirePermission(resource, principal, 'read');
-        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const id = resolve(principal);
-        if (!id) throw notFound();
-        return single(request, resource, id, query);
-      });
+      app.get(url, visitorMay('read'), (request, reply) => getOne(request, reply, resource, resolve));
       methodNotAllowed(app, url, ['GET']);
     }
 
     if (resource.operations.get) {
       allowed[member].push('GET');
-      app.get(member, visitorMay('read'), async (request, reply) => {
-        const { principal } = context(request);
-        requirePermission(resource, principal, 'read');
-        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
-        const id = idParam(request);
-        const ctx = renderContext(request, principal, query);
-        if (noIncludes(query) && plainRendering(resource, ctx)) {
-          const row = await fetchById({ db, principal, registry }, resource, id);
-          if (!row) throw notFound();
-          return reply.send(documentJson(resource, row, ctx, {}));
-        }
-        return single(request, resource, id, query);
-      });
-    }
-
-    if (resource.operations.get) {
+      app.get(member, visitorMay('read'), (request, reply) => getOne(request, reply, resource, () => idParam(request)));
       for (const [name, relationship] of Object.entries(resource.relationships)) {
         registerRelated(resource, member, name, relationship, visitorMay('read').config.allowVisitor);
       }
@@ -355,8 +349,7 @@ function listLinks(
   cursors: CursorCodec,
 ): Record<string, string | null> {
   const { page, sort } = query;
-  const rawPage = (typeof raw.page === 'object' && raw.page !== null ? raw.page : {}) as Query;
-  const { after: _a, before: _b, offset: _o, ...keepPage } = rawPage;
+  const { after: _a, before: _b, offset: _o, ...keepPage } = isPlainObject(raw.page) ? raw.page : {};
   const link = (extra: Query) => `${collectionUrl}${queryString({ ...raw, page: { ...keepPage, ...extra } })}`;
   const first = result.rows[0];
   const last = result.rows[result.rows.length - 1];

@@ -1,6 +1,7 @@
 import { createQueryId, PostgresQueryCompiler, sql, type RawBuilder } from 'kysely';
 import type { Principal } from './principal.js';
 import { renderedValue } from './kinds.js';
+import { memo } from './memo.js';
 import { columnOf, type ResourceDef, type Registry } from './resource.js';
 import { rowScope } from './scope.js';
 
@@ -14,21 +15,14 @@ export const linkageColumn = (relationship: string) => `_rel_${relationship}`;
 export function selectList(resource: ResourceDef, principal: Principal, registry: Registry): RawBuilder<unknown> {
   // Built once per resource, or per reader when it depends on who reads (the query builder's nodes are
   // immutable, so one serves every query): building it took a twentieth of a list request's CPU.
-  let cached = selectLists.get(resource);
-  if (!cached) {
-    cached = new Map();
-    selectLists.set(resource, cached);
-  }
+  const cached = memo(selectLists, resource, () => new Map());
   const key = viewIndependent(resource)
     ? ''
     : `${principal.organisationId}|${principal.role}|${principal.userId}|${principal.conversationId ?? ''}`;
-  let list = cached.get(key);
-  if (!list) {
+  return memo(cached, key, () => {
     if (cached.size >= SELECT_LISTS_PER_RESOURCE) cached.clear();
-    list = frozen(buildSelectList(resource, principal, registry));
-    cached.set(key, list);
-  }
-  return list;
+    return frozen(buildSelectList(resource, principal, registry));
+  });
 }
 
 /** Readers whose select lists are kept per resource (organisations, roles, users, visitors); then it starts over. */
@@ -66,14 +60,13 @@ const independent = new WeakMap<ResourceDef, boolean>();
  * row serves both the writer's response and the event, which is the organisation's view.
  */
 export function viewIndependent(resource: ResourceDef): boolean {
-  let known = independent.get(resource);
-  if (known === undefined) {
-    known =
+  return memo(
+    independent,
+    resource,
+    () =>
       Object.values(resource.attributes).every((def) => !def.expression || def.writeOnly || def.revealedOnCreate) &&
-      Object.values(resource.relationships).every((r) => r.cardinality !== 'one' || (r.foreignKey !== undefined && !r.resolve));
-    independent.set(resource, known);
-  }
-  return known;
+      Object.values(resource.relationships).every((r) => r.cardinality !== 'one' || (r.foreignKey !== undefined && !r.resolve)),
+  );
 }
 
 const compiler = new PostgresQueryCompiler();
@@ -83,8 +76,7 @@ const compiler = new PostgresQueryCompiler();
  * freezing) its tree on every query, which took a sixth of an item create's CPU in Node.js. A page of
  * conversations selects its call through a subquery scoped to the reader's organisation, a parameter: its
  * select list was most of the nodes its statement visited. Parameters stay parameters, between the text's
- * pieces; should the text hold
- * a `$n` that is not the compiler's placeholders in order (in a literal), the fragment is returned as it is.
+ * pieces; should the text hold a `$n` that is not the compiler's placeholders in order (in a literal), the fragment is returned as it is.
  * Literals in it are the compiler's, escaped.
  */
 export function frozen(fragment: RawBuilder<unknown>): RawBuilder<unknown> {

@@ -1,6 +1,8 @@
 /** Rendering rows as JSON:API resource objects and documents. */
 import qs from 'qs';
 import type { Principal } from './principal.js';
+import { isPlainObject } from './kinds.js';
+import { memo } from './memo.js';
 import type { AttributeDef, Registry, ResourceDef, Row } from './resource.js';
 import { linkageColumn } from './select.js';
 
@@ -101,10 +103,7 @@ export function relatedLink(resource: ResourceDef, id: string, name: string, bas
 }
 
 export function document(data: unknown, included: unknown[], meta: Record<string, unknown>, links?: Record<string, string | null>) {
-  const doc: Record<string, unknown> = { data, included, meta };
-  if (links) doc.links = links;
-  doc.jsonapi = { version: '1.0' };
-  return doc;
+  return { data, included, meta, ...(links ? { links } : {}), jsonapi: { version: '1.0' } };
 }
 
 /**
@@ -141,8 +140,8 @@ export function forVisitors(resource: ResourceDef, eventJson: string): string {
 /** An object attribute's value without the keys its declaration hides from visitors (`hiddenFromVisitors: [...]`). */
 function withoutHiddenKeys(def: AttributeDef, value: unknown): unknown {
   const keys = def.hiddenFromVisitors;
-  if (!Array.isArray(keys) || value === null || typeof value !== 'object' || Array.isArray(value)) return value;
-  const copy = { ...(value as Record<string, unknown>) };
+  if (!Array.isArray(keys) || !isPlainObject(value)) return value;
+  const copy = { ...value };
   for (const key of keys) delete copy[key];
   return copy;
 }
@@ -232,11 +231,7 @@ export function documentJson(
   meta: Record<string, unknown>,
   links?: Record<string, string | null>,
 ): string {
-  let render = compiled.get(resource);
-  if (!render) {
-    render = compileResourceParts(resource);
-    compiled.set(resource, render);
-  }
+  const render = memo(compiled, resource, () => compileResourceParts(resource));
   const rows = Array.isArray(data) ? data : [data];
   const parts = new Array<string>(rows.length * (render.size + 1) + 2);
   parts[0] = Array.isArray(data) ? '{"data":[' : '{"data":';

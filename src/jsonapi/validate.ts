@@ -1,6 +1,7 @@
 /** Request document validation: every problem of a body is reported together. */
-import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorObject } from './errors.js';
-import { convertTimestamp, convertValue } from './kinds.js';
+import { ApiError, errorObject, MAX_ERRORS_PER_DOCUMENT, pointerToken, type ErrorCode, type ErrorObject } from './errors.js';
+import { convertValue, isPlainObject } from './kinds.js';
+import { memo } from './memo.js';
 import type { AttributeDef } from './resource.js';
 
 export { UUID_PATTERN } from './kinds.js';
@@ -23,21 +24,17 @@ const specs = new WeakMap<Record<string, AttributeDef>, Map<string, InputSpec>>(
  * and the OpenAPI request schemas, so none of them can accept what another refuses.
  */
 export function inputSpec(attributes: Record<string, AttributeDef>, operation: 'create' | 'update', system = false): InputSpec {
-  const byOperation = specs.get(attributes) ?? new Map<string, InputSpec>();
-  specs.set(attributes, byOperation);
-  const key = `${operation}${system ? ':system' : ''}`;
-  let spec = byOperation.get(key);
-  if (!spec) {
-    spec = { accepted: {}, required: [] };
+  const byOperation = memo(specs, attributes, () => new Map<string, InputSpec>());
+  return memo(byOperation, `${operation}${system ? ':system' : ''}`, () => {
+    const spec: InputSpec = { accepted: {}, required: [] };
     for (const [name, def] of Object.entries(attributes)) {
       const flag = operation === 'update' ? def.update : def.create;
       if ((def.expression && !def.storedByHook) || def.revealedOnCreate || (!flag && !system)) continue;
       spec.accepted[name] = def;
       if (operation === 'create' && flag === 'required') spec.required.push(name);
     }
-    byOperation.set(key, spec);
-  }
-  return spec;
+    return spec;
+  });
 }
 
 export interface BodyExpectation extends InputSpec {
@@ -50,10 +47,6 @@ export interface BodyExpectation extends InputSpec {
 }
 
 const pointer = (name: string) => ({ pointer: `/data/attributes/${pointerToken(name)}` });
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
 
 const bodyError = (detail: string, at: string) => ApiError.of('invalid_body', detail, { pointer: at });
 
@@ -138,49 +131,26 @@ function linkageValues(data: Record<string, unknown>, expected: BodyExpectation,
   const values: Record<string, unknown> = {};
   for (const [name, member] of Object.entries((data.relationships as Record<string, unknown> | undefined) ?? {})) {
     const at = `/data/relationships/${pointerToken(name)}`;
+    const refuse = (code: ErrorCode, detail: string, pointer = at) => errors.push(errorObject(code, detail, { pointer }));
     const target = writable.get(name);
+    const linkage = isPlainObject(member) ? member.data : undefined;
     if (!target && expected.relationships?.includes(name)) {
       // JSON:API 1.1 section 9.2/9.3: an unsupported request to set a relationship is 403 Forbidden.
-      errors.push(errorObject('forbidden', `The \`${name}\` relationship cannot be set by this operation.`, { pointer: at }));
-      continue;
-    }
-    if (!target) {
+      refuse('forbidden', `The \`${name}\` relationship cannot be set by this operation.`);
+    } else if (!target) {
       const settable = [...writable.keys()].map((n) => `\`${n}\``).join(', ') || 'none';
-      errors.push(
-        errorObject('unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`, {
-          pointer: at,
-        }),
-      );
-      continue;
-    }
-    if (!isPlainObject(member) || !('data' in member)) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`, {
-          pointer: at,
-        }),
-      );
-      continue;
-    }
-    const linkage = member.data;
-    if (linkage === null) {
+      refuse('unknown_attribute', `\`${name}\` cannot be set by this operation (relationships it sets: ${settable}).`);
+    } else if (!isPlainObject(member) || !('data' in member)) {
+      refuse('invalid_attribute', `\`${name}\` must be {"data": {"type": "${target.type}", "id": ...}} or {"data": null}.`);
+    } else if (linkage === null) {
       values[target.attribute] = null;
-      continue;
+    } else if (!isPlainObject(linkage) || typeof linkage.type !== 'string' || typeof linkage.id !== 'string') {
+      refuse('invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, `${at}/data`);
+    } else if (linkage.type !== target.type) {
+      refuse('invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, `${at}/data/type`);
+    } else {
+      values[target.attribute] = linkage.id;
     }
-    if (!isPlainObject(linkage) || typeof linkage.type !== 'string' || typeof linkage.id !== 'string') {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` linkage must have a string \`type\` and \`id\`.`, { pointer: `${at}/data` }),
-      );
-      continue;
-    }
-    if (linkage.type !== target.type) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` must name a ${target.type}, not a ${linkage.type}.`, {
-          pointer: `${at}/data/type`,
-        }),
-      );
-      continue;
-    }
-    values[target.attribute] = linkage.id;
   }
   return values;
 }
@@ -210,22 +180,13 @@ export function validateDocument(
   const values: Record<string, unknown> = {};
   for (const [name, raw] of Object.entries(linked)) {
     const relationship = `/data/relationships/${name.slice(0, -3)}`;
+    const refuse = (detail: string, pointer: string) => errors.push(errorObject('invalid_attribute', detail, { pointer }));
     const result = convertValue(expected.accepted[name], raw);
-    if (!result.ok) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, {
-          pointer: `${relationship}/data${raw === null ? '' : '/id'}`,
-        }),
-      );
-      continue;
-    }
     const attribute = Object.hasOwn(attributes, name) ? convertValue(expected.accepted[name], attributes[name]) : undefined;
-    if (attribute?.ok && attribute.value !== result.value) {
-      errors.push(
-        errorObject('invalid_attribute', `\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, {
-          pointer: relationship,
-        }),
-      );
+    if (!result.ok) {
+      refuse(`\`${name.slice(0, -3)}\` linkage: the id ${result.problem}.`, `${relationship}/data${raw === null ? '' : '/id'}`);
+    } else if (attribute?.ok && attribute.value !== result.value) {
+      refuse(`\`${name}\` and the \`${name.slice(0, -3)}\` relationship name different records.`, relationship);
     } else {
       values[name] = result.value;
     }
@@ -301,10 +262,4 @@ export function validateAttributes(
   }
   if (errors.length > 0) throw new ApiError(errors, {}, errors.length + uncounted);
   return values;
-}
-
-/** Parses an RFC 3339 date-time (any offset) to a Date; optionally truncated to whole seconds. */
-export function parseTimestamp(value: unknown, wholeSeconds = false): Date | undefined {
-  const result = convertTimestamp(value, wholeSeconds);
-  return result.ok ? result.value : undefined;
 }

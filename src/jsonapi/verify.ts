@@ -84,7 +84,7 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
     for (const name of r.defaultSort ?? []) {
       const a = Object.hasOwn(r.attributes, name) ? r.attributes[name] : undefined;
       if (!a) add(`defaultSort names \`${name}\`, which is no attribute.`);
-      else if (!canSort(a)) add(`defaultSort names \`${name}\`, which cannot be sorted by (${sortBlocker(a)}).`);
+      else if (sortBlocker(a)) add(`defaultSort names \`${name}\`, which cannot be sorted by (${sortBlocker(a)}).`);
     }
 
     for (const [constraint, attribute] of Object.entries(r.uniqueConstraints ?? {})) {
@@ -131,7 +131,7 @@ function attributeProblems(name: string, a: AttributeDef, types: ReadonlyMap<str
   };
   if (name === 'id' || name === 'type') add('uses a name JSON:API reserves.');
   if (!IDENTIFIER.test(a.column ?? name)) add(`has column \`${a.column ?? name}\`, not a plain SQL name.`);
-  if (a.sortable && !canSort(a)) add(`is sortable but cannot be sorted by (${sortBlocker(a)}).`);
+  if (a.sortable && sortBlocker(a)) add(`is sortable but cannot be sorted by (${sortBlocker(a)}).`);
   if (a.filterable && a.writeOnly) add('is filterable but cannot be filtered by (write-only).');
   if (a.expression && (a.create || a.update) && !a.storedByHook) add('is computed but accepted as input.');
   if (a.storedByHook && !a.expression) add('is stored by a hook but is not computed (give it an expression).');
@@ -149,8 +149,6 @@ function attributeProblems(name: string, a: AttributeDef, types: ReadonlyMap<str
 }
 
 /** Sorting reads the column and compares its text form in cursors: computed, write-only and list values cannot. */
-const canSort = (a: AttributeDef) => sortBlocker(a) === undefined;
-
 function sortBlocker(a: AttributeDef): string | undefined {
   if (a.expression) return 'computed';
   if (a.writeOnly) return 'write-only';

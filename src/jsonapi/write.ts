@@ -10,22 +10,15 @@ import {
   type ActionResult,
   type AttributeDef,
   type ResourceDef,
-  type Registry,
   type AppServices,
   type Row,
 } from './resource.js';
 import { resourceJsonb } from './json-sql.js';
 import { KINDS } from './kinds.js';
 import { eventsWritten } from './outbox.js';
+import type { Reader } from './read.js';
 import { selectList } from './select.js';
 import { rowScope, tenancyScope } from './scope.js';
-
-/** What a reference check needs: the transaction and whose visibility applies. */
-interface Checker {
-  db: Database;
-  principal: Principal;
-  registry: Registry;
-}
 
 /** Column values of the attributes present in `values` (jsonb as JSON text). */
 export function columnValues(resource: ResourceDef, values: Record<string, unknown>): Record<string, unknown> {
@@ -183,7 +176,7 @@ function noteCreated(trx: Database, principal: Principal, type: string, id: stri
  * by several writes (`values` a list: a batch of one type) are read in one statement per type they name.
  */
 export async function checkReferences(
-  writer: Checker,
+  writer: Reader,
   attributes: Record<string, AttributeDef>,
   values: Record<string, unknown> | Record<string, unknown>[],
 ) {
@@ -229,14 +222,10 @@ function mapConstraintError(error: unknown, resource: ResourceDef): unknown {
   const { code, constraint } = error as { code?: string; constraint?: string };
   const attribute = constraint ? resource.uniqueConstraints?.[constraint] : undefined;
   const source = { pointer: attribute ? `/data/attributes/${attribute}` : '/data' };
-  if (code === '23505') {
-    return new ApiError([
-      errorObject('conflict', attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.', source),
-    ]);
-  }
-  if (code === '23503' || code === '23514' || code?.startsWith('22')) {
-    return new ApiError([errorObject('invalid_attribute', 'The values are not acceptable together.', source)]);
-  }
+  const conflict = attribute ? `Another record has this ${attribute}.` : 'The record conflicts with an existing one.';
+  if (code === '23505') return ApiError.of('conflict', conflict, source);
+  if (code === '23503' || code === '23514' || code?.startsWith('22'))
+    return ApiError.of('invalid_attribute', 'The values are not acceptable together.', source);
   return error;
 }
 

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/jsonapi/errors.js';
 import type { AttributeDef } from '../../src/jsonapi/resource.js';
-import { parseTimestamp, validateBody } from '../../src/jsonapi/validate.js';
+import { convertTimestamp } from '../../src/jsonapi/kinds.js';
+import { validateBody } from '../../src/jsonapi/validate.js';
 import { ticket } from './fixtures.js';
 
 const accepted: Record<string, AttributeDef> = ticket.attributes;
@@ -145,8 +146,8 @@ describe('document envelope', () => {
 
 describe('timestamps', () => {
   it('parses RFC 3339 with any offset and refuses impossible dates', () => {
-    expect(parseTimestamp('2026-01-31t23:59:59.5-01:00')).toEqual(new Date('2026-02-01T00:59:59.500Z'));
-    expect(parseTimestamp('2026-01-31T12:00:00.987Z', true)).toEqual(new Date('2026-01-31T12:00:00Z'));
+    expect(convertTimestamp('2026-01-31t23:59:59.5-01:00')).toEqual({ ok: true, value: new Date('2026-02-01T00:59:59.500Z') });
+    expect(convertTimestamp('2026-01-31T12:00:00.987Z', true)).toEqual({ ok: true, value: new Date('2026-01-31T12:00:00Z') });
     for (const bad of [
       '2026-02-29T00:00:00Z',
       '2026-01-31 12:00:00Z',
@@ -155,7 +156,7 @@ describe('timestamps', () => {
       '0999-12-31T00:00:00Z',
       20260131,
     ]) {
-      expect(parseTimestamp(bad), String(bad)).toBeUndefined();
+      expect(convertTimestamp(bad).ok, String(bad)).toBe(false);
     }
   });
 });

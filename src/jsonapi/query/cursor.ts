@@ -10,6 +10,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Cursor, SortKey } from './types.js';
 import { UUID_PATTERN as UUID } from '../kinds.js';
+import { memo } from '../memo.js';
 
 const MAC_BYTES = 16;
 
@@ -27,11 +28,7 @@ const derived = new WeakMap<Uint8Array, Buffer>();
 
 /** A codec for cursors of one organisation (`scope`): a cursor of another scope does not verify. */
 export function cursorCodec(secret: Uint8Array, scope: string): CursorCodec {
-  let key = derived.get(secret);
-  if (!key) {
-    key = createHmac('sha256', secret).update('parley keyset cursor').digest();
-    derived.set(secret, key);
-  }
+  const key = memo(derived, secret, () => createHmac('sha256', secret).update('parley keyset cursor').digest());
   const mac = (payload: string) => createHmac('sha256', key).update(`${scope}\n${payload}`).digest().subarray(0, MAC_BYTES);
   return {
     encode(sort, cursor) {

@@ -4,7 +4,7 @@
  * problem into one 400.
  */
 import { ApiError, errorObject, type ErrorCode, type ErrorObject } from '../errors.js';
-import { converted, invalid, KINDS, operatorProblem, type Conversion } from '../kinds.js';
+import { converted, invalid, isPlainObject, KINDS, operatorProblem, type Conversion } from '../kinds.js';
 import { fieldNames, type AttributeDef, type Registry, type ResourceDef } from '../resource.js';
 import type { CursorCodec } from './cursor.js';
 import {
@@ -60,8 +60,6 @@ class Problems {
   }
 }
 
-const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
-
 export function parseQuery(
   raw: Record<string, unknown>,
   resource: ResourceDef,
@@ -90,34 +88,40 @@ function parseInclude(value: unknown, resource: ResourceDef, registry: Registry,
     problems.add('invalid_includes', 'include', '`include` must be a comma-separated list of relationship paths.');
     return tree;
   }
+  const paths = includePaths(resource, registry);
   for (const path of value.split(',')) {
     const segments = path.trim().split('.');
     if (segments.length > 2) {
       problems.add('invalid_includes', 'include', `\`${path}\` is deeper than two levels.`);
-      continue;
-    }
-    let current: ResourceDef | undefined = resource;
-    let node = tree;
-    for (const segment of segments) {
-      const relationship: ResourceDef['relationships'][string] | undefined =
-        current && Object.hasOwn(current.relationships, segment) ? current.relationships[segment] : undefined;
-      const includable = relationship && (relationship.includable ?? relationship.cardinality === 'one');
-      if (!relationship || !includable || !registry.has(relationship.type)) {
-        problems.add('invalid_includes', 'include', `\`${path}\` is not an includable relationship path of ${resource.type}.`);
-        break;
-      }
-      node[segment] ??= {};
-      node = node[segment];
-      current = registry.get(relationship.type);
+    } else if (!paths.includes(path.trim())) {
+      problems.add('invalid_includes', 'include', `\`${path}\` is not an includable relationship path of ${resource.type}.`);
+    } else {
+      let node = tree;
+      for (const segment of segments) node = node[segment] ??= {};
     }
   }
   return tree;
 }
 
+/** Relationship paths `include` accepts (one or two levels): includable relationships of a known type. */
+export function includePaths(resource: ResourceDef, registry: Registry): string[] {
+  const step = (r: ResourceDef) =>
+    Object.entries(r.relationships).filter(([, rel]) => (rel.includable ?? rel.cardinality === 'one') && registry.has(rel.type));
+  const paths: string[] = [];
+  for (const [name, rel] of step(resource)) {
+    paths.push(name);
+    for (const [next] of step(registry.get(rel.type)!)) paths.push(`${name}.${next}`);
+  }
+  return paths;
+}
+
+/** Names `sort` takes: `id` and the sortable attributes. */
+export const sortableNames = (r: ResourceDef) => ['id', ...Object.keys(r.attributes).filter((n) => r.attributes[n].sortable)];
+
 function parseFields(value: unknown, registry: Registry, problems: Problems): Map<string, Set<string>> {
   const fields = new Map<string, Set<string>>();
   if (value === undefined) return fields;
-  if (!isObject(value)) {
+  if (!isPlainObject(value)) {
     problems.add('invalid_field', 'fields', '`fields` takes the form fields[Type]=a,b.');
     return fields;
   }
@@ -156,7 +160,7 @@ function searchQuery(operand: unknown): Conversion {
 function parseFilter(value: unknown, resource: ResourceDef, problems: Problems): FilterNode | undefined {
   let conditions = 0;
   const walk = (node: unknown, path: string, depth: number): FilterNode | undefined => {
-    if (!isObject(node)) {
+    if (!isPlainObject(node)) {
       problems.add('invalid_filter', path, `\`${path}\` must name attributes, e.g. ${path}[status]=active.`);
       return undefined;
     }
@@ -170,7 +174,7 @@ function parseFilter(value: unknown, resource: ResourceDef, problems: Problems):
       if (key === 'and' || key === 'or') {
         const items = Array.isArray(child)
           ? child.map((item, i) => [String(i), item] as const)
-          : isObject(child)
+          : isPlainObject(child)
             ? Object.entries(child)
             : [];
         if (items.length === 0 || items.some(([index]) => !/^\d{1,3}$/.test(index))) {
@@ -202,10 +206,10 @@ function parseConditions(resource: ResourceDef, attribute: string, value: unknow
     problems.add('invalid_filter', parameter, `${resource.type} cannot be filtered by \`${attribute}\`.`);
     return [];
   }
-  const operations: [string, unknown][] = isObject(value) ? Object.entries(value) : [['eq', value]];
+  const operations: [string, unknown][] = isPlainObject(value) ? Object.entries(value) : [['eq', value]];
   const nodes: FilterNode[] = [];
   for (const [operator, operand] of operations) {
-    const where = isObject(value) ? `${parameter}[${operator}]` : parameter;
+    const where = isPlainObject(value) ? `${parameter}[${operator}]` : parameter;
     if (!(FILTER_OPERATORS as readonly string[]).includes(operator)) {
       problems.add('invalid_filter', where, `Unknown operator \`${operator}\`; use one of ${FILTER_OPERATORS.join(', ')}.`);
       continue;
@@ -227,7 +231,13 @@ function convertOperand(def: AttributeDef, operator: FilterOperator, operand: un
   }
   if (operator === 'in') {
     const items =
-      typeof operand === 'string' ? operand.split(',') : Array.isArray(operand) ? operand : isObject(operand) ? Object.values(operand) : [];
+      typeof operand === 'string'
+        ? operand.split(',')
+        : Array.isArray(operand)
+          ? operand
+          : isPlainObject(operand)
+            ? Object.values(operand)
+            : [];
     if (items.length === 0 || items.length > MAX_IN_VALUES) return invalid(`\`in\` takes 1 to ${MAX_IN_VALUES} values.`);
     const values: unknown[] = [];
     for (const item of items) {
@@ -253,9 +263,7 @@ function parseSort(value: unknown, resource: ResourceDef, problems: Problems): S
   if (typeof value === 'string' && value !== '') {
     for (const entry of value.split(',')) {
       const key = sortKey(entry);
-      const def = key && (key.attribute === 'id' ? ID_ATTRIBUTE : resource.attributes[key.attribute]);
-      const sortable = key && (key.attribute === 'id' || (Object.hasOwn(resource.attributes, key.attribute) && def?.sortable));
-      if (!key || !sortable) {
+      if (!key || !sortableNames(resource).includes(key.attribute)) {
         problems.add('invalid_sort', 'sort', `\`${entry.trim()}\` is not a sort key of ${resource.type}.`);
       } else if (seen.has(key.attribute)) {
         problems.add('invalid_sort', 'sort', `\`${key.attribute}\` appears twice.`);
@@ -282,21 +290,16 @@ function sortKey(entry: string): SortKey | undefined {
   const match = /^([ +]{1,2}|-{1,2})?([A-Za-z_][A-Za-z0-9_]*)$/.exec(entry);
   if (!match) return undefined;
   const prefix = (match[1] ?? '').replaceAll(' ', '+');
-  const attribute = match[2];
-  switch (prefix) {
-    case '':
-    case '+':
-      return { attribute, direction: 'asc', nulls: 'last' };
-    case '++':
-      return { attribute, direction: 'asc', nulls: 'first' };
-    case '-':
-      return { attribute, direction: 'desc', nulls: 'first' };
-    case '--':
-      return { attribute, direction: 'desc', nulls: 'last' };
-    default:
-      return undefined;
-  }
+  return { attribute: match[2], ...SORT_PREFIXES[prefix] };
 }
+
+const SORT_PREFIXES: Record<string, Pick<SortKey, 'direction' | 'nulls'>> = {
+  '': { direction: 'asc', nulls: 'last' },
+  '+': { direction: 'asc', nulls: 'last' },
+  '++': { direction: 'asc', nulls: 'first' },
+  '-': { direction: 'desc', nulls: 'first' },
+  '--': { direction: 'desc', nulls: 'last' },
+};
 
 function parsePage(
   value: unknown,
@@ -306,7 +309,7 @@ function parsePage(
 ): PageParams {
   const page: PageParams = { limit: limits.defaultLimit, count: false };
   if (value === undefined) return page;
-  if (!isObject(value)) {
+  if (!isPlainObject(value)) {
     problems.add('invalid_pagination', 'page', '`page` takes page[limit], page[offset], page[after], page[before] and page[count].');
     return page;
   }
