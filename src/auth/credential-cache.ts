@@ -32,7 +32,7 @@ export class CredentialCache {
    * Reads the credential epoch (migration 0014_c) in a statement that starts after the call; set on
    * PostgreSQL, where other processes' changes are announced a moment after their commit.
    */
-  private epochProbe?: EpochProbe;
+  private epochProbe?: SharedRead<string>;
   private generation = 0;
   private live = false;
 
@@ -59,7 +59,7 @@ export class CredentialCache {
 
   /** Serve entries only once a fresh read of the credential epoch finds them current (see `current`). */
   checkEpoch(read: () => Promise<string>): void {
-    this.epochProbe = new EpochProbe(read);
+    this.epochProbe = new SharedRead(read);
   }
 
   /**
@@ -115,17 +115,17 @@ export class CredentialCache {
 }
 
 /**
- * Reads of one value shared by the requests that wait for them: a caller gets the result of a read that
+ * Reads of one value shared by the callers that wait for them: a caller gets the result of a read that
  * started after its call. While a read is in flight, later callers share the next one, which starts when it
- * ends, so that concurrent requests cost one statement per round trip, not one each.
+ * ends, so that concurrent callers cost one statement per round trip, not one each.
  */
-export class EpochProbe {
-  private inFlight?: Promise<string>;
-  private next?: Promise<string>;
+export class SharedRead<T> {
+  private inFlight?: Promise<T>;
+  private next?: Promise<T>;
 
-  constructor(private readonly readOnce: () => Promise<string>) {}
+  constructor(private readonly readOnce: () => Promise<T>) {}
 
-  read(): Promise<string> {
+  read(): Promise<T> {
     if (!this.inFlight) {
       const started = this.readOnce().finally(() => {
         if (this.inFlight === started) this.inFlight = undefined;
@@ -135,7 +135,7 @@ export class EpochProbe {
     }
     if (!this.next) {
       const previous = this.inFlight;
-      const next: Promise<string> = previous
+      const next: Promise<T> = previous
         .catch(() => undefined)
         .then(() => {
           this.inFlight = next;

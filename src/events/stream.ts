@@ -17,7 +17,7 @@ import { CompiledQuery, sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObject } from '../jsonapi/errors.js';
-import { CREDENTIALS_CHANNEL } from '../auth/credential-cache.js';
+import { CREDENTIALS_CHANNEL, SharedRead } from '../auth/credential-cache.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
@@ -82,10 +82,12 @@ interface OrganisationState {
   size: number;
   running: boolean;
   again: boolean;
-  /** A read of the last event id not started yet, shared by the streams subscribing until it starts. */
-  queued?: Promise<string | undefined>;
-  /** The read of the last event id in flight. */
-  inFlight?: Promise<unknown>;
+  /**
+   * The organisation's last event id, read after the caller's listener was added (so every later event is
+   * offered to it). A burst of new streams costs a few reads, not one each, and each read holds the
+   * organisation's event lock (and so its writers) for one statement.
+   */
+  lastId: SharedRead<string | undefined>;
 }
 
 /** Reads each organisation's new outbox rows once per process and hands them to its streams. */
@@ -131,6 +133,7 @@ export class EventHub {
         size: 0,
         running: false,
         again: false,
+        lastId: new SharedRead(() => lastEventId(this.database.db, organisationId)),
       };
       // Listening already, so any event after this snapshot is announced; the cursor starts at the snapshot.
       created.ready = lastEventId(this.database.db, organisationId).then((id) => {
@@ -172,7 +175,7 @@ export class EventHub {
     // committed before it opened, even if the hub has not read it yet (the stream skips what it has passed).
     let cursor = current.cursor;
     if (!fresh) {
-      const last = await this.snapshot(organisationId, current).catch((error) => {
+      const last = await current.lastId.read().catch((error) => {
         remove();
         throw error;
       });
@@ -185,38 +188,6 @@ export class EventHub {
         if (current.size === 0 && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
       },
     };
-  }
-
-  /**
-   * The organisation's last event id, read after the caller's listener was added (so every later event is
-   * offered to it). Streams that subscribe while a read is in flight share the next one, which starts when it
-   * ends: a burst of new streams costs a few reads, not one each, and each read holds the organisation's
-   * event lock (and so its writers) for one statement.
-   */
-  private snapshot(organisationId: string, state: OrganisationState): Promise<string | undefined> {
-    if (state.queued) return state.queued;
-    const before = state.inFlight ?? Promise.resolve();
-    const queued = before
-      .then(
-        () => {},
-        () => {},
-      )
-      .then(() => {
-        state.queued = undefined;
-        const read = lastEventId(this.database.db, organisationId);
-        state.inFlight = read;
-        read.then(
-          () => {
-            if (state.inFlight === read) state.inFlight = undefined;
-          },
-          () => {
-            if (state.inFlight === read) state.inFlight = undefined;
-          },
-        );
-        return read;
-      });
-    state.queued = queued;
-    return queued;
   }
 
   /** A notification names an organisation with new events (outbox.ts). */
