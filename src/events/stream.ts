@@ -18,6 +18,7 @@ import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObject } from '../jsonapi/errors.js';
 import { CREDENTIALS_CHANNEL, SharedRead } from '../auth/credential-cache.js';
+import { addressGroup } from '../auth/throttle.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
@@ -389,25 +390,6 @@ function parseStreamQuery(request: FastifyRequest, registry: Registry): { types?
   return { types, after };
 }
 
-/**
- * The group of client addresses one cap counts together: an IPv4 address (IPv4-mapped IPv6 included) alone,
- * an IPv6 address by its /64, the smallest prefix a site is given (RFC 6177), so a host cannot pass the cap by
- * changing the interface identifier it sends from.
- */
-export function addressGroup(ip: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  if (mapped) return mapped[1];
-  if (!ip.includes(':')) return ip;
-  const [head, tail = ''] = ip.toLowerCase().split('%')[0].split('::');
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === '' ? [] : tail.split(':');
-  const groups = ip.includes('::') ? [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left;
-  return `${groups
-    .slice(0, 4)
-    .map((g) => g.replace(/^0+(?=.)/, ''))
-    .join(':')}::/64`;
-}
-
 /** Open streams counted per key (credential, user, organisation, address), each with its own ceiling. */
 class Counts {
   private readonly held = new Map<string, number>();
@@ -566,7 +548,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       [perCredential, `${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
       [perUser, `${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
       [perOrganisation, principal.organisationId, limits.streamsPerOrganisation, 'This organisation'],
-      [perAddress, addressGroup(request.ip), limits.streamsPerAddress, 'This client address'],
+      [perAddress, addressGroup(request.ip, 32), limits.streamsPerAddress, 'This client address'],
     ];
     for (const [counts, key, max, who] of keys) {
       const held = counts.count(key);
