@@ -11,6 +11,7 @@
  * An endpoint whose delivery exhausts its retries is disabled (`enabled: false`, `disabled_reason`), logged,
  * and its other pending deliveries failed, so that a dead receiver is not retried forever.
  */
+import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
 import type { Config } from '../config/index.js';
 import type { DatabaseHandle } from '../db/connection.js';
@@ -18,7 +19,7 @@ import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Records } from '../jsonapi/records.js';
-import { signedPost } from '../resources/webhook-url.js';
+import { signedPost, type SignedPostOutcome } from '../resources/webhook-url.js';
 
 /** Bytes of a receiver's answer read (the rest is ignored; only the status matters). */
 const RESPONSE_BYTES = 64 * 1024;
@@ -41,16 +42,7 @@ interface Claimed {
   body: string;
 }
 
-export interface AttemptOutcome {
-  ok: boolean;
-  status?: number;
-  error?: string;
-}
-
-interface Logger {
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-}
+type Logger = Pick<FastifyBaseLogger, 'info' | 'warn'>;
 
 export interface WorkerOptions {
   database: DatabaseHandle;
@@ -66,19 +58,14 @@ export function retryDelaySeconds(attempts: number, baseSeconds: number, random 
 }
 
 /** POSTs one signed event (the shared signed POST, under the webhook address rules). Never throws. */
-export async function postEvent(
+export function postEvent(
   url: string,
   secret: string,
   eventId: string,
   body: string,
   options: { timeoutMs: number; allowPrivate: boolean },
-): Promise<AttemptOutcome> {
-  const { ok, status, error } = await signedPost(url, secret, eventId, body, {
-    ...options,
-    maxResponseBytes: RESPONSE_BYTES,
-    userAgent: USER_AGENT,
-  });
-  return { ok, ...(status !== undefined ? { status } : {}), ...(error !== undefined ? { error } : {}) };
+): Promise<SignedPostOutcome> {
+  return signedPost(url, secret, eventId, body, { ...options, maxResponseBytes: RESPONSE_BYTES, userAgent: USER_AGENT });
 }
 
 /** Claims due deliveries and works them off, `webhookConcurrency` at a time. */
@@ -264,7 +251,7 @@ export class WebhookWorker {
   }
 
   /** Records an attempt's outcome; the last failure of the retry window fails the delivery and disables the endpoint. */
-  private async finish(delivery: Claimed, outcome: AttemptOutcome, final: boolean): Promise<void> {
+  private async finish(delivery: Claimed, outcome: SignedPostOutcome, final: boolean): Promise<void> {
     const delay = retryDelaySeconds(delivery.attempts, this.config.webhookRetryBaseSeconds);
     const deadline = new Date(delivery.created_at).getTime() + this.config.webhookRetryHours * 3600_000;
     const exhausted = !outcome.ok && (final || Date.now() + delay * 1000 > deadline);
@@ -286,7 +273,7 @@ export class WebhookWorker {
     if (exhausted && !final) await this.disable(delivery, outcome);
   }
 
-  private async disable(delivery: Claimed, outcome: AttemptOutcome): Promise<void> {
+  private async disable(delivery: Claimed, outcome: SignedPostOutcome): Promise<void> {
     const reason = `Deliveries failed for ${this.config.webhookRetryHours} h; last: ${outcome.error ?? 'no answer'}`.slice(0, 500);
     // Through the records service: disabling is a change members see (a WebhookEndpoint.updated event).
     await this.options.records.update(systemActor(delivery.organisation_id, 'webhook'), 'WebhookEndpoint', delivery.webhook_endpoint_id, {
