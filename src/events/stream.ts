@@ -390,22 +390,6 @@ function parseStreamQuery(request: FastifyRequest, registry: Registry): { types?
   return { types, after };
 }
 
-/** Open streams counted per key (credential, user, organisation, address), each with its own ceiling. */
-class Counts {
-  private readonly held = new Map<string, number>();
-  count(key: string): number {
-    return this.held.get(key) ?? 0;
-  }
-  take(key: string): void {
-    this.held.set(key, this.count(key) + 1);
-  }
-  release(key: string): void {
-    const left = this.count(key) - 1;
-    if (left <= 0) this.held.delete(key);
-    else this.held.set(key, left);
-  }
-}
-
 /** What ends a stream besides the client: the credential's revocation or expiry, or the server closing. */
 type EndReason = 'credential' | 'expired' | 'slow' | 'server' | 'failed' | 'client';
 
@@ -448,10 +432,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
   const open = new Set<OpenStream>();
   // Typing signals (typing.ts): ephemeral, never in the outbox; handed to the live streams below.
   const typing = registerTyping(app, options);
-  const perCredential = new Counts();
-  const perUser = new Counts();
-  const perOrganisation = new Counts();
-  const perAddress = new Counts();
+  /** Open streams per cap: `credential:`, `user:`, `organisation:` or `address:` and whose. */
+  const held = new Map<string, number>();
   let heartbeats: NodeJS.Timeout | undefined;
   /** Set when the server starts closing: a request still on its way to its stream is answered 503 instead. */
   let closing = false;
@@ -544,22 +526,22 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     const expiresAt = tokenExpiryMs(token);
     // The caps: per credential, per user across all of their credentials, per organisation and per client
     // address (docs/events.md, "Caps"); counted in this process, where the sockets and memory are.
-    const keys: [Counts, string, number, string][] = [
-      [perCredential, `${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
-      [perUser, `${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
-      [perOrganisation, principal.organisationId, limits.streamsPerOrganisation, 'This organisation'],
-      [perAddress, addressGroup(request.ip, 32), limits.streamsPerAddress, 'This client address'],
+    const caps: [string, number, string][] = [
+      [`credential:${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
+      [`user:${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
+      [`organisation:${principal.organisationId}`, limits.streamsPerOrganisation, 'This organisation'],
+      [`address:${addressGroup(request.ip, 32)}`, limits.streamsPerAddress, 'This client address'],
     ];
-    for (const [counts, key, max, who] of keys) {
-      const held = counts.count(key);
-      if (held >= max) {
-        throw ApiError.of('too_many_streams', `${who} holds ${held} event streams, the most allowed; close one first.`, undefined, {
+    for (const [key, max, who] of caps) {
+      const count = held.get(key) ?? 0;
+      if (count >= max) {
+        throw ApiError.of('too_many_streams', `${who} holds ${count} event streams, the most allowed; close one first.`, undefined, {
           'Retry-After': '5',
         });
       }
     }
     await watchCredentials();
-    for (const [counts, key] of keys) counts.take(key);
+    for (const [key] of caps) held.set(key, (held.get(key) ?? 0) + 1);
     const visibility = new Visibility(options.database.db, options.registry, principal);
     const raw = reply.raw;
     let ended: EndReason | undefined;
@@ -580,7 +562,11 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       unsubscribe();
       unsubscribeTyping();
       open.delete(stream);
-      for (const [counts, key] of keys) counts.release(key);
+      for (const [key] of caps) {
+        const left = held.get(key)! - 1;
+        if (left > 0) held.set(key, left);
+        else held.delete(key);
+      }
       // Before the stream began, the handler answers (below): a credential that ended meanwhile is a 401.
       if (!hijacked) return;
       if (reason === 'slow' || reason === 'client') {
