@@ -1,6 +1,5 @@
 /** Starting and stopping the service: database, migrations, signing key, demo data, HTTP server. */
 import net from 'node:net';
-import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import type { AgentRuntime } from './agents/runtime.js';
 import { loadSigningKey } from './auth/signing-key.js';
@@ -8,24 +7,10 @@ import type { Config } from './config/index.js';
 import { openDatabase, type DatabaseHandle } from './db/connection.js';
 import { migrate } from './db/migrate.js';
 import { isEmpty, seedDemo, type DemoResult } from './demo/demo.js';
-import type { WebhookWorker } from './events/webhooks.js';
 import { createRecords } from './jsonapi/records.js';
 import { buildRegistry } from './jsonapi/routes.js';
 import type { AppServices } from './jsonapi/services.js';
 import { resources } from './resources/index.js';
-
-export interface RunningApp {
-  app: FastifyInstance;
-  database: DatabaseHandle;
-  services: AppServices;
-  url: string;
-  demo?: DemoResult;
-  /** The agent runtime, unless AGENT_RUNTIME=false (then a `worker` process answers). */
-  agents?: AgentRuntime;
-  /** The webhook delivery worker, unless WEBHOOK_WORKER=false. */
-  webhooks?: WebhookWorker;
-  close(): Promise<void>;
-}
 
 export function connectRedis(url: string | undefined): Redis | undefined {
   if (!url) return undefined;
@@ -63,7 +48,7 @@ export async function assertPortFree(port: number, host: string): Promise<void> 
   });
 }
 
-export async function startApp(config: Config): Promise<RunningApp> {
+export async function startApp(config: Config) {
   // Imported here rather than at the top: the administration commands import this module for createServices.
   const [{ AgentRuntime }, { EventPruner, WebhookWorker }, { buildServer }] = await Promise.all([
     import('./agents/runtime.js'),
@@ -106,7 +91,9 @@ export async function startApp(config: Config): Promise<RunningApp> {
     services,
     url,
     demo,
+    /** The agent runtime, unless AGENT_RUNTIME=false (then a `worker` process answers). */
     agents,
+    /** The webhook delivery worker, unless WEBHOOK_WORKER=false. */
     webhooks,
     async close() {
       pruner.stop();
