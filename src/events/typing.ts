@@ -71,11 +71,7 @@ export class TypingHub {
     // Conversation ids are UUIDs, unique across organisations; the key still carries the organisation.
     const [map, key] =
       conversationId === undefined ? [this.listeners, organisationId] : [this.byConversation, `${organisationId}/${conversationId}`];
-    let set = map.get(key);
-    if (!set) {
-      set = new Set();
-      map.set(key, set);
-    }
+    const set = map.get(key) ?? map.set(key, new Set()).get(key)!;
     set.add(listener);
     return () => {
       set.delete(listener);
