@@ -156,22 +156,16 @@ export class EventHub {
       if (this.organisations.get(organisationId) !== state) return this.subscribe(organisationId, listener);
     }
     const current = state;
-    const add = () => {
-      let set = current.listeners;
-      if (listener.conversationId !== undefined) {
-        set = current.byConversation.get(listener.conversationId) ?? new Set();
-        current.byConversation.set(listener.conversationId, set);
-      }
-      set.add(listener);
-      current.size++;
-    };
+    const { conversationId } = listener;
+    const set = conversationId === undefined ? current.listeners : (current.byConversation.get(conversationId) ?? new Set());
+    if (conversationId !== undefined) current.byConversation.set(conversationId, set);
+    set.add(listener);
+    current.size++;
     const remove = () => {
-      const set = listener.conversationId === undefined ? current.listeners : current.byConversation.get(listener.conversationId);
-      if (!set?.delete(listener)) return;
+      if (!set.delete(listener)) return;
       current.size--;
-      if (set.size === 0 && listener.conversationId !== undefined) current.byConversation.delete(listener.conversationId);
+      if (set.size === 0 && conversationId !== undefined) current.byConversation.delete(conversationId);
     };
-    add();
     // The hub learns of commits shortly after they happen (outbox.ts): a stream starts after the last event
     // committed before it opened, even if the hub has not read it yet (the stream skips what it has passed).
     let cursor = current.cursor;
