@@ -119,10 +119,7 @@ export class EventHub {
       this.unlisten = undefined;
       throw error;
     }
-    if (!this.sweep) {
-      this.sweep = setInterval(() => this.catchUpAll(), SWEEP_MS);
-      this.sweep.unref();
-    }
+    this.sweep ??= setInterval(() => this.catchUpAll(), SWEEP_MS).unref();
     let state = this.organisations.get(organisationId);
     let fresh = false;
     if (!state) {

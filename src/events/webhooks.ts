@@ -90,6 +90,7 @@ export class WebhookWorker {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    this.timer = setInterval(() => this.wake(), this.config.webhookPollMs).unref();
     // A new event may bring deliveries: look at once rather than at the next poll.
     this.unlisten = await this.options.database
       .listen(
@@ -98,18 +99,7 @@ export class WebhookWorker {
         () => this.wake(),
       )
       .catch(() => undefined);
-    this.schedule();
     this.wake();
-  }
-
-  private schedule(): void {
-    clearTimeout(this.timer);
-    if (!this.running) return;
-    this.timer = setTimeout(() => {
-      this.wake();
-      this.schedule();
-    }, this.config.webhookPollMs);
-    this.timer.unref();
   }
 
   /**
@@ -293,7 +283,7 @@ export class WebhookWorker {
   /** Stops claiming; waits for the attempts in flight (each ends within the timeout). */
   async stop(): Promise<void> {
     this.running = false;
-    clearTimeout(this.timer);
+    clearInterval(this.timer);
     clearTimeout(this.wakeTimer);
     await this.unlisten?.().catch(() => {});
     await Promise.allSettled([...this.attempts]);
@@ -313,8 +303,7 @@ export class EventPruner {
 
   start(): void {
     void this.prune();
-    this.timer = setInterval(() => void this.prune(), this.everyMs);
-    this.timer.unref();
+    this.timer = setInterval(() => void this.prune(), this.everyMs).unref();
   }
 
   async prune(): Promise<number> {
