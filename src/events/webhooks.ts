@@ -1,15 +1,10 @@
 /**
- * The webhook delivery worker (runs inside `serve`). Deliveries are queued with their event, in the writing
- * transaction (src/jsonapi/outbox.ts), so none is lost. The worker claims due ones with
- * `FOR UPDATE SKIP LOCKED` and leases them (several processes share the work, and none sends an attempt
- * another is sending), POSTs the event JSON signed as the Standard Webhooks specification says
- * (standardwebhooks.com: `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`),
- * and records the outcome: 2xx within the timeout delivers it; anything else is retried with exponential
- * backoff and jitter until the retry window (24 h by default) is over, then `failed`. A process killed
- * mid-attempt leaves the lease to run out, and the attempt is made again: at least once.
- *
- * An endpoint whose delivery exhausts its retries is disabled (`enabled: false`, `disabled_reason`), logged,
- * and its other pending deliveries failed, so that a dead receiver is not retried forever.
+ * The webhook delivery worker (runs inside `serve`; docs/events.md, "Delivery"). Deliveries are queued with
+ * their event, in the writing transaction (src/jsonapi/outbox.ts), so none is lost. The worker claims and
+ * leases due ones (several processes share the work, and none sends an attempt another is sending), POSTs
+ * them signed (Standard Webhooks), and retries failures with backoff until the retry window is over; then the
+ * delivery fails and its endpoint is disabled, so that a dead receiver is not retried forever. A process
+ * killed mid-attempt leaves the lease to run out, and the attempt is made again: at least once.
  */
 import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
@@ -157,14 +152,10 @@ export class WebhookWorker {
   }
 
   /**
-   * Due, unleased deliveries, leased for longer than an attempt can take, with their endpoint and event.
-   * Fair between endpoints: each endpoint has at most `webhookEndpointConcurrency` attempts leased at once (a
-   * receiver that hangs holds that many slots, not all of them), and the slots free now go round the
-   * endpoints with due work, each one's oldest first, then each one's second, and so on. The cost follows
-   * pending work, not the table's history nor the number of endpoints: the endpoints with pending deliveries
-   * are found by a skip scan, and every probe is on a partial index of pending deliveries (migration 0015_b;
-   * `test/webhook-fairness.test.ts` checks the plan). Two processes claiming at the same
-   * moment may each see an endpoint below its cap: it is a bound per claim, not a lock.
+   * Due, unleased deliveries, leased for longer than an attempt can take, with their endpoint and event, fair
+   * between endpoints (docs/events.md, "Delivery": at most `webhookEndpointConcurrency` leased per endpoint, a
+   * bound per claim, not a lock; the free slots go round the endpoints with due work). Every probe is on a
+   * partial index of pending deliveries (migration 0015_b; `test/webhook-fairness.test.ts` checks the plan).
    * SKIP LOCKED: rows another process is claiming right now are left to it.
    */
   async claim(limit: number): Promise<Claimed[]> {
