@@ -1,4 +1,5 @@
 /** Starting and stopping the service: database, migrations, signing key, demo data, HTTP server. */
+import { once } from 'node:events';
 import net from 'node:net';
 import { Redis } from 'ioredis';
 import type { AgentRuntime } from './agents/runtime.js';
@@ -32,20 +33,17 @@ export async function createServices(database: DatabaseHandle, config: Config, r
 
 /** Refuses, with a message that names it, a port something else listens on (checked by binding it once). */
 export async function assertPortFree(port: number, host: string): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    const probe = net.createServer();
-    probe.once('error', (error: NodeJS.ErrnoException) => {
-      if (error.code === 'EADDRINUSE') {
-        reject(
-          new Error(
-            `port ${port} on ${host} is in use (another server, or another Parley, listens there). Stop it, or start with PORT=<another port>. ` +
-              'Nothing was created: the first start that can listen sets up the demo and prints its login (or run `parley demo`).',
-          ),
-        );
-      } else reject(error);
-    });
-    probe.listen({ port, host, exclusive: true }, () => probe.close(() => resolve()));
-  });
+  const probe = net.createServer().listen({ port, host, exclusive: true });
+  try {
+    await once(probe, 'listening');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error;
+    throw new Error(
+      `port ${port} on ${host} is in use (another server, or another Parley, listens there). Stop it, or start with PORT=<another port>. ` +
+        'Nothing was created: the first start that can listen sets up the demo and prints its login (or run `parley demo`).',
+    );
+  }
+  await new Promise((resolve) => probe.close(resolve));
 }
 
 export async function startApp(config: Config) {
