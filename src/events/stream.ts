@@ -1,7 +1,5 @@
 /**
- * GET /api/events: the organisation's events as server-sent events (WHATWG HTML, "Server-sent events"), each
- * message `id:` (the event id), `event:` (its type) and `data:` (the event JSON), for the types the caller's
- * role may read (and, where a role sees only some rows, only events about those rows).
+ * GET /api/events (docs/events.md): the organisation's events as server-sent events, those the caller may read.
  *
  * Fan-out: one hub per server process listens on the outbox's NOTIFY channel (LISTEN/NOTIFY on PostgreSQL,
  * in process on PGlite). On a notification it reads the organisation's new rows from the outbox once, by id
@@ -407,10 +405,9 @@ const CLOSING: Record<EndReason, string> = {
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
- * Registers GET /api/events. A stream ends when the server closes, when its client is too slow, and when
- * its credential ends: at the token's `exp`, and, on every credential change the database announces
- * (`parley_credentials`, migration 0009: a revoked key or session, a removed member, a changed role), once
- * the credential no longer stands as it was when the stream opened.
+ * Registers GET /api/events. A stream ends when the server closes, when its client is too slow, and when its
+ * credential ends (docs/events.md, "Ends"): at the token's `exp`, or once a credential change the database
+ * announces leaves it no longer standing as it was when the stream opened.
  */
 export function registerEventStream(app: FastifyInstance, options: StreamOptions): EventHub {
   const { config } = options;
