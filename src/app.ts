@@ -1,6 +1,6 @@
 /** Starting and stopping the service: database, migrations, signing key, demo data, HTTP server. */
+import { once } from 'node:events';
 import net from 'node:net';
-import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import type { AgentRuntime } from './agents/runtime.js';
 import { loadSigningKey } from './auth/signing-key.js';
@@ -8,24 +8,10 @@ import type { Config } from './config/index.js';
 import { openDatabase, type DatabaseHandle } from './db/connection.js';
 import { migrate } from './db/migrate.js';
 import { isEmpty, seedDemo, type DemoResult } from './demo/demo.js';
-import type { WebhookWorker } from './events/webhooks.js';
 import { createRecords } from './jsonapi/records.js';
 import { buildRegistry } from './jsonapi/routes.js';
 import type { AppServices } from './jsonapi/services.js';
 import { resources } from './resources/index.js';
-
-export interface RunningApp {
-  app: FastifyInstance;
-  database: DatabaseHandle;
-  services: AppServices;
-  url: string;
-  demo?: DemoResult;
-  /** The agent runtime, unless AGENT_RUNTIME=false (then a `worker` process answers). */
-  agents?: AgentRuntime;
-  /** The webhook delivery worker, unless WEBHOOK_WORKER=false. */
-  webhooks?: WebhookWorker;
-  close(): Promise<void>;
-}
 
 export function connectRedis(url: string | undefined): Redis | undefined {
   if (!url) return undefined;
@@ -47,23 +33,20 @@ export async function createServices(database: DatabaseHandle, config: Config, r
 
 /** Refuses, with a message that names it, a port something else listens on (checked by binding it once). */
 export async function assertPortFree(port: number, host: string): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    const probe = net.createServer();
-    probe.once('error', (error: NodeJS.ErrnoException) => {
-      if (error.code === 'EADDRINUSE') {
-        reject(
-          new Error(
-            `port ${port} on ${host} is in use (another server, or another Parley, listens there). Stop it, or start with PORT=<another port>. ` +
-              'Nothing was created: the first start that can listen sets up the demo and prints its login (or run `parley demo`).',
-          ),
-        );
-      } else reject(error);
-    });
-    probe.listen({ port, host, exclusive: true }, () => probe.close(() => resolve()));
-  });
+  const probe = net.createServer().listen({ port, host, exclusive: true });
+  try {
+    await once(probe, 'listening');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error;
+    throw new Error(
+      `port ${port} on ${host} is in use (another server, or another Parley, listens there). Stop it, or start with PORT=<another port>. ` +
+        'Nothing was created: the first start that can listen sets up the demo and prints its login (or run `parley demo`).',
+    );
+  }
+  await new Promise((resolve) => probe.close(resolve));
 }
 
-export async function startApp(config: Config): Promise<RunningApp> {
+export async function startApp(config: Config) {
   // Imported here rather than at the top: the administration commands import this module for createServices.
   const [{ AgentRuntime }, { EventPruner, WebhookWorker }, { buildServer }] = await Promise.all([
     import('./agents/runtime.js'),
@@ -106,7 +89,9 @@ export async function startApp(config: Config): Promise<RunningApp> {
     services,
     url,
     demo,
+    /** The agent runtime, unless AGENT_RUNTIME=false (then a `worker` process answers). */
     agents,
+    /** The webhook delivery worker, unless WEBHOOK_WORKER=false. */
     webhooks,
     async close() {
       pruner.stop();

@@ -12,7 +12,8 @@ import { createUserInOrganisation } from '../src/auth/accounts.js';
 import { createApiKey } from '../src/auth/api-keys.js';
 import { signToken } from '../src/auth/tokens.js';
 import { issueUserToken } from '../src/auth/user-tokens.js';
-import { addressGroup, EventHub } from '../src/events/stream.js';
+import { addressGroup } from '../src/auth/throttle.js';
+import { EventHub } from '../src/events/stream.js';
 import type { Role } from '../src/jsonapi/principal.js';
 import { client, errorCodes, resourceDocument, type Client } from './helpers/http.js';
 import { bodyOf, openSse, type SseStream } from './helpers/sse.js';
@@ -337,12 +338,12 @@ describe('caps', () => {
   });
 
   it('groups client addresses: IPv4 alone, IPv6 by /64', () => {
-    expect(addressGroup('203.0.113.7')).toBe('203.0.113.7');
-    expect(addressGroup('::ffff:203.0.113.7')).toBe('203.0.113.7');
-    expect(addressGroup('2001:db8:0:1::1')).toBe('2001:db8:0:1::/64');
-    expect(addressGroup('2001:0db8:0000:0001:aaaa:bbbb:cccc:dddd')).toBe('2001:db8:0:1::/64');
-    expect(addressGroup('2001:db8::2')).toBe('2001:db8:0:0::/64');
-    expect(addressGroup('::1')).toBe('0:0:0:0::/64');
+    expect(addressGroup('203.0.113.7', 32)).toBe('203.0.113.7');
+    expect(addressGroup('::ffff:203.0.113.7', 32)).toBe('203.0.113.7');
+    expect(addressGroup('2001:db8:0:1::1', 32)).toBe('2001:db8:0:1::/64');
+    expect(addressGroup('2001:0db8:0000:0001:aaaa:bbbb:cccc:dddd', 32)).toBe('2001:db8:0:1::/64');
+    expect(addressGroup('2001:db8::2', 32)).toBe('2001:db8:0:0::/64');
+    expect(addressGroup('::1', 32)).toBe('0:0:0:0::/64');
   });
 });
 

@@ -22,9 +22,11 @@ export interface WindowCounter {
   add(key: string, windowMs: number, by?: number): Promise<CountResult>;
 }
 
-export class MemoryCounter implements WindowCounter {
+/** Keys one node's memory counts at most; beyond, expired windows go, then the oldest. */
+const MAX_KEYS = 100_000;
+
+class MemoryCounter implements WindowCounter {
   private readonly windows = new Map<string, { count: number; endsAt: number }>();
-  constructor(private readonly maxKeys = 100_000) {}
 
   /** Synchronous under the hood: in one Node process, no other request can interleave with it. */
   async add(key: string, windowMs: number, by = 1): Promise<CountResult> {
@@ -40,7 +42,7 @@ export class MemoryCounter implements WindowCounter {
     }
     if (!window) {
       if (by <= 0) return { count: 0, ttlMs: 0 };
-      if (this.windows.size >= this.maxKeys) this.sweep(now);
+      if (this.windows.size >= MAX_KEYS) this.sweep(now);
       window = { count: 0, endsAt: now + windowMs };
       this.windows.set(key, window);
     }
@@ -52,7 +54,7 @@ export class MemoryCounter implements WindowCounter {
     for (const [key, window] of this.windows) if (window.endsAt <= now) this.windows.delete(key);
     // Still full: drop the oldest windows (Map keeps insertion order) rather than grow without bound.
     for (const key of this.windows.keys()) {
-      if (this.windows.size < this.maxKeys) break;
+      if (this.windows.size < MAX_KEYS) break;
       this.windows.delete(key);
     }
   }
@@ -72,29 +74,17 @@ if ttl < 0 then
 end
 return {count, ttl}`;
 
-export class RedisCounter implements WindowCounter {
-  constructor(
-    private readonly redis: Redis,
-    private readonly prefix = 'parley:',
-  ) {}
-
-  async add(key: string, windowMs: number, by = 1): Promise<CountResult> {
-    const [count, ttlMs] = (await this.redis.eval(COUNT_SCRIPT, 1, `${this.prefix}${key}`, windowMs, by)) as [number, number];
-    return { count, ttlMs };
-  }
-}
-
 /** Redis while it answers; this node's memory (which always counts too) while it does not. */
-export class FallbackCounter implements WindowCounter {
-  constructor(
-    private readonly primary: WindowCounter,
-    private readonly fallback: MemoryCounter,
-  ) {}
+class RedisCounter implements WindowCounter {
+  private readonly memory = new MemoryCounter();
+
+  constructor(private readonly redis: Redis) {}
 
   async add(key: string, windowMs: number, by = 1): Promise<CountResult> {
-    const local = this.fallback.addNow(key, windowMs, by);
+    const local = this.memory.addNow(key, windowMs, by);
     try {
-      return await this.primary.add(key, windowMs, by);
+      const [count, ttlMs] = (await this.redis.eval(COUNT_SCRIPT, 1, `parley:${key}`, windowMs, by)) as [number, number];
+      return { count, ttlMs };
     } catch {
       return local;
     }
@@ -102,6 +92,5 @@ export class FallbackCounter implements WindowCounter {
 }
 
 export function createCounter(redis: Redis | undefined): WindowCounter {
-  const memory = new MemoryCounter();
-  return redis ? new FallbackCounter(new RedisCounter(redis), memory) : memory;
+  return redis ? new RedisCounter(redis) : new MemoryCounter();
 }

@@ -7,24 +7,13 @@ const CAPACITY = 10_000;
 /**
  * Verified API keys and user tokens (the principal their key or session record and membership gave), kept
  * for a few seconds so that a request need not read them again: without it every request pays a database
- * round trip before its own query. Revocation stays immediate:
- *
- * - every UPDATE, DELETE or TRUNCATE of api_keys, user_sessions, memberships or users is announced by a
- *   trigger on PostgreSQL's `parley_credentials` channel at commit, whoever wrote it, and every process drops
- *   its whole cache (`invalidate`). This process's own writes bring their notification on their own
- *   connection before their commit returns (see ListenOptions.ownStatementsFirst), so the request or command
- *   that revoked something has its answer only once the cache is dropped; another process hears of it on its
- *   listening connection as soon as PostgreSQL delivers it at the commit;
- * - a read that began before a change is not kept (the generation it started in has passed), so a read of
- *   the old state that finishes after the change's notification is not kept;
- * - while the listening connection is down nothing is cached (`suspend`), and when it is back the cache starts
- *   empty (`resume`), since notifications sent in between are lost;
- * - an entry never outlives its key's or session's own expiry;
- * - on PostgreSQL an entry is served only when a read of the credential epoch (migration 0014_c) that began
- *   after the request arrived finds the epoch the entry was read at: a change committed by another process
- *   before the request, whose notification is still on its way, is not served around (`current`).
- *
- * Visitor credentials are not cached (they depend on their conversation too).
+ * round trip before its own query. Revocation stays immediate (docs/architecture.md, "Verified credentials"):
+ * every change to the records behind credentials is announced at commit and drops the whole cache
+ * (`invalidate`); a read that began before a change is not kept (`mark`); nothing is cached while the
+ * listening connection is down (`suspend`, `resume`: notifications sent meanwhile are lost); an entry never
+ * outlives its key's or session's own expiry; and on PostgreSQL an entry is served only once a fresh read of the
+ * credential epoch finds it current (`current`). Visitor credentials are not cached (they depend on their
+ * conversation too).
  */
 export class CredentialCache {
   private readonly entries = new Map<string, { principal: Principal; until: number; epoch?: string }>();
@@ -32,7 +21,7 @@ export class CredentialCache {
    * Reads the credential epoch (migration 0014_c) in a statement that starts after the call; set on
    * PostgreSQL, where other processes' changes are announced a moment after their commit.
    */
-  private epochProbe?: EpochProbe;
+  private epochProbe?: SharedRead<string>;
   private generation = 0;
   private live = false;
 
@@ -59,7 +48,7 @@ export class CredentialCache {
 
   /** Serve entries only once a fresh read of the credential epoch finds them current (see `current`). */
   checkEpoch(read: () => Promise<string>): void {
-    this.epochProbe = new EpochProbe(read);
+    this.epochProbe = new SharedRead(read);
   }
 
   /**
@@ -115,17 +104,17 @@ export class CredentialCache {
 }
 
 /**
- * Reads of one value shared by the requests that wait for them: a caller gets the result of a read that
+ * Reads of one value shared by the callers that wait for them: a caller gets the result of a read that
  * started after its call. While a read is in flight, later callers share the next one, which starts when it
- * ends, so that concurrent requests cost one statement per round trip, not one each.
+ * ends, so that concurrent callers cost one statement per round trip, not one each.
  */
-export class EpochProbe {
-  private inFlight?: Promise<string>;
-  private next?: Promise<string>;
+export class SharedRead<T> {
+  private inFlight?: Promise<T>;
+  private next?: Promise<T>;
 
-  constructor(private readonly readOnce: () => Promise<string>) {}
+  constructor(private readonly readOnce: () => Promise<T>) {}
 
-  read(): Promise<string> {
+  read(): Promise<T> {
     if (!this.inFlight) {
       const started = this.readOnce().finally(() => {
         if (this.inFlight === started) this.inFlight = undefined;
@@ -135,7 +124,7 @@ export class EpochProbe {
     }
     if (!this.next) {
       const previous = this.inFlight;
-      const next: Promise<string> = previous
+      const next: Promise<T> = previous
         .catch(() => undefined)
         .then(() => {
           this.inFlight = next;

@@ -13,20 +13,6 @@ import { ApiError } from '../jsonapi/errors.js';
 import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
 import { expiryIn } from './tokens.js';
 
-/** The credential as the API returns it (meta.sip_credential). */
-export interface SipCredential {
-  /** Digest username: `<sip_username>~<random>`; no SIP user can be named so (`~` is outside their pattern). */
-  username: string;
-  /** 32 URL-safe characters from 192 random bits. */
-  password: string;
-  expires_at: string;
-  /** The address to register: `sip:<sip_username>@<organisation's SIP domain>`. */
-  uri: string;
-  domain: string;
-  /** The SIP edge's WebSocket (SIP_WS_URL). */
-  ws_uri: string;
-}
-
 /**
  * POST /api/sip_users/credential: a credential for `sip_user_id`, or for the caller's own SIP user when it is
  * left out. An operator gets one only for their own SIP user (another's is a 422 at `sip_user_id`, naming a record
@@ -56,8 +42,11 @@ export async function issueSipCredential(ctx: ActionContext): Promise<ActionResu
     throw ApiError.of('conflict', 'This server has no SIP WebSocket address (SIP_WS_URL), so the softphone is not set up.');
   }
   const expiry = expiryIn(services.config.sipCredentialTtlSeconds);
-  const credential: SipCredential = {
+  // The credential as the API returns it (meta.sip_credential).
+  const credential = {
+    // Digest username: `<sip_username>~<random>`; no SIP user can be named so (`~` is outside their pattern).
     username: `${sipUser.sip_username}~${randomBytes(9).toString('base64url')}`,
+    // 32 URL-safe characters from 192 random bits.
     password: randomBytes(24).toString('base64url'),
     expires_at: expiry.text,
     uri: `sip:${sipUser.sip_username}@${sipUser.domain}`,

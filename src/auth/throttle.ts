@@ -17,13 +17,15 @@ export interface Reservation {
 }
 
 /**
- * The network a client address counts for: its /24 (IPv4) or /64 (IPv6, one subscriber's usual allocation),
- * so that the addresses of one network, easily had by the dozen, share one budget (RFC 6177, RFC 7934).
+ * The network a client address counts for: an IPv6 address by its /64, the smallest prefix a site is given
+ * (one subscriber's usual allocation, RFC 6177), so a host cannot pass a limit by changing the interface
+ * identifier it sends from; an IPv4 address (IPv4-mapped IPv6 included) by its /24, so that the addresses of
+ * one network, easily had by the dozen, share one budget (RFC 7934), or alone with `ipv4Prefix` 32.
  */
-export function addressGroup(address: string): string {
+export function addressGroup(address: string, ipv4Prefix: 24 | 32 = 24): string {
   if (!ipaddr.isValid(address)) return address;
   const ip = ipaddr.process(address);
-  if (ip.kind() === 'ipv4') return `${ip.toByteArray().slice(0, 3).join('.')}.0/24`;
+  if (ip.kind() === 'ipv4') return ipv4Prefix === 32 ? ip.toString() : `${ip.toByteArray().slice(0, 3).join('.')}.0/24`;
   return `${(ip as ipaddr.IPv6).parts
     .slice(0, 4)
     .map((p) => p.toString(16))

@@ -49,11 +49,7 @@ const verified = new WeakMap<Uint8Array, Map<string, { claims: TokenClaims; expi
 
 /** The claims of a valid token, or undefined for anything forged, expired or malformed. */
 export async function verifyToken(token: string, key: Uint8Array): Promise<TokenClaims | undefined> {
-  let cache = verified.get(key);
-  if (!cache) {
-    cache = new Map();
-    verified.set(key, cache);
-  }
+  const cache = verified.get(key) ?? verified.set(key, new Map()).get(key)!;
   const hit = cache.get(token);
   if (hit && hit.expiresAtMs > Date.now()) return hit.claims;
   if (hit) cache.delete(token);

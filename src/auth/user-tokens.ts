@@ -6,8 +6,7 @@ import { expiryIn, signToken } from './tokens.js';
 /** A user access token for one organisation, backed by a user_sessions row (for revocation). */
 export async function issueUserToken(db: Db, services: AppServices, input: { organisationId: string; userId: string }) {
   const sessionId = uuidv7();
-  const expiry = expiryIn(services.config.userTokenTtlSeconds);
-  const expiresAt = expiry.at;
+  const { at: expiresAt, text } = expiryIn(services.config.userTokenTtlSeconds);
   await db
     .insertInto('user_sessions')
     .values({ id: sessionId, organisation_id: input.organisationId, user_id: input.userId, expires_at: expiresAt, created_at: new Date() })
@@ -17,7 +16,7 @@ export async function issueUserToken(db: Db, services: AppServices, input: { org
     services.signingKey,
     expiresAt,
   );
-  return { token, expiresAt, sessionId, meta: { token, token_expires_at: expiry.text } };
+  return { token, expiresAt, sessionId, meta: { token, token_expires_at: text } };
 }
 
 /** Revokes every live token of a user (in one organisation, or all; but the session `except`); returns how many. */

@@ -30,7 +30,7 @@ export const orgList = (o: { json?: boolean }) =>
   withDatabase(!!o.json, async (db) => {
     const organisations = (
       await db.selectFrom('organisations').select(['id', 'name', 'created_at']).orderBy('created_at').orderBy('id').execute()
-    ).map((r) => ({ id: r.id, name: r.name, created_at: iso(r.created_at) }));
+    ).map((r) => ({ ...r, created_at: iso(r.created_at) }));
     return { result: { organisations }, text: table(organisations, ['id', 'name', 'created_at']) };
   });
 
@@ -40,18 +40,12 @@ export const userList = (o: { org: string; json?: boolean }) =>
     const rows = await db
       .selectFrom('memberships as m')
       .innerJoin('users as u', 'u.id', 'm.user_id')
-      .select(['u.id', 'u.email', 'u.full_name', 'm.role', 'm.created_at'])
+      .select(['u.id', 'u.email', 'u.full_name', 'm.role', 'm.created_at as member_since'])
       .where('m.organisation_id', '=', o.org)
       .orderBy('m.created_at')
       .orderBy('u.id')
       .execute();
-    const users = rows.map((r) => ({
-      id: r.id,
-      email: r.email,
-      full_name: r.full_name,
-      role: r.role,
-      member_since: iso(r.created_at),
-    }));
+    const users = rows.map((r) => ({ ...r, member_since: iso(r.member_since) }));
     return { result: { organisation_id: o.org, users }, text: table(users, ['id', 'email', 'role', 'full_name']) };
   });
 
@@ -94,15 +88,7 @@ export const keyList = (o: { org: string; user?: string; json?: boolean }) =>
       .where('organisation_id', '=', o.org);
     if (o.user) query = query.where('user_id', '=', o.user);
     const rows = await query.orderBy('created_at').orderBy('id').execute();
-    const keys = rows.map((r) => ({
-      id: r.id,
-      name: r.name,
-      key_type: r.key_type,
-      user_id: r.user_id,
-      expires_at: iso(r.expires_at),
-      revoked_at: iso(r.revoked_at),
-      created_at: iso(r.created_at),
-    }));
+    const keys = rows.map((r) => ({ ...r, expires_at: iso(r.expires_at), revoked_at: iso(r.revoked_at), created_at: iso(r.created_at) }));
     return { result: { organisation_id: o.org, keys }, text: table(keys, ['id', 'name', 'key_type', 'user_id', 'revoked_at']) };
   });
 

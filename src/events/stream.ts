@@ -1,7 +1,5 @@
 /**
- * GET /api/events: the organisation's events as server-sent events (WHATWG HTML, "Server-sent events"), each
- * message `id:` (the event id), `event:` (its type) and `data:` (the event JSON), for the types the caller's
- * role may read (and, where a role sees only some rows, only events about those rows).
+ * GET /api/events (docs/events.md): the organisation's events as server-sent events, those the caller may read.
  *
  * Fan-out: one hub per server process listens on the outbox's NOTIFY channel (LISTEN/NOTIFY on PostgreSQL,
  * in process on PGlite). On a notification it reads the organisation's new rows from the outbox once, by id
@@ -17,7 +15,8 @@ import { CompiledQuery, sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObject } from '../jsonapi/errors.js';
-import { CREDENTIALS_CHANNEL } from '../auth/credential-cache.js';
+import { CREDENTIALS_CHANNEL, SharedRead } from '../auth/credential-cache.js';
+import { addressGroup } from '../auth/throttle.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
@@ -82,10 +81,12 @@ interface OrganisationState {
   size: number;
   running: boolean;
   again: boolean;
-  /** A read of the last event id not started yet, shared by the streams subscribing until it starts. */
-  queued?: Promise<string | undefined>;
-  /** The read of the last event id in flight. */
-  inFlight?: Promise<unknown>;
+  /**
+   * The organisation's last event id, read after the caller's listener was added (so every later event is
+   * offered to it). A burst of new streams costs a few reads, not one each, and each read holds the
+   * organisation's event lock (and so its writers) for one statement.
+   */
+  lastId: SharedRead<string | undefined>;
 }
 
 /** Reads each organisation's new outbox rows once per process and hands them to its streams. */
@@ -116,10 +117,7 @@ export class EventHub {
       this.unlisten = undefined;
       throw error;
     }
-    if (!this.sweep) {
-      this.sweep = setInterval(() => this.catchUpAll(), SWEEP_MS);
-      this.sweep.unref();
-    }
+    this.sweep ??= setInterval(() => this.catchUpAll(), SWEEP_MS).unref();
     let state = this.organisations.get(organisationId);
     let fresh = false;
     if (!state) {
@@ -131,6 +129,7 @@ export class EventHub {
         size: 0,
         running: false,
         again: false,
+        lastId: new SharedRead(() => lastEventId(this.database.db, organisationId)),
       };
       // Listening already, so any event after this snapshot is announced; the cursor starts at the snapshot.
       created.ready = lastEventId(this.database.db, organisationId).then((id) => {
@@ -152,27 +151,21 @@ export class EventHub {
       if (this.organisations.get(organisationId) !== state) return this.subscribe(organisationId, listener);
     }
     const current = state;
-    const add = () => {
-      let set = current.listeners;
-      if (listener.conversationId !== undefined) {
-        set = current.byConversation.get(listener.conversationId) ?? new Set();
-        current.byConversation.set(listener.conversationId, set);
-      }
-      set.add(listener);
-      current.size++;
-    };
+    const { conversationId } = listener;
+    const set = conversationId === undefined ? current.listeners : (current.byConversation.get(conversationId) ?? new Set());
+    if (conversationId !== undefined) current.byConversation.set(conversationId, set);
+    set.add(listener);
+    current.size++;
     const remove = () => {
-      const set = listener.conversationId === undefined ? current.listeners : current.byConversation.get(listener.conversationId);
-      if (!set?.delete(listener)) return;
+      if (!set.delete(listener)) return;
       current.size--;
-      if (set.size === 0 && listener.conversationId !== undefined) current.byConversation.delete(listener.conversationId);
+      if (set.size === 0 && conversationId !== undefined) current.byConversation.delete(conversationId);
     };
-    add();
     // The hub learns of commits shortly after they happen (outbox.ts): a stream starts after the last event
     // committed before it opened, even if the hub has not read it yet (the stream skips what it has passed).
     let cursor = current.cursor;
     if (!fresh) {
-      const last = await this.snapshot(organisationId, current).catch((error) => {
+      const last = await current.lastId.read().catch((error) => {
         remove();
         throw error;
       });
@@ -185,38 +178,6 @@ export class EventHub {
         if (current.size === 0 && this.organisations.get(organisationId) === current) this.organisations.delete(organisationId);
       },
     };
-  }
-
-  /**
-   * The organisation's last event id, read after the caller's listener was added (so every later event is
-   * offered to it). Streams that subscribe while a read is in flight share the next one, which starts when it
-   * ends: a burst of new streams costs a few reads, not one each, and each read holds the organisation's
-   * event lock (and so its writers) for one statement.
-   */
-  private snapshot(organisationId: string, state: OrganisationState): Promise<string | undefined> {
-    if (state.queued) return state.queued;
-    const before = state.inFlight ?? Promise.resolve();
-    const queued = before
-      .then(
-        () => {},
-        () => {},
-      )
-      .then(() => {
-        state.queued = undefined;
-        const read = lastEventId(this.database.db, organisationId);
-        state.inFlight = read;
-        read.then(
-          () => {
-            if (state.inFlight === read) state.inFlight = undefined;
-          },
-          () => {
-            if (state.inFlight === read) state.inFlight = undefined;
-          },
-        );
-        return read;
-      });
-    state.queued = queued;
-    return queued;
   }
 
   /** A notification names an organisation with new events (outbox.ts). */
@@ -418,41 +379,6 @@ function parseStreamQuery(request: FastifyRequest, registry: Registry): { types?
   return { types, after };
 }
 
-/**
- * The group of client addresses one cap counts together: an IPv4 address (IPv4-mapped IPv6 included) alone,
- * an IPv6 address by its /64, the smallest prefix a site is given (RFC 6177), so a host cannot pass the cap by
- * changing the interface identifier it sends from.
- */
-export function addressGroup(ip: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  if (mapped) return mapped[1];
-  if (!ip.includes(':')) return ip;
-  const [head, tail = ''] = ip.toLowerCase().split('%')[0].split('::');
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === '' ? [] : tail.split(':');
-  const groups = ip.includes('::') ? [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left;
-  return `${groups
-    .slice(0, 4)
-    .map((g) => g.replace(/^0+(?=.)/, ''))
-    .join(':')}::/64`;
-}
-
-/** Open streams counted per key (credential, user, organisation, address), each with its own ceiling. */
-class Counts {
-  private readonly held = new Map<string, number>();
-  count(key: string): number {
-    return this.held.get(key) ?? 0;
-  }
-  take(key: string): void {
-    this.held.set(key, this.count(key) + 1);
-  }
-  release(key: string): void {
-    const left = this.count(key) - 1;
-    if (left <= 0) this.held.delete(key);
-    else this.held.set(key, left);
-  }
-}
-
 /** What ends a stream besides the client: the credential's revocation or expiry, or the server closing. */
 type EndReason = 'credential' | 'expired' | 'slow' | 'server' | 'failed' | 'client';
 
@@ -479,10 +405,9 @@ const CLOSING: Record<EndReason, string> = {
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
- * Registers GET /api/events. A stream ends when the server closes, when its client is too slow, and when
- * its credential ends: at the token's `exp`, and, on every credential change the database announces
- * (`parley_credentials`, migration 0009: a revoked key or session, a removed member, a changed role), once
- * the credential no longer stands as it was when the stream opened.
+ * Registers GET /api/events. A stream ends when the server closes, when its client is too slow, and when its
+ * credential ends (docs/events.md, "Ends"): at the token's `exp`, or once a credential change the database
+ * announces leaves it no longer standing as it was when the stream opened.
  */
 export function registerEventStream(app: FastifyInstance, options: StreamOptions): EventHub {
   const { config } = options;
@@ -495,10 +420,8 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
   const open = new Set<OpenStream>();
   // Typing signals (typing.ts): ephemeral, never in the outbox; handed to the live streams below.
   const typing = registerTyping(app, options);
-  const perCredential = new Counts();
-  const perUser = new Counts();
-  const perOrganisation = new Counts();
-  const perAddress = new Counts();
+  /** Open streams per cap: `credential:`, `user:`, `organisation:` or `address:` and whose. */
+  const held = new Map<string, number>();
   let heartbeats: NodeJS.Timeout | undefined;
   /** Set when the server starts closing: a request still on its way to its stream is answered 503 instead. */
   let closing = false;
@@ -591,22 +514,22 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     const expiresAt = tokenExpiryMs(token);
     // The caps: per credential, per user across all of their credentials, per organisation and per client
     // address (docs/events.md, "Caps"); counted in this process, where the sockets and memory are.
-    const keys: [Counts, string, number, string][] = [
-      [perCredential, `${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
-      [perUser, `${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
-      [perOrganisation, principal.organisationId, limits.streamsPerOrganisation, 'This organisation'],
-      [perAddress, addressGroup(request.ip), limits.streamsPerAddress, 'This client address'],
+    const caps: [string, number, string][] = [
+      [`credential:${principal.credential}:${principal.credentialId}`, limits.streamsPerCredential, 'This credential'],
+      [`user:${principal.organisationId}:${principal.userId}`, limits.streamsPerUser, 'This user'],
+      [`organisation:${principal.organisationId}`, limits.streamsPerOrganisation, 'This organisation'],
+      [`address:${addressGroup(request.ip, 32)}`, limits.streamsPerAddress, 'This client address'],
     ];
-    for (const [counts, key, max, who] of keys) {
-      const held = counts.count(key);
-      if (held >= max) {
-        throw ApiError.of('too_many_streams', `${who} holds ${held} event streams, the most allowed; close one first.`, undefined, {
+    for (const [key, max, who] of caps) {
+      const count = held.get(key) ?? 0;
+      if (count >= max) {
+        throw ApiError.of('too_many_streams', `${who} holds ${count} event streams, the most allowed; close one first.`, undefined, {
           'Retry-After': '5',
         });
       }
     }
     await watchCredentials();
-    for (const [counts, key] of keys) counts.take(key);
+    for (const [key] of caps) held.set(key, (held.get(key) ?? 0) + 1);
     const visibility = new Visibility(options.database.db, options.registry, principal);
     const raw = reply.raw;
     let ended: EndReason | undefined;
@@ -627,7 +550,11 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
       unsubscribe();
       unsubscribeTyping();
       open.delete(stream);
-      for (const [counts, key] of keys) counts.release(key);
+      for (const [key] of caps) {
+        const left = held.get(key)! - 1;
+        if (left > 0) held.set(key, left);
+        else held.delete(key);
+      }
       // Before the stream began, the handler answers (below): a credential that ended meanwhile is a 401.
       if (!hijacked) return;
       if (reason === 'slow' || reason === 'client') {

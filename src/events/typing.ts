@@ -1,14 +1,9 @@
 /**
- * Typing indicators (docs/events.md, "Typing"): `POST /api/conversations/{id}/typing` says "I am typing in this
- * conversation" for a few seconds. The signal is ephemeral: it is not a resource, writes no row (no item, no
- * outbox event, no history), and is never replayed. It travels on its own NOTIFY channel, so every server
- * process hears it, and each process hands it to the open event streams that may see the conversation, as a
- * `Conversation.typing` message without an `id:` (so it moves no client's Last-Event-ID).
- *
- * Clients repeat the signal while the person keeps typing (every few seconds) and show it until it expires
- * (`expires_at`) or a message from the same person arrives. A sender's repeats within `TYPING_MIN_INTERVAL_MS`
- * are answered but not passed on (no query, no NOTIFY): a keystroke per request costs the database nothing
- * beyond the first signal of each interval.
+ * Typing indicators (docs/events.md, "Typing"): an ephemeral signal, no resource and no row, never replayed. It
+ * travels on its own NOTIFY channel, so every server process hears it and hands it to its event streams that
+ * may see the conversation, as a `Conversation.typing` message without an `id:` (it moves no Last-Event-ID).
+ * A sender's repeats within `TYPING_MIN_INTERVAL_MS` are answered but not passed on (no query, no NOTIFY): a
+ * keystroke per request costs the database nothing beyond the first signal of each interval.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
@@ -71,11 +66,7 @@ export class TypingHub {
     // Conversation ids are UUIDs, unique across organisations; the key still carries the organisation.
     const [map, key] =
       conversationId === undefined ? [this.listeners, organisationId] : [this.byConversation, `${organisationId}/${conversationId}`];
-    let set = map.get(key);
-    if (!set) {
-      set = new Set();
-      map.set(key, set);
-    }
+    const set = map.get(key) ?? map.set(key, new Set()).get(key)!;
     set.add(listener);
     return () => {
       set.delete(listener);

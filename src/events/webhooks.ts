@@ -1,16 +1,12 @@
 /**
- * The webhook delivery worker (runs inside `serve`). Deliveries are queued with their event, in the writing
- * transaction (src/jsonapi/outbox.ts), so none is lost. The worker claims due ones with
- * `FOR UPDATE SKIP LOCKED` and leases them (several processes share the work, and none sends an attempt
- * another is sending), POSTs the event JSON signed as the Standard Webhooks specification says
- * (standardwebhooks.com: `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`),
- * and records the outcome: 2xx within the timeout delivers it; anything else is retried with exponential
- * backoff and jitter until the retry window (24 h by default) is over, then `failed`. A process killed
- * mid-attempt leaves the lease to run out, and the attempt is made again: at least once.
- *
- * An endpoint whose delivery exhausts its retries is disabled (`enabled: false`, `disabled_reason`), logged,
- * and its other pending deliveries failed, so that a dead receiver is not retried forever.
+ * The webhook delivery worker (runs inside `serve`; docs/events.md, "Delivery"). Deliveries are queued with
+ * their event, in the writing transaction (src/jsonapi/outbox.ts), so none is lost. The worker claims and
+ * leases due ones (several processes share the work, and none sends an attempt another is sending), POSTs
+ * them signed (Standard Webhooks), and retries failures with backoff until the retry window is over; then the
+ * delivery fails and its endpoint is disabled, so that a dead receiver is not retried forever. A process
+ * killed mid-attempt leaves the lease to run out, and the attempt is made again: at least once.
  */
+import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
 import type { Config } from '../config/index.js';
 import type { DatabaseHandle } from '../db/connection.js';
@@ -18,7 +14,7 @@ import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Records } from '../jsonapi/records.js';
-import { signedPost } from '../resources/webhook-url.js';
+import { signedPost, type SignedPostOutcome } from '../resources/webhook-url.js';
 
 /** Bytes of a receiver's answer read (the rest is ignored; only the status matters). */
 const RESPONSE_BYTES = 64 * 1024;
@@ -41,16 +37,7 @@ interface Claimed {
   body: string;
 }
 
-export interface AttemptOutcome {
-  ok: boolean;
-  status?: number;
-  error?: string;
-}
-
-interface Logger {
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-}
+type Logger = Pick<FastifyBaseLogger, 'info' | 'warn'>;
 
 export interface WorkerOptions {
   database: DatabaseHandle;
@@ -66,19 +53,14 @@ export function retryDelaySeconds(attempts: number, baseSeconds: number, random 
 }
 
 /** POSTs one signed event (the shared signed POST, under the webhook address rules). Never throws. */
-export async function postEvent(
+export function postEvent(
   url: string,
   secret: string,
   eventId: string,
   body: string,
   options: { timeoutMs: number; allowPrivate: boolean },
-): Promise<AttemptOutcome> {
-  const { ok, status, error } = await signedPost(url, secret, eventId, body, {
-    ...options,
-    maxResponseBytes: RESPONSE_BYTES,
-    userAgent: USER_AGENT,
-  });
-  return { ok, ...(status !== undefined ? { status } : {}), ...(error !== undefined ? { error } : {}) };
+): Promise<SignedPostOutcome> {
+  return signedPost(url, secret, eventId, body, { ...options, maxResponseBytes: RESPONSE_BYTES, userAgent: USER_AGENT });
 }
 
 /** Claims due deliveries and works them off, `webhookConcurrency` at a time. */
@@ -103,6 +85,7 @@ export class WebhookWorker {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    this.timer = setInterval(() => this.wake(), this.config.webhookPollMs).unref();
     // A new event may bring deliveries: look at once rather than at the next poll.
     this.unlisten = await this.options.database
       .listen(
@@ -111,18 +94,7 @@ export class WebhookWorker {
         () => this.wake(),
       )
       .catch(() => undefined);
-    this.schedule();
     this.wake();
-  }
-
-  private schedule(): void {
-    clearTimeout(this.timer);
-    if (!this.running) return;
-    this.timer = setTimeout(() => {
-      this.wake();
-      this.schedule();
-    }, this.config.webhookPollMs);
-    this.timer.unref();
   }
 
   /**
@@ -180,14 +152,10 @@ export class WebhookWorker {
   }
 
   /**
-   * Due, unleased deliveries, leased for longer than an attempt can take, with their endpoint and event.
-   * Fair between endpoints: each endpoint has at most `webhookEndpointConcurrency` attempts leased at once (a
-   * receiver that hangs holds that many slots, not all of them), and the slots free now go round the
-   * endpoints with due work, each one's oldest first, then each one's second, and so on. The cost follows
-   * pending work, not the table's history nor the number of endpoints: the endpoints with pending deliveries
-   * are found by a skip scan, and every probe is on a partial index of pending deliveries (migration 0015_b;
-   * `test/webhook-fairness.test.ts` checks the plan). Two processes claiming at the same
-   * moment may each see an endpoint below its cap: it is a bound per claim, not a lock.
+   * Due, unleased deliveries, leased for longer than an attempt can take, with their endpoint and event, fair
+   * between endpoints (docs/events.md, "Delivery": at most `webhookEndpointConcurrency` leased per endpoint, a
+   * bound per claim, not a lock; the free slots go round the endpoints with due work). Every probe is on a
+   * partial index of pending deliveries (migration 0015_b; `test/webhook-fairness.test.ts` checks the plan).
    * SKIP LOCKED: rows another process is claiming right now are left to it.
    */
   async claim(limit: number): Promise<Claimed[]> {
@@ -264,7 +232,7 @@ export class WebhookWorker {
   }
 
   /** Records an attempt's outcome; the last failure of the retry window fails the delivery and disables the endpoint. */
-  private async finish(delivery: Claimed, outcome: AttemptOutcome, final: boolean): Promise<void> {
+  private async finish(delivery: Claimed, outcome: SignedPostOutcome, final: boolean): Promise<void> {
     const delay = retryDelaySeconds(delivery.attempts, this.config.webhookRetryBaseSeconds);
     const deadline = new Date(delivery.created_at).getTime() + this.config.webhookRetryHours * 3600_000;
     const exhausted = !outcome.ok && (final || Date.now() + delay * 1000 > deadline);
@@ -286,7 +254,7 @@ export class WebhookWorker {
     if (exhausted && !final) await this.disable(delivery, outcome);
   }
 
-  private async disable(delivery: Claimed, outcome: AttemptOutcome): Promise<void> {
+  private async disable(delivery: Claimed, outcome: SignedPostOutcome): Promise<void> {
     const reason = `Deliveries failed for ${this.config.webhookRetryHours} h; last: ${outcome.error ?? 'no answer'}`.slice(0, 500);
     // Through the records service: disabling is a change members see (a WebhookEndpoint.updated event).
     await this.options.records.update(systemActor(delivery.organisation_id, 'webhook'), 'WebhookEndpoint', delivery.webhook_endpoint_id, {
@@ -306,7 +274,7 @@ export class WebhookWorker {
   /** Stops claiming; waits for the attempts in flight (each ends within the timeout). */
   async stop(): Promise<void> {
     this.running = false;
-    clearTimeout(this.timer);
+    clearInterval(this.timer);
     clearTimeout(this.wakeTimer);
     await this.unlisten?.().catch(() => {});
     await Promise.allSettled([...this.attempts]);
@@ -326,8 +294,7 @@ export class EventPruner {
 
   start(): void {
     void this.prune();
-    this.timer = setInterval(() => void this.prune(), this.everyMs);
-    this.timer.unref();
+    this.timer = setInterval(() => void this.prune(), this.everyMs).unref();
   }
 
   async prune(): Promise<number> {

@@ -65,16 +65,11 @@ export async function registerRateLimit(app: FastifyInstance, config: Config, re
   };
   const spend = async (check: ReturnType<FastifyInstance['createRateLimit']>, request: FastifyRequest, what: string) => {
     const limit = await check(request);
-    if (!limit.isAllowed && limit.isExceeded) {
-      throw ApiError.of(
-        'rate_limited',
-        `${what}: at most ${limit.max} requests; retry in ${Math.max(1, limit.ttlInSeconds)} s.`,
-        undefined,
-        {
-          'Retry-After': String(Math.max(1, limit.ttlInSeconds)),
-        },
-      );
-    }
+    if (limit.isAllowed || !limit.isExceeded) return;
+    const seconds = Math.max(1, limit.ttlInSeconds);
+    throw ApiError.of('rate_limited', `${what}: at most ${limit.max} requests; retry in ${seconds} s.`, undefined, {
+      'Retry-After': String(seconds),
+    });
   };
   const tighter = async (request: FastifyRequest, budget: { max: number; timeWindowMs: number } | undefined) => {
     if (budget) {
