@@ -53,7 +53,8 @@ import {
 import { createChatModel, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { Analyst } from './analysis.js';
 import { assignQueued, handOff } from './routing.js';
-import { offeredTools, runToolCall, type ToolEffect, type ToolEnvironment, type TransferTarget, TOOL_WAIT_CHANNEL } from './tools.js';
+import { isCall, mockTools, offeredTools, runToolCall, TOOL_WAIT_CHANNEL } from './tools.js';
+import type { ToolEffect, ToolEnvironment, ToolOutcome, TransferTarget } from './tools.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
 
 export interface TurnTiming {
@@ -125,16 +126,10 @@ export interface Item {
 }
 
 /** A tool call a turn made, as the conversation records it (a `tool` item operators see and visitors do not). */
-export interface RecordedToolCall {
+export interface RecordedToolCall extends Pick<ToolOutcome, 'ok' | 'result' | 'refused' | 'status'> {
   id: string;
   name: string;
   arguments: Record<string, unknown>;
-  ok: boolean;
-  /** What the model was told. */
-  result: string;
-  /** Refused before anything was sent (unknown tool, arguments not valid, failed before). */
-  refused?: boolean;
-  status?: number;
   duration_ms: number;
   /** transfer_call's target: where the voice runtime sends the call once the reply is spoken. */
   transfer?: TransferTarget & { reason: string };
@@ -149,8 +144,6 @@ export interface TurnResult {
   reply?: { content: string; metadata: Record<string, unknown> };
   /** `detail`: what went wrong, for the log and `agent run` (operators); never stored in an item. */
   handoff?: { reason: string; metadata: Record<string, unknown>; system?: string; detail?: string };
-  /** transfer_call on a call: the reply is spoken, then the call is transferred (recorded on the tool item). */
-  transfer?: TransferTarget & { reason: string };
   answers: Record<string, string>;
   close: boolean;
   state: WorkflowState;
@@ -642,16 +635,13 @@ export class AgentRuntime {
     );
     const started = performance.now();
     const declared = Array.isArray(agent.workflow?.tools) ? agent.workflow.tools : [];
-    // search_knowledge is offered only when the agent's knowledge is a tool (it has documents, mode `tool`).
-    const isSearch = (t: ReturnType<typeof offeredTools>[number]) => t.type === 'function' && t.function.name === 'search_knowledge';
-    const tools = offeredTools(declared, conversation).filter((t) => mode === 'tool' || !isSearch(t));
     const env: ToolEnvironment = {
       db: this.db,
       config: this.options.config,
       conversation,
       ...(mode === 'tool' ? { knowledge: { agentId: agent.id, maxResults, found, searches: 0 } } : {}),
       ...(options.callDeclared ? { callDeclared: options.callDeclared } : {}),
-      ...(options.live && (conversation.channel === 'voice' || conversation.mode === 'voice')
+      ...(options.live && isCall(conversation)
         ? {
             announce: async (tool) => {
               const payload = {
@@ -677,9 +667,10 @@ export class AgentRuntime {
     try {
       // The model answers; while it calls tools, their results go back to it, up to AGENT_MAX_TOOL_CALLS calls.
       for (;;) {
-        // The knowledge base's searches are bounded per turn: past the bound the model is no longer offered one.
-        const searched = env.knowledge && env.knowledge.searches >= MAX_SEARCHES_PER_TURN;
-        answer = await model.complete(messages, searched ? tools.filter((t) => !isSearch(t)) : tools);
+        // search_knowledge is offered when the agent's knowledge is a tool (it has documents, mode `tool`), and
+        // only up to the bound of searches per turn.
+        const search = env.knowledge !== undefined && env.knowledge.searches < MAX_SEARCHES_PER_TURN;
+        answer = await model.complete(messages, offeredTools(declared, search));
         attempts += answer.attempts;
         if (answer.usage)
           usage = usage
@@ -767,12 +758,7 @@ export class AgentRuntime {
         ? undefined
         : (checkGuardrails(guardrails, answer.text, 'output') ??
           quotesInstructions(answer.text, [agent.system_prompt ?? '', ...guardrails.instructions, plan.decision.instructions ?? '']));
-    if (outputTrip)
-      return {
-        ...withTools,
-        ...timing,
-        reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } },
-      };
+    if (outputTrip) return { ...withTools, ...timing, reply: refusal(outputTrip, modelMetadata) };
     const effect = final?.effect;
     const fallback = { transfer: TRANSFER_TEXT, handoff: HANDOFF_TEXT, close: GOODBYE_TEXT, answer: '' }[effect?.kind ?? 'answer'];
     const content = [...scripted, answer.text || fallback].filter(Boolean).join('\n\n');
@@ -781,8 +767,8 @@ export class AgentRuntime {
     const reply = { content, metadata: modelMetadata };
     if (effect?.kind === 'handoff')
       return { ...withTools, ...timing, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
+    // transfer_call: the reply is spoken, then the call is transferred (the target is on the tool item).
     if (effect?.kind === 'close') return { ...withTools, ...timing, reply, close: true };
-    if (effect?.kind === 'transfer') return { ...withTools, ...timing, reply, transfer: { ...effect.target, reason: effect.reason } };
     return { ...withTools, ...timing, reply };
   }
 
@@ -849,26 +835,14 @@ export class AgentRuntime {
     await this.commit(conversation.id, token, result.userItem.content_index, result.state, async (trx, records) => {
       let handled: number | undefined;
       // Each tool call and its result, before the reply, as `tool` items: operators see them, visitors do not.
-      for (const [n, call] of (result.tools ?? []).entries()) {
-        const args = JSON.stringify(call.arguments);
+      for (const [n, { id, arguments: args, result: told, ...tool }] of (result.tools ?? []).entries()) {
         await records.create(actor, 'ConversationItem', {
           conversation_id: conversation.id,
           role: 'tool',
           modality: 'text',
-          content: storableText(`${call.name}(${args})\n${call.result}`),
+          content: storableText(`${tool.name}(${JSON.stringify(args)})\n${told}`),
           item_id: `reply_${key}_tool${n}`,
-          metadata: {
-            tool: {
-              name: call.name,
-              call_id: call.id.slice(0, 128),
-              ok: call.ok,
-              ...(call.refused ? { refused: true } : {}),
-              ...(call.status !== undefined ? { status: call.status } : {}),
-              duration_ms: call.duration_ms,
-              ...(call.transfer ? { transfer: call.transfer } : {}),
-            },
-            in_reply_to: result.userItem.item_id,
-          },
+          metadata: { tool: { ...tool, call_id: id.slice(0, 128) }, in_reply_to: result.userItem.item_id },
         });
       }
       if (result.reply) {
@@ -960,10 +934,7 @@ export class AgentRuntime {
     }
     const item = items.find((i) => i.role === 'user');
     if (!item) return { nothing: 'No user item is waiting for a reply.' };
-    return this.turn(conversation, agent, state, item, {
-      callDeclared: async (tool) =>
-        Object.hasOwn(mocks, tool.name) ? { ok: true, status: 200, result: JSON.stringify(mocks[tool.name]) } : undefined,
-    });
+    return this.turn(conversation, agent, state, item, { callDeclared: mockTools(mocks) });
   }
 }
 
@@ -1023,6 +994,7 @@ export function claimCandidates(limit: number, busy: string[]) {
       LIMIT ${limit}`;
 }
 
-function refusal(trip: GuardrailTrip) {
-  return { content: REFUSAL_TEXT, metadata: { source: 'guardrail', guardrail: { rule: trip.rule, stage: trip.stage } } };
+/** The reply a tripped guardrail gives; `metadata` adds to the refusal's own (the model's, on output). */
+function refusal(trip: GuardrailTrip, metadata: Record<string, unknown> = {}) {
+  return { content: REFUSAL_TEXT, metadata: { source: 'guardrail', guardrail: { rule: trip.rule, stage: trip.stage }, ...metadata } };
 }
