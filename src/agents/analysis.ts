@@ -18,7 +18,7 @@ import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { compileAnalysisSchema, type Workflow } from '../resources/ai-agent-workflow.js';
-import { type ChatMessage, type ChatModel, ModelFailure } from './llm.js';
+import { type ChatMessage, type ChatModel, ModelFailure, parseObject } from './llm.js';
 
 export const SKIPPED_NO_MODEL = 'no model configured';
 export const SKIPPED_NOTHING_SAID = 'nothing was said';
@@ -60,14 +60,13 @@ export interface AnalystOptions {
 }
 
 export class Analyst {
-  private readonly inFlight = new Set<string>();
   private readonly running = new Set<Promise<void>>();
 
   constructor(private readonly options: AnalystOptions) {}
 
   /** Claims due analyses (as many as `room` allows) and runs them in the background; returns how many. */
   async tick(room: number): Promise<number> {
-    const free = Math.min(room, this.options.config.agentConcurrency - this.inFlight.size);
+    const free = Math.min(room, this.options.config.agentConcurrency - this.running.size);
     if (free <= 0) return 0;
     const { rows } = await sql<Claimed>`
       UPDATE analysis_work SET lease_until = now() + ${LEASE_MS} * interval '1 millisecond', attempts = attempts + 1
@@ -78,13 +77,9 @@ export class Analyst {
         FOR UPDATE SKIP LOCKED)
       RETURNING conversation_id, organisation_id, version::text AS version, attempts`.execute(this.options.db);
     for (const row of rows) {
-      this.inFlight.add(row.conversation_id);
       const work = this.run(row)
         .catch((error) => this.options.logger?.()?.error({ err: error, conversation: row.conversation_id }, 'analysis failed'))
-        .finally(() => {
-          this.inFlight.delete(row.conversation_id);
-          this.running.delete(work);
-        });
+        .finally(() => this.running.delete(work));
       this.running.add(work);
     }
     return rows.length;
@@ -220,7 +215,8 @@ export async function analyse(
     const answer = await model.complete(messages, [tool]);
     modelName = answer.model;
     const call = answer.toolCalls.find((c) => c.name === RECORD_TOOL);
-    last = call?.arguments ?? parseJson(answer.text) ?? {};
+    // A JSON text answer: the object it holds, from its first brace to its last.
+    last = call?.arguments ?? parseObject(/\{[\s\S]*\}/.exec(answer.text)?.[0] ?? '') ?? {};
     problems = problemsOf(last, validate);
     if (problems === '' && Buffer.byteLength(JSON.stringify(last.data)) > DATA_MAX_BYTES)
       problems = `\`data\` is longer than ${DATA_MAX_BYTES} bytes of JSON`;
@@ -264,15 +260,4 @@ function problemsOf(answer: { summary?: unknown; success?: unknown; data?: unkno
       ...(validate.errors ?? []).slice(0, 10).map((e) => `\`data${e.instancePath.replaceAll('/', '.')}\` ${e.message ?? 'is invalid'}`),
     );
   return found.join('; ');
-}
-
-function parseJson(text: string): Record<string, unknown> | undefined {
-  const body = /\{[\s\S]*\}/.exec(text)?.[0];
-  if (!body) return undefined;
-  try {
-    const value: unknown = JSON.parse(body);
-    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
 }

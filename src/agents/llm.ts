@@ -121,7 +121,7 @@ export function createChatModel(config: Config): ChatModel | undefined {
           const toolCalls = [...calls.values()]
             .filter((c) => c.name !== '')
             .map((c, index) => {
-              const parsed = parseArguments(c.args);
+              const parsed = parseObject(c.args || '{}');
               return {
                 id: c.id || `call_${index}`,
                 name: c.name,
@@ -149,10 +149,10 @@ export function createChatModel(config: Config): ChatModel | undefined {
   };
 }
 
-/** The arguments as an object; undefined when they are not JSON or not an object. */
-function parseArguments(raw: string): Record<string, unknown> | undefined {
+/** The JSON object `raw` holds; undefined when it is not JSON or not an object. */
+export function parseObject(raw: string): Record<string, unknown> | undefined {
   try {
-    const value: unknown = JSON.parse(raw || '{}');
+    const value: unknown = JSON.parse(raw);
     return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
