@@ -38,20 +38,11 @@ export interface KnowledgeHit {
   rank: number;
 }
 
-/** How a citation is stored in a reply's `metadata.sources`. */
-export interface Source {
-  document_id: string;
-  title: string;
-  chunk: number;
-}
-
-export type KnowledgeMode = 'tool' | 'retrieve' | 'off';
-
 /**
  * The agent's mode: the workflow's `knowledge.mode`, else `tool` when the agent has documents and `off`
  * when it has none (no tool the model could only call in vain).
  */
-export async function knowledgeMode(db: Db, agentId: string, workflow: Workflow): Promise<KnowledgeMode> {
+export async function knowledgeMode(db: Db, agentId: string, workflow: Workflow): Promise<'tool' | 'retrieve' | 'off'> {
   const mode = workflow.knowledge?.mode;
   if (mode) return mode;
   const { rows } = await sql<{ any: boolean }>`
@@ -102,15 +93,8 @@ export function formatHits(hits: KnowledgeHit[]): string {
   return hits.map((h, i) => `[${i + 1}] document ${h.document_id}, "${h.title}", part ${h.chunk + 1}:\n${h.content}`).join('\n\n');
 }
 
-/** Citations of the passages a reply was given, each once, in the order they were found. */
-export function sourcesOf(hits: KnowledgeHit[]): Source[] {
-  const seen = new Set<string>();
-  const out: Source[] = [];
-  for (const h of hits) {
-    const key = `${h.document_id}:${h.chunk}`;
-    if (seen.has(key)) continue;
-    seen.add(key);
-    out.push({ document_id: h.document_id, title: h.title, chunk: h.chunk });
-  }
-  return out;
+/** Citations of the passages a reply was given (its `metadata.sources`), each once, in the order they were first found. */
+export function sourcesOf(hits: KnowledgeHit[]) {
+  const sources = hits.map(({ document_id, title, chunk }) => [`${document_id}:${chunk}`, { document_id, title, chunk }] as const);
+  return [...new Map(sources).values()];
 }
