@@ -48,22 +48,20 @@ export function parseGuardrails(source: string | null | undefined): Guardrails {
       continue;
     }
     const regex = /^\/(.+)\/([a-z]*)$/.exec(line);
-    if (regex) {
-      let compiled: RegExp | undefined;
-      try {
-        compiled = new RegExp(regex[1], regex[2] === '' ? 'i' : regex[2].replace(/[gy]/g, ''));
-      } catch {
-        compiled = undefined; // not an expression after all: the line is an instruction
-      }
-      if (compiled) {
-        const expression = compiled;
-        rules.push({ rule: line, test: (text) => expression.test(text) });
-        continue;
-      }
-    }
-    instructions.push(line);
+    const expression = regex ? compileRegExp(regex[1], regex[2] === '' ? 'i' : regex[2].replace(/[gy]/g, '')) : undefined;
+    if (expression) rules.push({ rule: line, test: (text) => expression.test(text) });
+    else instructions.push(line);
   }
   return { rules, instructions };
+}
+
+/** The expression; undefined when it is not one after all (the line is then an instruction). */
+export function compileRegExp(source: string, flags: string): RegExp | undefined {
+  try {
+    return new RegExp(source, flags);
+  } catch {
+    return undefined;
+  }
 }
 
 /** The first rule the text trips, if any. */
@@ -91,11 +89,8 @@ export function quotesInstructions(reply: string, instructions: string[]): Guard
   for (const raw of instructions) {
     const instruction = normalise(raw).trim();
     if (instruction.length < SHORTEST_QUOTED) continue;
-    if (instruction.length <= QUOTE_CHARS) {
-      if (text.includes(instruction)) return { rule: QUOTED_INSTRUCTIONS_RULE, stage: 'output' };
-      continue;
-    }
-    for (let at = 0; at + QUOTE_CHARS <= instruction.length; at += QUOTE_STEP) {
+    // One window, the whole instruction, when it is at most QUOTE_CHARS long.
+    for (let at = 0; at <= Math.max(0, instruction.length - QUOTE_CHARS); at += QUOTE_STEP) {
       if (text.includes(instruction.slice(at, at + QUOTE_CHARS))) return { rule: QUOTED_INSTRUCTIONS_RULE, stage: 'output' };
     }
   }

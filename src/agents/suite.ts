@@ -16,10 +16,12 @@ import { LineCounter, parseDocument } from 'yaml';
 import type { Config } from '../config/index.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject } from '../jsonapi/index.js';
+import { UUID_PATTERN } from '../jsonapi/validate.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { compileParameters } from '../resources/ai-agent-workflow.js';
 import { type Agent, AgentRuntime, type Conversation, type Item } from './runtime.js';
-import type { ToolOutcome } from './tools.js';
+import { compileRegExp } from './guardrails.js';
+import { mockTools } from './tools.js';
 import type { WorkflowState } from './workflow.js';
 
 /** Largest suite file or body, in bytes. */
@@ -150,12 +152,8 @@ function suiteProblems(value: unknown): { path: string[]; message: string }[] {
       const at = ['cases', String(ci), 'turns', String(ti), 'expect'];
       for (const key of ['reply_matches', 'reply_not_matches'] as const) {
         const pattern = turn.expect?.[key];
-        if (pattern === undefined) continue;
-        try {
-          new RegExp(pattern, 'i');
-        } catch {
+        if (pattern !== undefined && !compileRegExp(pattern, 'i'))
           found.push({ path: [...at, key], message: 'is not a valid regular expression' });
-        }
       }
       const schema = turn.expect?.tool_called?.arguments;
       if (schema) {
@@ -271,9 +269,7 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
   const history: Item[] = [];
   const failures: CaseReport['failures'] = [];
   const turns: TurnReport[] = [];
-  const mocks = suite.mock_tools ?? {};
-  const callDeclared = async (tool: { name: string }): Promise<ToolOutcome | undefined> =>
-    Object.hasOwn(mocks, tool.name) ? { ok: true, status: 200, result: JSON.stringify(mocks[tool.name]) } : undefined;
+  const callDeclared = mockTools(suite.mock_tools ?? {});
 
   for (const [index, turnSpec] of spec.turns.entries()) {
     const number = index + 1;
@@ -349,16 +345,17 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
 function checkTurn(expect: TurnExpectation, turn: TurnReport, metadata: Record<string, unknown>) {
   const failures: { expectation: string; message: string }[] = [];
   const reply = turn.reply ?? '';
-  if (expect.reply_matches !== undefined && !new RegExp(expect.reply_matches, 'i').test(reply))
-    failures.push({
-      expectation: 'reply_matches',
-      message: `the reply ${JSON.stringify(reply.slice(0, 300))} does not match /${expect.reply_matches}/i`,
-    });
-  if (expect.reply_not_matches !== undefined && new RegExp(expect.reply_not_matches, 'i').test(reply))
-    failures.push({
-      expectation: 'reply_not_matches',
-      message: `the reply ${JSON.stringify(reply.slice(0, 300))} matches /${expect.reply_not_matches}/i`,
-    });
+  for (const [key, wanted] of [
+    ['reply_matches', true],
+    ['reply_not_matches', false],
+  ] as const) {
+    const pattern = expect[key];
+    if (pattern !== undefined && new RegExp(pattern, 'i').test(reply) !== wanted)
+      failures.push({
+        expectation: key,
+        message: `the reply ${JSON.stringify(reply.slice(0, 300))} ${wanted ? 'does not match' : 'matches'} /${pattern}/i`,
+      });
+  }
   if (expect.tool_called) {
     const { name, arguments: schema } = expect.tool_called;
     const calls = turn.tools.filter((t) => t.name === name);
@@ -453,8 +450,7 @@ export async function loadAgent(
   organisationId: string,
   agentId: string,
 ): Promise<(Agent & { organisation_id: string }) | undefined> {
-  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-  if (!UUID.test(agentId)) return undefined;
+  if (!UUID_PATTERN.test(agentId)) return undefined;
   const row = await db
     .selectFrom('ai_agents')
     .select(['id', 'organisation_id', 'published', 'name', 'tone', 'languages', 'workflow', 'system_prompt', 'safety_guardrails'])
