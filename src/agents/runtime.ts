@@ -25,11 +25,11 @@
  * alone, so no retried turn calls the model again for the same refusal.
  */
 import { randomUUID } from 'node:crypto';
-import { sql } from 'kysely';
+import { type Selectable, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import { type DatabaseHandle, inTransaction } from '../db/connection.js';
-import type { Db } from '../db/schema.js';
+import type { Db, Schema } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
@@ -95,35 +95,15 @@ const WAKE_GAP_MS = 25;
 /** What the end of a conversation's run does with its `agent_work` row. */
 type Outcome = 'more' | 'done' | 'park';
 
-export interface Conversation {
-  id: string;
-  organisation_id: string;
-  status: string;
-  channel: string;
-  mode: string;
+/** The columns of a conversation, its agent and its items that a turn reads (their JSON with their declared shapes). */
+type Row<Table extends keyof Schema> = Selectable<Schema[Table]>;
+export type Conversation = Pick<Row<'conversations'>, 'id' | 'organisation_id' | 'status' | 'channel' | 'mode' | 'ai_agent_id'> & {
   metadata: Record<string, unknown>;
-  ai_agent_id: string | null;
-}
-
-export interface Agent {
-  id: string;
-  published: boolean;
-  name: string;
-  tone: string | null;
-  languages: string[];
+};
+export type Agent = Pick<Row<'ai_agents'>, 'id' | 'published' | 'name' | 'tone' | 'languages' | 'system_prompt' | 'safety_guardrails'> & {
   workflow: Workflow;
-  system_prompt: string | null;
-  safety_guardrails: string | null;
-}
-
-export interface Item {
-  id: string;
-  item_id: string;
-  role: string;
-  modality: string;
-  content: string;
-  content_index: number;
-}
+};
+export type Item = Pick<Row<'conversation_items'>, 'id' | 'item_id' | 'role' | 'modality' | 'content' | 'content_index'>;
 
 /** A tool call a turn made, as the conversation records it (a `tool` item operators see and visitors do not). */
 export interface RecordedToolCall extends Pick<ToolOutcome, 'ok' | 'result' | 'refused' | 'status'> {
