@@ -1,22 +1,13 @@
 /**
- * An agent's `safety_guardrails`, one rule a line (docs/agents.md):
+ * An agent's `safety_guardrails`, one rule a line (docs/agents.md, "Guardrails"): `# a comment`, `block: <phrase>`
+ * (case-insensitive), `/<regex>/<flags>` (`i` by default), or any other line, an instruction the model is given.
+ * Phrases and expressions are checked on the user's input (before the turn runs, so a blocked message never
+ * reaches the model or a workflow answer) and on the model's output (before the reply is stored).
  *
- *   # a comment
- *   block: card number          a phrase, blocked case-insensitively wherever it appears
- *   /\b\d{13,19}\b/             a JavaScript regular expression (flags after the last slash; `i` by default)
- *   Never ask for card numbers. any other line: an instruction the model is given and judges itself by
- *
- * Phrases and expressions are checked on the user's input (before the turn
- * runs, so a blocked message never reaches the model or a workflow answer) and
- * on the model's output (before the reply is stored). Instructions only shape
- * the model's prompt; with no model they have no effect.
- *
- * Always, whatever the lines: a model reply that quotes the agent's own
- * instructions (its system prompt, these instruction lines, a step's
- * instructions) is refused, as the rule `(instructions quoted)`. The prompt is
- * the agent's configuration, not the visitor's to read (docs/agents.md).
+ * Always, whatever the lines: a model reply that quotes the agent's own instructions (its system prompt, these
+ * instruction lines, a step's instructions) is refused, as the rule `(instructions quoted)`. The prompt is the
+ * agent's configuration, not the visitor's to read.
  */
-
 export interface Guardrails {
   rules: GuardrailRule[];
   instructions: string[];

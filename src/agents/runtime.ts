@@ -1,28 +1,16 @@
 /**
- * The agent runtime (docs/agents.md). It finds conversations with work in
- * `agent_work`, the queue of pending work that the writing transactions fill
- * (migration 0018), so that looking costs what there is to do, not what the
- * database holds. It looks when the outbox announces a commit (`parley_events`,
- * the one change channel: every process's writes, this one's included) and
- * every `AGENT_POLL_MS` as a safety net (a lease that ran out announces nothing). It claims each
- * conversation through its `agent_turns` row: a lease taken
- * with `FOR UPDATE SKIP LOCKED`, so any number of workers run a conversation's
- * turns one at a time and never twice. The lease is renewed while a turn runs;
- * a worker that dies mid-turn loses it when it runs out, and another worker
- * runs the turn again. A turn's reply, the conversation's changes and the moved
- * cursor commit in one transaction, and only while the worker still holds its
- * lease (checked under lock), so a turn takes effect exactly once. The reply's
- * `item_id` is derived from the user item's id (`reply_<id>`), so even a repeat
- * of the same write would find the existing item instead of adding one.
+ * The agent runtime (docs/agents.md, "How the work is found and claimed"). It finds conversations with work in
+ * `agent_work` (migration 0018), so that looking costs what there is to do, not what the database holds; it
+ * looks when the outbox announces a commit (`parley_events`, the one change channel) and every `AGENT_POLL_MS`
+ * as a safety net (a lease that ran out announces nothing). A conversation is claimed through its `agent_turns`
+ * lease (`FOR UPDATE SKIP LOCKED`, renewed while a turn runs, taken over by another worker when it runs out),
+ * so its turns run one at a time and never twice. A turn's reply, the conversation's changes and the moved
+ * cursor commit in one transaction, only while the lease is still held (checked under lock), and the reply's
+ * `item_id` is derived from the user item's (`reply_<id>`): a turn takes effect exactly once.
  *
- * A turn that cannot be stored (the write is refused, whatever the reason) is
- * retried at the next lease, at most `AGENT_MAX_ATTEMPTS` times for the same
- * user item; then the item is handed to an operator with a system item saying
- * why, and the cursor passes it. What a visitor controls is made to fit before
- * anything is stored (docs/agents.md, "What a turn may store"): the reply is
- * cut to the item's 32 KiB, a question's answer to what the conversation's
- * metadata has room for, and `reply_`/`handoff_` item ids are the runtime's
- * alone, so no retried turn calls the model again for the same refusal.
+ * A turn that cannot be stored is retried at most `AGENT_MAX_ATTEMPTS` times for the same user item, then
+ * handed to an operator (docs/agents.md, "What a turn may store"). What a visitor controls is made to fit
+ * before anything is stored, so that no retried turn calls the model again for the same refusal.
  */
 import { randomUUID } from 'node:crypto';
 import { type Selectable, sql } from 'kysely';

@@ -1,19 +1,8 @@
 /**
- * The workflow interpreter: given the agent's workflow (its JSON Schema is in
- * src/resources/ai-agent-workflow.ts; docs/agents.md), where the conversation
- * stands in it, and the user's new message, decides what this turn does. The
- * interpreter is pure; the runtime carries out its decision (model call, items,
- * metadata) and stores the new state with the reply, in one transaction.
- *
- * A turn answers one user item. Steps run in order from where the conversation
- * stands: `message` adds its text to the reply and goes on; `question` adds its
- * text and waits, and the next user message is stored as its answer in the
- * conversation's metadata under `store_as`; `model` hands the turn to the model
- * (for `max_turns` user messages, or for good); `handoff` (when its `when`
- * matches, or always without one) ends the turn with a handoff to an operator;
- * `end` adds its text and ends the workflow (closing the conversation with
- * `close: true`). After the last step a configured model answers; with no model
- * the agent hands the conversation to an operator.
+ * The workflow interpreter (docs/agents.md, "The workflow", where each step is described; the JSON Schema is in
+ * src/resources/ai-agent-workflow.ts): given the agent's workflow, where the conversation stands in it, and the
+ * user's new message, decides what this turn does. The interpreter is pure; the runtime carries out its
+ * decision (model call, items, metadata) and stores the new state with the reply, in one transaction.
  */
 import type { Workflow, WorkflowStep } from '../resources/ai-agent-workflow.js';
 
