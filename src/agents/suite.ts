@@ -27,20 +27,15 @@ import type { WorkflowState } from './workflow.js';
 /** Largest suite file or body, in bytes. */
 export const SUITE_MAX_BYTES = 256 * 1024;
 
+/** A suite as SUITE_SCHEMA accepts it; each field is described in docs/agents.md, "Test suites". */
 export interface TurnExpectation {
-  /** A JavaScript regular expression (case-insensitive) the reply must match. */
   reply_matches?: string;
-  /** One a regular expression the reply must not match. */
   reply_not_matches?: string;
-  /** A tool the model called in this turn, and (optionally) a JSON Schema its arguments must satisfy. */
+  /** `arguments`: a JSON Schema the call's arguments must satisfy. */
   tool_called?: { name: string; arguments?: Record<string, unknown> };
-  /** A tool the model must not call in this turn. */
   tool_not_called?: string;
-  /** Whether the turn handed the conversation to an operator. */
   handoff?: boolean;
-  /** Whether the turn closed the conversation. */
   closed?: boolean;
-  /** Answers stored by the end of the turn (a question step, store_answer), by key. */
   answers?: Record<string, string>;
 }
 
@@ -49,13 +44,11 @@ export interface SuiteCase {
   channel?: 'chat' | 'voice';
   metadata?: Record<string, string>;
   turns: { user: string; expect?: TurnExpectation }[];
-  /** Fields of the conversation's analysis (`data`, or `summary`/`success`), compared for equality. */
   analysis?: Record<string, unknown>;
 }
 
 export interface Suite {
   name?: string;
-  /** Answers of declared tools by name: returned to the model instead of calling the tool's URL. */
   mock_tools?: Record<string, unknown>;
   cases: SuiteCase[];
 }
@@ -71,22 +64,24 @@ export class SuiteError extends Error {
 }
 
 const regex = { type: 'string', minLength: 1, maxLength: 1000 };
-const SUITE_SCHEMA = {
+const toolName = { type: 'string', minLength: 1, maxLength: 64 };
+/** An object of these fields and no others: a misspelt expectation is an error, not one that always passes. */
+const only = (properties: Record<string, unknown>, required: string[] = []) => ({
   type: 'object',
   additionalProperties: false,
-  required: ['cases'],
-  properties: {
+  required,
+  properties,
+});
+const SUITE_SCHEMA = only(
+  {
     name: { type: 'string', maxLength: 200 },
     mock_tools: { type: 'object' },
     cases: {
       type: 'array',
       minItems: 1,
       maxItems: 100,
-      items: {
-        type: 'object',
-        additionalProperties: false,
-        required: ['name', 'turns'],
-        properties: {
+      items: only(
+        {
           name: { type: 'string', minLength: 1, maxLength: 200 },
           channel: { enum: ['chat', 'voice'] },
           metadata: { type: 'object', additionalProperties: { type: 'string', maxLength: 2000 } },
@@ -95,38 +90,29 @@ const SUITE_SCHEMA = {
             type: 'array',
             minItems: 1,
             maxItems: 50,
-            items: {
-              type: 'object',
-              additionalProperties: false,
-              required: ['user'],
-              properties: {
+            items: only(
+              {
                 user: { type: 'string', minLength: 1, maxLength: 8000 },
-                expect: {
-                  type: 'object',
-                  additionalProperties: false,
-                  properties: {
-                    reply_matches: regex,
-                    reply_not_matches: regex,
-                    tool_called: {
-                      type: 'object',
-                      additionalProperties: false,
-                      required: ['name'],
-                      properties: { name: { type: 'string', minLength: 1, maxLength: 64 }, arguments: { type: 'object' } },
-                    },
-                    tool_not_called: { type: 'string', minLength: 1, maxLength: 64 },
-                    handoff: { type: 'boolean' },
-                    closed: { type: 'boolean' },
-                    answers: { type: 'object', additionalProperties: { type: 'string' } },
-                  },
-                },
+                expect: only({
+                  reply_matches: regex,
+                  reply_not_matches: regex,
+                  tool_called: only({ name: toolName, arguments: { type: 'object' } }, ['name']),
+                  tool_not_called: toolName,
+                  handoff: { type: 'boolean' },
+                  closed: { type: 'boolean' },
+                  answers: { type: 'object', additionalProperties: { type: 'string' } },
+                }),
               },
-            },
+              ['user'],
+            ),
           },
         },
-      },
+        ['name', 'turns'],
+      ),
     },
   },
-};
+  ['cases'],
+);
 /** Compiled on first use, not when the module loads (the server loads it; few processes check a suite). */
 let compiledSuite: ValidateFunction | undefined;
 const suiteValidator = (): ValidateFunction => (compiledSuite ??= new Ajv({ allErrors: true, strict: false }).compile(SUITE_SCHEMA));
