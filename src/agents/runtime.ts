@@ -111,7 +111,7 @@ export interface TurnResult {
   /** The assistant item (a reply or a refusal); absent when a failure hands off without one. */
   reply?: { content: string; metadata: Record<string, unknown> };
   /** `detail`: what went wrong, for the log and `agent run` (operators); never stored in an item. */
-  handoff?: { reason: string; metadata: Record<string, unknown>; system?: string; detail?: string };
+  handoff?: { reason: string; metadata: Record<string, unknown>; detail?: string };
   answers: Record<string, string>;
   close: boolean;
   state: WorkflowState;
@@ -572,18 +572,14 @@ export class AgentRuntime {
     const scripted = plan.decision.texts;
     const out = { userItem: item, answers: plan.answers, state: plan.state, close: false };
     const source = { source: 'workflow', step: (plan.state.step ?? 0) - 1 };
-    switch (plan.decision.kind) {
-      case 'scripted':
-        return { ...out, close: plan.decision.close, reply: { content: scripted.join('\n\n'), metadata: source } };
-      case 'handoff':
-        return {
-          ...out,
-          reply: { content: [...scripted, HANDOFF_TEXT].join('\n\n'), metadata: source },
-          handoff: { reason: plan.decision.reason, metadata: { rule: plan.decision.rule } },
-        };
-      case 'model':
-        break;
-    }
+    if (plan.decision.kind === 'scripted')
+      return { ...out, close: plan.decision.close, reply: { content: scripted.join('\n\n'), metadata: source } };
+    if (plan.decision.kind === 'handoff')
+      return {
+        ...out,
+        reply: { content: [...scripted, HANDOFF_TEXT].join('\n\n'), metadata: source },
+        handoff: { reason: plan.decision.reason, metadata: { rule: plan.decision.rule } },
+      };
 
     const model = this.model!;
     // The knowledge base (docs/agents.md, "Knowledge"): passages in the prompt, or a tool the model may call.
@@ -607,11 +603,11 @@ export class AgentRuntime {
       db: this.db,
       config: this.options.config,
       conversation,
-      ...(mode === 'tool' ? { knowledge: { agentId: agent.id, maxResults, found, searches: 0 } } : {}),
-      ...(options.callDeclared ? { callDeclared: options.callDeclared } : {}),
-      ...(options.live && isCall(conversation)
-        ? {
-            announce: async (tool) => {
+      knowledge: mode === 'tool' ? { agentId: agent.id, maxResults, found, searches: 0 } : undefined,
+      callDeclared: options.callDeclared,
+      announce:
+        options.live && isCall(conversation)
+          ? async (tool) => {
               const payload = {
                 conversation_id: conversation.id,
                 in_reply_to: item.item_id,
@@ -619,9 +615,8 @@ export class AgentRuntime {
                 text: tool.say_while_waiting,
               };
               await sql`SELECT pg_notify(${TOOL_WAIT_CHANNEL}, ${JSON.stringify(payload)})`.execute(this.db);
-            },
-          }
-        : {}),
+            }
+          : undefined,
     };
     const recorded: RecordedToolCall[] = [];
     const failedTools = new Set<string>();
@@ -719,14 +714,14 @@ export class AgentRuntime {
       // The passages the model was given for this reply (docs/agents.md, "Knowledge").
       ...(sources.length > 0 ? { sources } : {}),
     };
-    const withTools = { ...out, answers, ...(recorded.length > 0 ? { tools: recorded } : {}) };
-    const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
+    const { requestSentAt, lastTokenAt } = answer;
+    const done = { ...out, answers, ...(recorded.length > 0 ? { tools: recorded } : {}), requestSentAt, lastTokenAt };
     const outputTrip =
       answer.text === ''
         ? undefined
         : (checkGuardrails(guardrails, answer.text, 'output') ??
           quotesInstructions(answer.text, [agent.system_prompt ?? '', ...guardrails.instructions, plan.decision.instructions ?? '']));
-    if (outputTrip) return { ...withTools, ...timing, reply: refusal(outputTrip, modelMetadata) };
+    if (outputTrip) return { ...done, reply: refusal(outputTrip, modelMetadata) };
     const effect = final?.effect;
     const fallback = { transfer: TRANSFER_TEXT, handoff: HANDOFF_TEXT, close: GOODBYE_TEXT, answer: '' }[effect?.kind ?? 'answer'];
     const content = [...scripted, answer.text || fallback].filter(Boolean).join('\n\n');
@@ -734,10 +729,10 @@ export class AgentRuntime {
     // it ended the turn with a call, whose default text stands in.
     const reply = { content, metadata: modelMetadata };
     if (effect?.kind === 'handoff')
-      return { ...withTools, ...timing, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
+      return { ...done, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
+    if (effect?.kind === 'close') return { ...done, reply, close: true };
     // transfer_call: the reply is spoken, then the call is transferred (the target is on the tool item).
-    if (effect?.kind === 'close') return { ...withTools, ...timing, reply, close: true };
-    return { ...withTools, ...timing, reply };
+    return { ...done, reply };
   }
 
   /** The prompt: the agent's instructions, then as much recent history as the token budget holds. */
