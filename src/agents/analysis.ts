@@ -160,26 +160,6 @@ export class Analyst {
 
 const RECORD_TOOL = 'record_analysis';
 
-function recordTool(dataSchema: Record<string, unknown>): ChatCompletionTool {
-  return {
-    type: 'function',
-    function: {
-      name: RECORD_TOOL,
-      description: 'Record the analysis of the conversation.',
-      parameters: {
-        type: 'object',
-        properties: {
-          summary: { type: 'string', description: 'What happened, in at most three sentences.' },
-          success: { type: 'boolean', description: 'Whether the conversation met its success criteria.' },
-          data: dataSchema,
-        },
-        required: ['summary', 'success', 'data'],
-        additionalProperties: false,
-      },
-    },
-  };
-}
-
 /**
  * Asks the model for the analysis, at most `maxAttempts` times while its answer does not fit: summary a
  * string, success a boolean, data valid against the schema. After the last, what it gave is stored with an
@@ -194,7 +174,23 @@ export async function analyse(
 ): Promise<Analysis> {
   const schema = settings.schema ?? { type: 'object' };
   const validate = compileAnalysisSchema(schema);
-  const tool = recordTool(schema);
+  const tool: ChatCompletionTool = {
+    type: 'function',
+    function: {
+      name: RECORD_TOOL,
+      description: 'Record the analysis of the conversation.',
+      parameters: {
+        type: 'object',
+        properties: {
+          summary: { type: 'string', description: 'What happened, in at most three sentences.' },
+          success: { type: 'boolean', description: 'Whether the conversation met its success criteria.' },
+          data: schema,
+        },
+        required: ['summary', 'success', 'data'],
+        additionalProperties: false,
+      },
+    },
+  };
   const messages: ChatMessage[] = [
     {
       role: 'system',
