@@ -1,13 +1,9 @@
 /**
- * The analysis of finished conversations and calls (docs/agents.md, "Analysis"). A conversation that names an
- * agent and closes (a call's end closes its conversation) is queued in `analysis_work` by a trigger in the
- * closing transaction (migration 0025); the agent runtime claims queued rows with FOR UPDATE SKIP LOCKED and
- * analyses them in the background, never in the request that closed the conversation. The model is asked for
- * a summary, a success judgement and the data the workflow's `analysis.schema` describes, through a function
- * call (`record_analysis`; a JSON text answer is accepted as well); the data is validated with ajv and a
- * model that answers outside the schema is asked again, a bounded number of times. The result is written to
- * `Conversation.analysis` through the records service with the system actor, with a `Conversation.analysed`
- * event. Without a model the analysis says it was skipped.
+ * The analysis of finished conversations and calls (docs/agents.md, "Analysis"). A closing conversation that names
+ * an agent is queued in `analysis_work` by a trigger (migration 0025); the runtime claims queued rows with FOR
+ * UPDATE SKIP LOCKED and analyses them in the background, never in the request that closed the conversation. A
+ * model that answers outside the workflow's `analysis.schema` is asked again, a bounded number of times; the
+ * result goes through the records service (a `Conversation.analysed` event).
  */
 import { sql } from 'kysely';
 import type { Logger } from 'pino';

@@ -64,10 +64,7 @@ export interface RuntimeOptions {
   model?: ChatModel | null;
   /** Called after each committed turn (benchmarks). */
   onTurn?: (timing: TurnTiming) => void;
-  /**
-   * The database's notifications: with it, the runtime looks for work when any process announces a commit
-   * on `parley_events` (the outbox's channel), and polls only as a safety net.
-   */
+  /** The database's notifications: the runtime looks for work when a commit is announced, and polls only as a safety net. */
   listen?: DatabaseHandle['listen'];
 }
 
@@ -132,9 +129,8 @@ class TurnFailed extends Error {
 }
 
 /**
- * Room kept free in a conversation's metadata for what a handoff and an
- * assignment add after the answers (`handoff_reason`, at most 500 characters,
- * `assigned_operator`, `assigned_at`).
+ * Room kept in a conversation's metadata for what a handoff and an assignment add after the answers
+ * (`handoff_reason`, at most 500 characters, `assigned_operator`, `assigned_at`).
  */
 const METADATA_RESERVE_BYTES = 2048;
 
@@ -310,11 +306,9 @@ export class AgentRuntime {
   }
 
   /**
-   * Conversations queued in `agent_work` (migration 0018) that are not parked and not leased by anyone, oldest
-   * first: an index scan of the pending work, never of the conversations. A conversation seen for the first
-   * time starts its cursor at its last non-user item: what came before the runtime took it up is history,
-   * answered already. Whether a queued conversation still needs a turn (its agent published, its status, its
-   * cursor) is decided by `step` under the lease, which then deletes or parks the row.
+   * Leases the candidates (`claimCandidates`). A conversation seen for the first time starts its cursor at its last
+   * non-user item: what came before the runtime took it up is history, answered already. Whether it still needs a
+   * turn is decided by `step` under the lease, which then deletes or parks its `agent_work` row.
    */
   private async claim(limit: number): Promise<{ conversation_id: string; lease_token: string }[]> {
     const candidates = await claimCandidates(limit, [...this.inFlight]).execute(this.db);
@@ -430,10 +424,9 @@ export class AgentRuntime {
   }
 
   /**
-   * Caught up: the conversation's `agent_work` row goes; the agent unpublished: it is parked until the agent is
-   * published again. Either only at the version read before the items were last looked at: an item (or a
-   * publish) committed since bumped it, and the row stays for the next claim (which this runtime makes at
-   * once: `runConversation`'s caller wakes it).
+   * Caught up: the `agent_work` row goes; the agent unpublished: it is parked until the agent is published again.
+   * Either only at the version read before the items were last looked at: a commit since bumped it, and the row
+   * stays for the next claim (made at once: `runConversation`'s caller wakes the runtime).
    */
   private async settle(conversationId: string, outcome: Outcome, version: string | null): Promise<void> {
     if (version === null) return;
@@ -941,9 +934,9 @@ export function fitAnswers(metadata: Record<string, unknown>, answers: Record<st
 }
 
 /**
- * The claim's look for work (exported for the plan test): queued, not parked, not leased (or the lease ran
- * out), oldest first, skipping the conversations this runtime is running. It reads `agent_work` through its
- * partial index of ready rows and each row's `agent_turns` by key; never `conversations`.
+ * The claim's look for work (exported for the plan test): queued, not parked, not leased (or the lease ran out),
+ * oldest first, skipping the conversations this runtime is running. It reads `agent_work` through its partial
+ * index of ready rows and each row's `agent_turns` by key; never `conversations`.
  */
 export function claimCandidates(limit: number, busy: string[]) {
   return sql<{ id: string; organisation_id: string; has_turn: boolean }>`

@@ -1,14 +1,8 @@
 /**
  * Agent test suites (docs/agents.md, "Test suites"): scripted conversations run against an agent and the
- * configured model as a dry run. Each case is a conversation that exists only in memory: its turns go through
- * the runtime's own `turn` (guardrails, workflow, model, tool calls) with the case's history instead of stored
- * items, so nothing is written to any conversation. Declared tools are called for real unless the suite mocks
- * them (`mock_tools`). Expectations per turn: the reply matches a pattern, a tool was called with arguments
- * matching a JSON Schema, a handoff happened (or not), the conversation was closed, stored answers; per case,
- * analysis fields, when the server analyses conversations.
- *
- * A suite is YAML (or the same structure as JSON, over the API); every problem with it is reported with its
- * line and column before anything runs.
+ * configured model as a dry run. A case's conversation exists only in memory: its turns go through the runtime's
+ * own `turn` with the case's history instead of stored items, so nothing is written. A suite's problems are
+ * reported with their line and column before anything runs.
  */
 import { randomUUID } from 'node:crypto';
 import { Ajv, type ValidateFunction } from 'ajv';

@@ -1,14 +1,8 @@
 /**
- * The agents' tools (docs/agents.md, "Tools"): the built-in ones, in `BUILT_IN_TOOLS` below (one entry each:
- * what the model sees and what a call does), and the ones an agent's `workflow.tools` declares, which are
- * POSTed to the organisation's own HTTPS endpoints, signed as webhooks are (Standard Webhooks, with the
- * organisation's tool secret), under the same address rules.
- *
- * A call never reaches its tool unless its name is offered to this conversation and its arguments are a JSON
- * object valid against the tool's `parameters`: otherwise the model is told why, and nothing is sent. What a
- * tool answers is read up to `TOOL_RESPONSE_MAX_BYTES`; a longer answer, a failure (non-2xx, timeout, refused
- * address) or an answer that is not JSON is a failed call, and the model is told so once: the same tool is
- * not called again in that turn.
+ * The agents' tools (docs/agents.md, "Tools"): the built-in ones in `BUILT_IN_TOOLS`, and those an agent's
+ * `workflow.tools` declares, POSTed to the organisation's own HTTPS endpoints, signed as webhooks are, under the
+ * same address rules. A call reaches its tool only when its name is offered and its arguments are valid against
+ * its `parameters`; a tool that failed is not called again in that turn (the model is told once).
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
