@@ -462,7 +462,7 @@ export class AgentRuntime {
       LEFT JOIN agent_work w ON w.conversation_id = c.id
       WHERE c.id = ${conversationId}`.execute(this.db);
     const row = rows[0];
-    if (!row) return { conversation: undefined, agent: undefined, cursor: -1, state: {}, pending: [] as Item[], version: null };
+    if (!row) return { conversation: undefined, agent: undefined, taken: false, state: {}, pending: [] as Item[], version: null };
     const { last_handled_index, workflow_state, work_version, agent, ...conversation } = row;
     const cursor = last_handled_index ?? -1;
     const pending = await sql<Item>`
@@ -472,7 +472,8 @@ export class AgentRuntime {
     return {
       conversation: conversation as Conversation,
       agent: agent ?? undefined,
-      cursor,
+      // Taken up already: the conversation has its `agent_turns` row (its cursor is never NULL).
+      taken: last_handled_index !== null,
       state: workflow_state ?? {},
       pending: pending.rows,
       version: work_version,
@@ -875,20 +876,12 @@ export class AgentRuntime {
     /** Answers of declared tools by name (`agent run --mock-tools`): those are not called; the others are. */
     mocks: Record<string, unknown> = {},
   ): Promise<TurnResult | { nothing: string }> {
-    const existing = await this.db
-      .selectFrom('agent_turns')
-      .select('conversation_id')
-      .where('conversation_id', '=', conversationId)
-      .executeTakeFirst();
-    const { conversation, agent, state, pending } = await this.load(conversationId);
+    const { conversation, agent, state, pending, taken } = await this.load(conversationId);
     if (!conversation) return { nothing: 'No such conversation.' };
     if (!agent) return { nothing: 'The conversation has no agent.' };
-    let items = pending;
-    if (!existing) {
-      const lastOther = Math.max(-1, ...pending.filter((i) => i.role !== 'user').map((i) => i.content_index));
-      items = pending.filter((i) => i.content_index > lastOther);
-    }
-    const item = items.find((i) => i.role === 'user');
+    // Not taken up yet: what comes before its last non-user item is history, as `claim` would start its cursor.
+    const history = taken ? -1 : Math.max(-1, ...pending.filter((i) => i.role !== 'user').map((i) => i.content_index));
+    const item = pending.find((i) => i.role === 'user' && i.content_index > history);
     if (!item) return { nothing: 'No user item is waiting for a reply.' };
     return this.turn(conversation, agent, state, item, { callDeclared: mockTools(mocks) });
   }
