@@ -1,12 +1,10 @@
 /**
- * The agents' model: any OpenAI-compatible Chat Completions endpoint, through
- * the official `openai` client, streaming. The client itself retries a failed
- * request (connection errors, 408/409/429/5xx) `LLM_MAX_RETRIES` times with
- * exponential backoff, honouring the provider's `Retry-After` (and
- * `retry-after-ms`) on a 429. What the client cannot retry, a stream that
- * breaks or stalls after it started or that ends with nothing in it, is retried
- * here as many times, with backoff. The answer is only returned once the
- * stream is complete, so a failed turn never leaves a half-written item.
+ * The agents' model: any OpenAI-compatible Chat Completions endpoint, through the official `openai` client,
+ * streaming. The client itself retries a failed request (connection errors, 408/409/429/5xx) `LLM_MAX_RETRIES` times
+ * with exponential backoff, honouring the provider's `Retry-After` (and `retry-after-ms`) on a 429. What the client
+ * cannot retry, a stream that breaks or stalls after it started or that ends with nothing in it, is retried here as
+ * many times, with backoff. The answer is only returned once the stream is complete, so a failed turn never leaves a
+ * half-written item.
  */
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';

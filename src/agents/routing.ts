@@ -30,9 +30,8 @@ export async function handOff(
 }
 
 /**
- * Offers queued conversations to available operators, one conversation per
- * transaction; several workers may run it at once (queue rows and operators are
- * claimed with SKIP LOCKED). Returns how many were assigned.
+ * Offers queued conversations to available operators, one conversation per transaction; several workers may run it at
+ * once (queue rows and operators are claimed with SKIP LOCKED). Returns how many were assigned.
  */
 export async function assignQueued(db: Db, makeRecords: (trx: Db) => Records, limit = 20): Promise<number> {
   let assigned = 0;

@@ -94,9 +94,8 @@ async function demoPhone(records: Records, org: string, agentId: string, sipUser
 }
 
 /**
- * Seeds the demo organisation in one transaction (a failure leaves nothing
- * behind). When it exists already, its users get new passwords and it gets new
- * keys (the old demo keys are revoked), so the credentials can be printed again.
+ * Seeds the demo organisation in one transaction (a failure leaves nothing behind). When it exists already, its users
+ * get new passwords and it gets new keys (the old demo keys are revoked), so the credentials can be printed again.
  */
 export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
   // Read before the transaction: the embedded database has one connection, which the transaction holds.
