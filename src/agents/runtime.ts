@@ -186,16 +186,11 @@ export class AgentRuntime {
     if (this.running) return;
     this.running = true;
     this.loop = this.run();
-    this.unlisten = this.options
-      .listen?.(
-        EVENTS_CHANNEL,
-        () => this.notified(),
-        () => this.notified(),
-      )
-      .catch((error) => {
-        this.logger?.warn({ err: error }, 'agent runtime: cannot listen for commits; polling only');
-        return undefined;
-      });
+    const notified = () => this.notified();
+    this.unlisten = this.options.listen?.(EVENTS_CHANNEL, notified, notified).catch((error) => {
+      this.logger?.warn({ err: error }, 'agent runtime: cannot listen for commits; polling only');
+      return undefined;
+    });
   }
 
   /** A commit was announced: look for work, at most every WAKE_GAP_MS. */
@@ -335,16 +330,14 @@ export class AgentRuntime {
 
   /** Runs a claimed conversation's turns one at a time until it is caught up, then lets the lease go. */
   private async runConversation(conversationId: string, token: string): Promise<void> {
-    const renew = setInterval(
-      () => {
-        if (this.dead) return;
-        void sql`UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond'
+    const renewMs = Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3));
+    const renew = setInterval(() => {
+      if (this.dead) return;
+      void sql`UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond'
                WHERE conversation_id = ${conversationId} AND lease_token = ${token}`
-          .execute(this.db)
-          .catch(() => {});
-      },
-      Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3)),
-    );
+        .execute(this.db)
+        .catch(() => {});
+    }, renewMs);
     try {
       let last: { outcome: Outcome; version: string | null };
       for (;;) {
