@@ -29,15 +29,8 @@ import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
 import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
-import {
-  DEFAULT_RESULTS,
-  formatHits,
-  type KnowledgeHit,
-  knowledgeMode,
-  MAX_SEARCHES_PER_TURN,
-  searchKnowledge,
-  sourcesOf,
-} from './knowledge.js';
+import { DEFAULT_RESULTS, formatHits, knowledgeMode, MAX_SEARCHES_PER_TURN, searchKnowledge, sourcesOf } from './knowledge.js';
+import type { KnowledgeHit } from './knowledge.js';
 import { createChatModel, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { Analyst } from './analysis.js';
 import { assignQueued, handOff } from './routing.js';
@@ -812,9 +805,8 @@ export class AgentRuntime {
         // The cursor may pass the reply itself when no user or operator item came in between (saves a round).
         const replyIndex = written.record.attributes.content_index;
         const between = await sql`SELECT 1 FROM conversation_items WHERE conversation_id = ${conversation.id}
-          AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex} AND role IN ('user', 'operator') LIMIT 1`.execute(
-          trx,
-        );
+          AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex}
+          AND role IN ('user', 'operator') LIMIT 1`.execute(trx);
         if (between.rows.length === 0) handled = replyIndex;
       }
       if (Object.keys(result.answers).length === 0 && !result.handoff && !result.close) return handled;

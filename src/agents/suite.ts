@@ -60,12 +60,7 @@ export class SuiteError extends Error {
 const regex = { type: 'string', minLength: 1, maxLength: 1000 };
 const toolName = { type: 'string', minLength: 1, maxLength: 64 };
 /** An object of these fields and no others: a misspelt expectation is an error, not one that always passes. */
-const only = (properties: Record<string, unknown>, required: string[] = []) => ({
-  type: 'object',
-  additionalProperties: false,
-  required,
-  properties,
-});
+const only = (properties: object, required: string[] = []) => ({ type: 'object', additionalProperties: false, required, properties });
 const SUITE_SCHEMA = only(
   {
     name: { type: 'string', maxLength: 200 },
