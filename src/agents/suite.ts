@@ -240,6 +240,12 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
   };
   let state: WorkflowState = {};
   const history: Item[] = [];
+  /** An item of the case's conversation, added to its history. */
+  const say = (role: string, content: string, item_id: string) => {
+    const said = { id: randomUUID(), item_id, role, modality: voice ? 'audio' : 'text', content, content_index: history.length };
+    history.push(said);
+    return said;
+  };
   const failures: CaseReport['failures'] = [];
   const turns: TurnReport[] = [];
   const callDeclared = mockTools(suite.mock_tools ?? {});
@@ -254,15 +260,7 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
       });
       break;
     }
-    const item: Item = {
-      id: randomUUID(),
-      item_id: `test_${number}`,
-      role: 'user',
-      modality: voice ? 'audio' : 'text',
-      content: turnSpec.user,
-      content_index: history.length,
-    };
-    history.push(item);
+    const item = say('user', turnSpec.user, `test_${number}`);
     let result: Awaited<ReturnType<AgentRuntime['turn']>>;
     try {
       result = await options.runtime.turn(conversation, options.agent, state, item, { history, callDeclared });
@@ -272,15 +270,7 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
     }
     state = result.state;
     Object.assign(conversation.metadata, result.answers);
-    if (result.reply)
-      history.push({
-        ...item,
-        id: randomUUID(),
-        item_id: `reply_${number}`,
-        role: 'assistant',
-        content: result.reply.content,
-        content_index: history.length,
-      });
+    if (result.reply) say('assistant', result.reply.content, `reply_${number}`);
     if (result.handoff) conversation.status = 'pending';
     else if (result.close) conversation.status = 'closed';
     const report: TurnReport = {
