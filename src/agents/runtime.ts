@@ -509,14 +509,8 @@ export class AgentRuntime {
       if (error instanceof LeaseLost) throw error;
       throw new TurnFailed(item, error);
     }
-    this.options.onTurn?.({
-      conversationId,
-      userItemId: item.id,
-      startedAt,
-      requestSentAt: result.requestSentAt,
-      lastTokenAt: result.lastTokenAt,
-      committedAt: performance.now(),
-    });
+    const { requestSentAt, lastTokenAt } = result;
+    this.options.onTurn?.({ conversationId, userItemId: item.id, startedAt, requestSentAt, lastTokenAt, committedAt: performance.now() });
     return more;
   }
 
