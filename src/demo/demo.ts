@@ -64,11 +64,8 @@ export const DEMO_WORKFLOW = {
   },
 };
 
-const minutesAgo = (m: number) => {
-  const date = new Date(Date.now() - m * 60_000);
-  date.setUTCMilliseconds(0);
-  return date;
-};
+/** `m` minutes ago, in whole seconds. */
+const minutesAgo = (m: number) => new Date(Math.floor((Date.now() - m * 60_000) / 1000) * 1000);
 const newPassword = () => randomBytes(9).toString('base64url');
 
 /** The softphone the demo's README instructions register as, and the demo agent's number (Ofcom's drama range). */
