@@ -811,11 +811,8 @@ export class AgentRuntime {
       const answers = fitAnswers(current.rows[0].metadata, result.answers);
       const metadata = { ...current.rows[0].metadata, ...answers };
       if (Object.keys(answers).length > 0) await records.update(actor, 'Conversation', conversation.id, { metadata });
-      if (result.handoff) {
-        await handOff(records, conversation, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
-      } else if (result.close) {
-        await records.update(actor, 'Conversation', conversation.id, { status: 'closed' });
-      }
+      if (result.handoff) await handOff(records, conversation, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
+      else if (result.close) await records.update(actor, 'Conversation', conversation.id, { status: 'closed' });
       return handled;
     });
     if (result.handoff) await assignQueued(this.db, (trx) => this.records(trx));

@@ -160,12 +160,7 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
       // (src/voice/runtime.ts, the same path as a handoff to an operator's phone).
       const reason =
         typeof args.reason === 'string' && args.reason.trim() ? args.reason.trim().slice(0, 400) : `Transfer requested to ${to}.`;
-      return {
-        ok: true,
-        result: `Transferring the call to ${to}.`,
-        effect: { kind: 'transfer', reason, target },
-        final: true,
-      };
+      return { ok: true, result: `Transferring the call to ${to}.`, effect: { kind: 'transfer', reason, target }, final: true };
     },
   },
   store_answer: {
