@@ -756,11 +756,8 @@ export class AgentRuntime {
       // The user's message itself always goes, however long.
       if (messages.length > 0 && cost > budget) break;
       budget -= cost;
-      messages.unshift(
-        row.role === 'user'
-          ? { role: 'user', content: row.content }
-          : { role: 'assistant', content: row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content },
-      );
+      const content = row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content;
+      messages.unshift({ role: row.role === 'user' ? 'user' : 'assistant', content });
     }
     return [{ role: 'system', content: lines.join('\n') }, ...messages];
   }

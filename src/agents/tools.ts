@@ -80,6 +80,10 @@ export interface BuiltInTool {
 
 export const isCall = (c: ToolConversation) => c.channel === 'voice' || c.mode === 'voice';
 
+/** The call's `reason`, trimmed and cut to `max` characters; `otherwise` when it gave none. */
+const reasonOf = (args: Record<string, unknown>, max: number, otherwise: string) =>
+  typeof args.reason === 'string' && args.reason.trim() !== '' ? args.reason.trim().slice(0, max) : otherwise;
+
 /** A call refused before anything was done; `result` tells the model why. */
 const refused = (result: string): ToolOutcome => ({ ok: false, refused: true, result });
 
@@ -101,10 +105,7 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
       },
     },
     run: (args) => {
-      const reason =
-        typeof args.reason === 'string' && args.reason.trim() !== ''
-          ? args.reason.trim().slice(0, 500)
-          : 'The model asked for an operator.';
+      const reason = reasonOf(args, 500, 'The model asked for an operator.');
       return { ok: true, result: 'Handed to an operator.', effect: { kind: 'handoff', reason, rule: 'model_tool' }, final: true };
     },
   },
@@ -158,8 +159,7 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
       }
       // The turn ends here: its reply is spoken, then the voice runtime REFERs the caller to the target
       // (src/voice/runtime.ts, the same path as a handoff to an operator's phone).
-      const reason =
-        typeof args.reason === 'string' && args.reason.trim() ? args.reason.trim().slice(0, 400) : `Transfer requested to ${to}.`;
+      const reason = reasonOf(args, 400, `Transfer requested to ${to}.`);
       return { ok: true, result: `Transferring the call to ${to}.`, effect: { kind: 'transfer', reason, target }, final: true };
     },
   },
