@@ -9,14 +9,9 @@
  * agent's configuration, not the visitor's to read.
  */
 export interface Guardrails {
-  rules: GuardrailRule[];
+  /** `rule`: the line as written, recorded in the refusal's `metadata.guardrail.rule`. */
+  rules: { rule: string; test(text: string): boolean }[];
   instructions: string[];
-}
-
-export interface GuardrailRule {
-  /** The line as written, recorded in the refusal's `metadata.guardrail.rule`. */
-  rule: string;
-  test(text: string): boolean;
 }
 
 export interface GuardrailTrip {
@@ -27,7 +22,7 @@ export interface GuardrailTrip {
 const normalise = (text: string) => text.toLowerCase().replace(/\s+/g, ' ');
 
 export function parseGuardrails(source: string | null | undefined): Guardrails {
-  const rules: GuardrailRule[] = [];
+  const rules: Guardrails['rules'] = [];
   const instructions: string[] = [];
   for (const raw of (source ?? '').split(/\r?\n/)) {
     const line = raw.trim();

@@ -529,9 +529,8 @@ export class AgentRuntime {
     options: { history?: Item[]; callDeclared?: ToolEnvironment['callDeclared']; live?: boolean } = {},
   ): Promise<TurnResult> {
     const guardrails = parseGuardrails(agent.safety_guardrails);
-    const base = { userItem: item, answers: {}, close: false, state };
     const inputTrip = checkGuardrails(guardrails, item.content, 'input');
-    if (inputTrip) return { ...base, reply: refusal(inputTrip) };
+    if (inputTrip) return { userItem: item, answers: {}, close: false, state, reply: refusal(inputTrip) };
 
     const plan = planTurn({
       workflow: agent.workflow ?? {},
@@ -555,7 +554,6 @@ export class AgentRuntime {
         handoff: { reason: plan.decision.reason, metadata: { rule: plan.decision.rule } },
       };
 
-    const model = this.model!;
     // The knowledge base (docs/agents.md, "Knowledge"): passages in the prompt, or a tool the model may call.
     const mode = await knowledgeMode(this.db, agent.id, agent.workflow ?? {});
     const maxResults = agent.workflow?.knowledge?.max_results ?? DEFAULT_RESULTS;
@@ -607,7 +605,7 @@ export class AgentRuntime {
         // search_knowledge is offered when the agent's knowledge is a tool (it has documents, mode `tool`), and
         // only up to the bound of searches per turn.
         const search = env.knowledge !== undefined && env.knowledge.searches < MAX_SEARCHES_PER_TURN;
-        answer = await model.complete(messages, offeredTools(declared, search));
+        answer = await this.model!.complete(messages, offeredTools(declared, search));
         attempts += answer.attempts;
         if (answer.usage)
           usage = usage
