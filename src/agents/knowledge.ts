@@ -5,22 +5,8 @@
  * `search_knowledge` tool, or the runtime searches with the user's message before each model turn.
  */
 import { sql } from 'kysely';
-import type { FunctionDefinition } from 'openai/resources/shared';
 import type { Db } from '../db/schema.js';
 import type { Workflow } from '../resources/ai-agent-workflow.js';
-
-/** The built-in tool's definition (src/agents/tools.ts offers it when the agent's knowledge mode is `tool`). */
-export const SEARCH_KNOWLEDGE_DEFINITION: FunctionDefinition = {
-  name: 'search_knowledge',
-  description:
-    "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
-  parameters: {
-    type: 'object',
-    properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
-    required: ['query'],
-    additionalProperties: false,
-  },
-};
 
 /** Passages per search unless the workflow says otherwise. */
 export const DEFAULT_RESULTS = 4;

@@ -5,12 +5,12 @@
  * its `parameters`; a tool that failed is not called again in that turn (the model is told once).
  */
 import { randomUUID } from 'node:crypto';
-import { sql } from 'kysely';
+import { type Selectable, sql } from 'kysely';
 import type { FunctionDefinition } from 'openai/resources/shared';
 import type { ChatCompletionTool } from 'openai/resources/chat/completions';
 import type { Config } from '../config/index.js';
-import type { Db } from '../db/schema.js';
-import { formatHits, type KnowledgeHit, MAX_SEARCHES_PER_TURN, SEARCH_KNOWLEDGE_DEFINITION, searchKnowledge } from './knowledge.js';
+import type { Db, Schema } from '../db/schema.js';
+import { formatHits, type KnowledgeHit, MAX_SEARCHES_PER_TURN, searchKnowledge } from './knowledge.js';
 import { type BUILT_IN_TOOL_NAMES, compileParameters, TOOL_TIMEOUT_MS, type WorkflowTool } from '../resources/ai-agent-workflow.js';
 import { newWebhookSecret } from '../resources/webhook-endpoint.js';
 import { signedPost } from '../resources/webhook-url.js';
@@ -30,12 +30,7 @@ const USER_AGENT = 'Parley-Tools/1';
 const E164 = /^\+[1-9]\d{6,14}$/;
 
 /** What the conversation is, for the tools that depend on it. */
-export interface ToolConversation {
-  id: string;
-  organisation_id: string;
-  channel: string;
-  mode: string;
-}
+export type ToolConversation = Pick<Selectable<Schema['conversations']>, 'id' | 'organisation_id' | 'channel' | 'mode'>;
 
 /** What a call does to the turn, beyond its answer to the model. */
 export type ToolEffect =
@@ -186,7 +181,18 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     },
   },
   search_knowledge: {
-    definition: SEARCH_KNOWLEDGE_DEFINITION,
+    // Offered when the agent's knowledge mode is `tool` (docs/agents.md, "Knowledge").
+    definition: {
+      name: 'search_knowledge',
+      description:
+        "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
+      parameters: {
+        type: 'object',
+        properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
+        required: ['query'],
+        additionalProperties: false,
+      },
+    },
     run: async (args, env) => {
       const knowledge = env.knowledge;
       if (!knowledge) return refused('This agent has no knowledge base to search.');
