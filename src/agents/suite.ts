@@ -173,13 +173,6 @@ export function parseSuite(text: string): Suite {
   return value as unknown as Suite;
 }
 
-/** Checks a suite given as a value (the API's JSON body); problems name their path. */
-export function checkSuite(value: unknown): Suite {
-  const problems = suiteProblems(value);
-  if (problems.length > 0) throw new SuiteError(problems.map((p) => ({ path: p.path.join('.'), message: p.message })));
-  return value as unknown as Suite;
-}
-
 export interface TurnReport {
   user: string;
   reply: string | null;
@@ -419,20 +412,14 @@ export function agentTestsService(db: Db, services: AppServices, config: Config)
   return async (organisationId, agentId, value) => {
     const agent = await loadAgent(db, organisationId, agentId);
     if (!agent) throw ApiError.of('invalid_attribute', 'No such AI agent.', { pointer: '/data/attributes/ai_agent_id' });
-    let suite: Suite;
-    try {
-      suite = checkSuite(value);
-    } catch (error) {
-      if (!(error instanceof SuiteError)) throw error;
+    // Each problem of the suite given as JSON at its path (`suite.cases.0.name`).
+    const problems = suiteProblems(value).map((p) => ({ at: ['suite', ...p.path].join('.'), message: p.message }));
+    if (problems.length > 0)
       throw new ApiError(
-        error.problems.map((p) =>
-          errorObject('invalid_attribute', `\`suite${p.path ? `.${p.path}` : ''}\` ${p.message}.`, {
-            pointer: `/data/attributes/suite${p.path ? `/${p.path.replaceAll('.', '/')}` : ''}`,
-          }),
+        problems.map(({ at, message }) =>
+          errorObject('invalid_attribute', `\`${at}\` ${message}.`, { pointer: `/data/attributes/${at.replaceAll('.', '/')}` }),
         ),
       );
-    }
-    const runtime = new AgentRuntime({ db, services, config });
-    return runSuite(suite, { runtime, agent });
+    return runSuite(value as Suite, { runtime: new AgentRuntime({ db, services, config }), agent });
   };
 }
