@@ -1,13 +1,9 @@
 /**
- * The analysis of finished conversations and calls (docs/agents.md, "Analysis"). A conversation that names an
- * agent and closes (a call's end closes its conversation) is queued in `analysis_work` by a trigger in the
- * closing transaction (migration 0025); the agent runtime claims queued rows with FOR UPDATE SKIP LOCKED and
- * analyses them in the background, never in the request that closed the conversation. The model is asked for
- * a summary, a success judgement and the data the workflow's `analysis.schema` describes, through a function
- * call (`record_analysis`; a JSON text answer is accepted as well); the data is validated with ajv and a
- * model that answers outside the schema is asked again, a bounded number of times. The result is written to
- * `Conversation.analysis` through the records service with the system actor, with a `Conversation.analysed`
- * event. Without a model the analysis says it was skipped.
+ * The analysis of finished conversations and calls (docs/agents.md, "Analysis"). A closing conversation that names
+ * an agent is queued in `analysis_work` by a trigger (migration 0025); the runtime claims queued rows with FOR
+ * UPDATE SKIP LOCKED and analyses them in the background, never in the request that closed the conversation. A
+ * model that answers outside the workflow's `analysis.schema` is asked again, a bounded number of times; the
+ * result goes through the records service (a `Conversation.analysed` event).
  */
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
@@ -18,7 +14,7 @@ import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { compileAnalysisSchema, type Workflow } from '../resources/ai-agent-workflow.js';
-import { type ChatMessage, type ChatModel, ModelFailure } from './llm.js';
+import { type ChatMessage, type ChatModel, ModelFailure, parseObject } from './llm.js';
 
 export const SKIPPED_NO_MODEL = 'no model configured';
 export const SKIPPED_NOTHING_SAID = 'nothing was said';
@@ -60,14 +56,13 @@ export interface AnalystOptions {
 }
 
 export class Analyst {
-  private readonly inFlight = new Set<string>();
   private readonly running = new Set<Promise<void>>();
 
   constructor(private readonly options: AnalystOptions) {}
 
   /** Claims due analyses (as many as `room` allows) and runs them in the background; returns how many. */
   async tick(room: number): Promise<number> {
-    const free = Math.min(room, this.options.config.agentConcurrency - this.inFlight.size);
+    const free = Math.min(room, this.options.config.agentConcurrency - this.running.size);
     if (free <= 0) return 0;
     const { rows } = await sql<Claimed>`
       UPDATE analysis_work SET lease_until = now() + ${LEASE_MS} * interval '1 millisecond', attempts = attempts + 1
@@ -78,13 +73,9 @@ export class Analyst {
         FOR UPDATE SKIP LOCKED)
       RETURNING conversation_id, organisation_id, version::text AS version, attempts`.execute(this.options.db);
     for (const row of rows) {
-      this.inFlight.add(row.conversation_id);
       const work = this.run(row)
         .catch((error) => this.options.logger?.()?.error({ err: error, conversation: row.conversation_id }, 'analysis failed'))
-        .finally(() => {
-          this.inFlight.delete(row.conversation_id);
-          this.running.delete(work);
-        });
+        .finally(() => this.running.delete(work));
       this.running.add(work);
     }
     return rows.length;
@@ -165,26 +156,6 @@ export class Analyst {
 
 const RECORD_TOOL = 'record_analysis';
 
-function recordTool(dataSchema: Record<string, unknown>): ChatCompletionTool {
-  return {
-    type: 'function',
-    function: {
-      name: RECORD_TOOL,
-      description: 'Record the analysis of the conversation.',
-      parameters: {
-        type: 'object',
-        properties: {
-          summary: { type: 'string', description: 'What happened, in at most three sentences.' },
-          success: { type: 'boolean', description: 'Whether the conversation met its success criteria.' },
-          data: dataSchema,
-        },
-        required: ['summary', 'success', 'data'],
-        additionalProperties: false,
-      },
-    },
-  };
-}
-
 /**
  * Asks the model for the analysis, at most `maxAttempts` times while its answer does not fit: summary a
  * string, success a boolean, data valid against the schema. After the last, what it gave is stored with an
@@ -199,7 +170,23 @@ export async function analyse(
 ): Promise<Analysis> {
   const schema = settings.schema ?? { type: 'object' };
   const validate = compileAnalysisSchema(schema);
-  const tool = recordTool(schema);
+  const tool: ChatCompletionTool = {
+    type: 'function',
+    function: {
+      name: RECORD_TOOL,
+      description: 'Record the analysis of the conversation.',
+      parameters: {
+        type: 'object',
+        properties: {
+          summary: { type: 'string', description: 'What happened, in at most three sentences.' },
+          success: { type: 'boolean', description: 'Whether the conversation met its success criteria.' },
+          data: schema,
+        },
+        required: ['summary', 'success', 'data'],
+        additionalProperties: false,
+      },
+    },
+  };
   const messages: ChatMessage[] = [
     {
       role: 'system',
@@ -220,7 +207,8 @@ export async function analyse(
     const answer = await model.complete(messages, [tool]);
     modelName = answer.model;
     const call = answer.toolCalls.find((c) => c.name === RECORD_TOOL);
-    last = call?.arguments ?? parseJson(answer.text) ?? {};
+    // A JSON text answer: the object it holds, from its first brace to its last.
+    last = call?.arguments ?? parseObject(/\{[\s\S]*\}/.exec(answer.text)?.[0] ?? '') ?? {};
     problems = problemsOf(last, validate);
     if (problems === '' && Buffer.byteLength(JSON.stringify(last.data)) > DATA_MAX_BYTES)
       problems = `\`data\` is longer than ${DATA_MAX_BYTES} bytes of JSON`;
@@ -264,15 +252,4 @@ function problemsOf(answer: { summary?: unknown; success?: unknown; data?: unkno
       ...(validate.errors ?? []).slice(0, 10).map((e) => `\`data${e.instancePath.replaceAll('/', '.')}\` ${e.message ?? 'is invalid'}`),
     );
   return found.join('; ');
-}
-
-function parseJson(text: string): Record<string, unknown> | undefined {
-  const body = /\{[\s\S]*\}/.exec(text)?.[0];
-  if (!body) return undefined;
-  try {
-    const value: unknown = JSON.parse(body);
-    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
-  }
 }

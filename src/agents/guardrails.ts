@@ -1,31 +1,17 @@
 /**
- * An agent's `safety_guardrails`, one rule a line (docs/agents.md):
+ * An agent's `safety_guardrails`, one rule a line (docs/agents.md, "Guardrails"): `# a comment`, `block: <phrase>`
+ * (case-insensitive), `/<regex>/<flags>` (`i` by default), or any other line, an instruction the model is given.
+ * Phrases and expressions are checked on the user's input (before the turn runs, so a blocked message never
+ * reaches the model or a workflow answer) and on the model's output (before the reply is stored).
  *
- *   # a comment
- *   block: card number          a phrase, blocked case-insensitively wherever it appears
- *   /\b\d{13,19}\b/             a JavaScript regular expression (flags after the last slash; `i` by default)
- *   Never ask for card numbers. any other line: an instruction the model is given and judges itself by
- *
- * Phrases and expressions are checked on the user's input (before the turn
- * runs, so a blocked message never reaches the model or a workflow answer) and
- * on the model's output (before the reply is stored). Instructions only shape
- * the model's prompt; with no model they have no effect.
- *
- * Always, whatever the lines: a model reply that quotes the agent's own
- * instructions (its system prompt, these instruction lines, a step's
- * instructions) is refused, as the rule `(instructions quoted)`. The prompt is
- * the agent's configuration, not the visitor's to read (docs/agents.md).
+ * Always, whatever the lines: a model reply that quotes the agent's own instructions (its system prompt, these
+ * instruction lines, a step's instructions) is refused, as the rule `(instructions quoted)`. The prompt is the
+ * agent's configuration, not the visitor's to read.
  */
-
 export interface Guardrails {
-  rules: GuardrailRule[];
+  /** `rule`: the line as written, recorded in the refusal's `metadata.guardrail.rule`. */
+  rules: { rule: string; test(text: string): boolean }[];
   instructions: string[];
-}
-
-export interface GuardrailRule {
-  /** The line as written, recorded in the refusal's `metadata.guardrail.rule`. */
-  rule: string;
-  test(text: string): boolean;
 }
 
 export interface GuardrailTrip {
@@ -36,7 +22,7 @@ export interface GuardrailTrip {
 const normalise = (text: string) => text.toLowerCase().replace(/\s+/g, ' ');
 
 export function parseGuardrails(source: string | null | undefined): Guardrails {
-  const rules: GuardrailRule[] = [];
+  const rules: Guardrails['rules'] = [];
   const instructions: string[] = [];
   for (const raw of (source ?? '').split(/\r?\n/)) {
     const line = raw.trim();
@@ -48,22 +34,20 @@ export function parseGuardrails(source: string | null | undefined): Guardrails {
       continue;
     }
     const regex = /^\/(.+)\/([a-z]*)$/.exec(line);
-    if (regex) {
-      let compiled: RegExp | undefined;
-      try {
-        compiled = new RegExp(regex[1], regex[2] === '' ? 'i' : regex[2].replace(/[gy]/g, ''));
-      } catch {
-        compiled = undefined; // not an expression after all: the line is an instruction
-      }
-      if (compiled) {
-        const expression = compiled;
-        rules.push({ rule: line, test: (text) => expression.test(text) });
-        continue;
-      }
-    }
-    instructions.push(line);
+    const expression = regex ? compileRegExp(regex[1], regex[2] === '' ? 'i' : regex[2].replace(/[gy]/g, '')) : undefined;
+    if (expression) rules.push({ rule: line, test: (text) => expression.test(text) });
+    else instructions.push(line);
   }
   return { rules, instructions };
+}
+
+/** The expression; undefined when it is not one after all (the line is then an instruction). */
+export function compileRegExp(source: string, flags: string): RegExp | undefined {
+  try {
+    return new RegExp(source, flags);
+  } catch {
+    return undefined;
+  }
 }
 
 /** The first rule the text trips, if any. */
@@ -91,11 +75,8 @@ export function quotesInstructions(reply: string, instructions: string[]): Guard
   for (const raw of instructions) {
     const instruction = normalise(raw).trim();
     if (instruction.length < SHORTEST_QUOTED) continue;
-    if (instruction.length <= QUOTE_CHARS) {
-      if (text.includes(instruction)) return { rule: QUOTED_INSTRUCTIONS_RULE, stage: 'output' };
-      continue;
-    }
-    for (let at = 0; at + QUOTE_CHARS <= instruction.length; at += QUOTE_STEP) {
+    // One window, the whole instruction, when it is at most QUOTE_CHARS long.
+    for (let at = 0; at <= Math.max(0, instruction.length - QUOTE_CHARS); at += QUOTE_STEP) {
       if (text.includes(instruction.slice(at, at + QUOTE_CHARS))) return { rule: QUOTED_INSTRUCTIONS_RULE, stage: 'output' };
     }
   }

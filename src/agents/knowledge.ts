@@ -5,22 +5,8 @@
  * `search_knowledge` tool, or the runtime searches with the user's message before each model turn.
  */
 import { sql } from 'kysely';
-import type { FunctionDefinition } from 'openai/resources/shared';
 import type { Db } from '../db/schema.js';
 import type { Workflow } from '../resources/ai-agent-workflow.js';
-
-/** The built-in tool's definition (src/agents/tools.ts offers it when the agent's knowledge mode is `tool`). */
-export const SEARCH_KNOWLEDGE_DEFINITION: FunctionDefinition = {
-  name: 'search_knowledge',
-  description:
-    "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
-  parameters: {
-    type: 'object',
-    properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
-    required: ['query'],
-    additionalProperties: false,
-  },
-};
 
 /** Passages per search unless the workflow says otherwise. */
 export const DEFAULT_RESULTS = 4;
@@ -38,20 +24,11 @@ export interface KnowledgeHit {
   rank: number;
 }
 
-/** How a citation is stored in a reply's `metadata.sources`. */
-export interface Source {
-  document_id: string;
-  title: string;
-  chunk: number;
-}
-
-export type KnowledgeMode = 'tool' | 'retrieve' | 'off';
-
 /**
  * The agent's mode: the workflow's `knowledge.mode`, else `tool` when the agent has documents and `off`
  * when it has none (no tool the model could only call in vain).
  */
-export async function knowledgeMode(db: Db, agentId: string, workflow: Workflow): Promise<KnowledgeMode> {
+export async function knowledgeMode(db: Db, agentId: string, workflow: Workflow): Promise<'tool' | 'retrieve' | 'off'> {
   const mode = workflow.knowledge?.mode;
   if (mode) return mode;
   const { rows } = await sql<{ any: boolean }>`
@@ -102,15 +79,8 @@ export function formatHits(hits: KnowledgeHit[]): string {
   return hits.map((h, i) => `[${i + 1}] document ${h.document_id}, "${h.title}", part ${h.chunk + 1}:\n${h.content}`).join('\n\n');
 }
 
-/** Citations of the passages a reply was given, each once, in the order they were found. */
-export function sourcesOf(hits: KnowledgeHit[]): Source[] {
-  const seen = new Set<string>();
-  const out: Source[] = [];
-  for (const h of hits) {
-    const key = `${h.document_id}:${h.chunk}`;
-    if (seen.has(key)) continue;
-    seen.add(key);
-    out.push({ document_id: h.document_id, title: h.title, chunk: h.chunk });
-  }
-  return out;
+/** Citations of the passages a reply was given (its `metadata.sources`), each once, in the order they were first found. */
+export function sourcesOf(hits: KnowledgeHit[]) {
+  const sources = hits.map(({ document_id, title, chunk }) => [`${document_id}:${chunk}`, { document_id, title, chunk }] as const);
+  return [...new Map(sources).values()];
 }

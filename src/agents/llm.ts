@@ -1,12 +1,10 @@
 /**
- * The agents' model: any OpenAI-compatible Chat Completions endpoint, through
- * the official `openai` client, streaming. The client itself retries a failed
- * request (connection errors, 408/409/429/5xx) `LLM_MAX_RETRIES` times with
- * exponential backoff, honouring the provider's `Retry-After` (and
- * `retry-after-ms`) on a 429. What the client cannot retry, a stream that
- * breaks or stalls after it started or that ends with nothing in it, is retried
- * here as many times, with backoff. The answer is only returned once the
- * stream is complete, so a failed turn never leaves a half-written item.
+ * The agents' model: any OpenAI-compatible Chat Completions endpoint, through the official `openai` client,
+ * streaming. The client itself retries a failed request (connection errors, 408/409/429/5xx) `LLM_MAX_RETRIES` times
+ * with exponential backoff, honouring the provider's `Retry-After` (and `retry-after-ms`) on a 429. What the client
+ * cannot retry, a stream that breaks or stalls after it started or that ends with nothing in it, is retried here as
+ * many times, with backoff. The answer is only returned once the stream is complete, so a failed turn never leaves a
+ * half-written item.
  */
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
@@ -121,7 +119,7 @@ export function createChatModel(config: Config): ChatModel | undefined {
           const toolCalls = [...calls.values()]
             .filter((c) => c.name !== '')
             .map((c, index) => {
-              const parsed = parseArguments(c.args);
+              const parsed = parseObject(c.args || '{}');
               return {
                 id: c.id || `call_${index}`,
                 name: c.name,
@@ -149,10 +147,10 @@ export function createChatModel(config: Config): ChatModel | undefined {
   };
 }
 
-/** The arguments as an object; undefined when they are not JSON or not an object. */
-function parseArguments(raw: string): Record<string, unknown> | undefined {
+/** The JSON object `raw` holds; undefined when it is not JSON or not an object. */
+export function parseObject(raw: string): Record<string, unknown> | undefined {
   try {
-    const value: unknown = JSON.parse(raw || '{}');
+    const value: unknown = JSON.parse(raw);
     return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
   } catch {
     return undefined;

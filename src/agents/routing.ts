@@ -1,13 +1,8 @@
 /**
- * Handoff to a human operator. A handed-off conversation goes `pending`, gets a
- * `system` item saying why, and joins the queue (`agent_handoffs`). Queued
- * conversations are offered, oldest first, to an operator (a user, with or
- * without a SIP user: a chat needs none) whose OperatorStatus is `available`, who holds no other pending conversation, and who has been
- * idle longest (since the later of their last status change and their last
- * offer). The offer is the Conversation's `assign` action: its metadata's
- * `assigned_operator` (the status's user id) with `assigned_at`.
- * With nobody available the conversation waits; the runtime looks at the queue
- * on every poll, so it is offered as soon as an operator becomes available.
+ * Handoff to a human operator (docs/agents.md, "Handoff and the operator queue"): a handed-off conversation goes
+ * `pending`, gets a `system` item saying why, and joins the queue (`agent_handoffs`). Queued conversations are
+ * offered, oldest first, to an available operator who holds no other pending conversation and has been idle
+ * longest; with nobody available the conversation waits for the runtime's next look at the queue.
  */
 import { sql } from 'kysely';
 import { inTransaction } from '../db/connection.js';
@@ -35,9 +30,8 @@ export async function handOff(
 }
 
 /**
- * Offers queued conversations to available operators, one conversation per
- * transaction; several workers may run it at once (queue rows and operators are
- * claimed with SKIP LOCKED). Returns how many were assigned.
+ * Offers queued conversations to available operators, one conversation per transaction; several workers may run it at
+ * once (queue rows and operators are claimed with SKIP LOCKED). Returns how many were assigned.
  */
 export async function assignQueued(db: Db, makeRecords: (trx: Db) => Records, limit = 20): Promise<number> {
   let assigned = 0;

@@ -1,35 +1,23 @@
 /**
- * The agent runtime (docs/agents.md). It finds conversations with work in
- * `agent_work`, the queue of pending work that the writing transactions fill
- * (migration 0018), so that looking costs what there is to do, not what the
- * database holds. It looks when the outbox announces a commit (`parley_events`,
- * the one change channel: every process's writes, this one's included) and
- * every `AGENT_POLL_MS` as a safety net (a lease that ran out announces nothing). It claims each
- * conversation through its `agent_turns` row: a lease taken
- * with `FOR UPDATE SKIP LOCKED`, so any number of workers run a conversation's
- * turns one at a time and never twice. The lease is renewed while a turn runs;
- * a worker that dies mid-turn loses it when it runs out, and another worker
- * runs the turn again. A turn's reply, the conversation's changes and the moved
- * cursor commit in one transaction, and only while the worker still holds its
- * lease (checked under lock), so a turn takes effect exactly once. The reply's
- * `item_id` is derived from the user item's id (`reply_<id>`), so even a repeat
- * of the same write would find the existing item instead of adding one.
+ * The agent runtime (docs/agents.md, "How the work is found and claimed"). It finds conversations with work in
+ * `agent_work` (migration 0018), so that looking costs what there is to do, not what the database holds; it
+ * looks when the outbox announces a commit (`parley_events`, the one change channel) and every `AGENT_POLL_MS`
+ * as a safety net (a lease that ran out announces nothing). A conversation is claimed through its `agent_turns`
+ * lease (`FOR UPDATE SKIP LOCKED`, renewed while a turn runs, taken over by another worker when it runs out),
+ * so its turns run one at a time and never twice. A turn's reply, the conversation's changes and the moved
+ * cursor commit in one transaction, only while the lease is still held (checked under lock), and the reply's
+ * `item_id` is derived from the user item's (`reply_<id>`): a turn takes effect exactly once.
  *
- * A turn that cannot be stored (the write is refused, whatever the reason) is
- * retried at the next lease, at most `AGENT_MAX_ATTEMPTS` times for the same
- * user item; then the item is handed to an operator with a system item saying
- * why, and the cursor passes it. What a visitor controls is made to fit before
- * anything is stored (docs/agents.md, "What a turn may store"): the reply is
- * cut to the item's 32 KiB, a question's answer to what the conversation's
- * metadata has room for, and `reply_`/`handoff_` item ids are the runtime's
- * alone, so no retried turn calls the model again for the same refusal.
+ * A turn that cannot be stored is retried at most `AGENT_MAX_ATTEMPTS` times for the same user item, then
+ * handed to an operator (docs/agents.md, "What a turn may store"). What a visitor controls is made to fit
+ * before anything is stored, so that no retried turn calls the model again for the same refusal.
  */
 import { randomUUID } from 'node:crypto';
-import { sql } from 'kysely';
+import { type Selectable, sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import { type DatabaseHandle, inTransaction } from '../db/connection.js';
-import type { Db } from '../db/schema.js';
+import type { Db, Schema } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
@@ -41,19 +29,13 @@ import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';
 import { resources } from '../resources/index.js';
 import { checkGuardrails, parseGuardrails, quotesInstructions, REFUSAL_TEXT, type GuardrailTrip } from './guardrails.js';
-import {
-  DEFAULT_RESULTS,
-  formatHits,
-  type KnowledgeHit,
-  knowledgeMode,
-  MAX_SEARCHES_PER_TURN,
-  searchKnowledge,
-  sourcesOf,
-} from './knowledge.js';
+import { DEFAULT_RESULTS, formatHits, knowledgeMode, MAX_SEARCHES_PER_TURN, searchKnowledge, sourcesOf } from './knowledge.js';
+import type { KnowledgeHit } from './knowledge.js';
 import { createChatModel, ModelFailure, type ChatMessage, type ChatModel, type ModelAnswer } from './llm.js';
 import { Analyst } from './analysis.js';
 import { assignQueued, handOff } from './routing.js';
-import { offeredTools, runToolCall, type ToolEffect, type ToolEnvironment, type TransferTarget, TOOL_WAIT_CHANNEL } from './tools.js';
+import { isCall, mockTools, offeredTools, runToolCall, TOOL_WAIT_CHANNEL } from './tools.js';
+import type { ToolEffect, ToolEnvironment, ToolOutcome, TransferTarget } from './tools.js';
 import { HANDOFF_TEXT, planTurn, type WorkflowState } from './workflow.js';
 
 export interface TurnTiming {
@@ -75,10 +57,7 @@ export interface RuntimeOptions {
   model?: ChatModel | null;
   /** Called after each committed turn (benchmarks). */
   onTurn?: (timing: TurnTiming) => void;
-  /**
-   * The database's notifications: with it, the runtime looks for work when any process announces a commit
-   * on `parley_events` (the outbox's channel), and polls only as a safety net.
-   */
+  /** The database's notifications: the runtime looks for work when a commit is announced, and polls only as a safety net. */
   listen?: DatabaseHandle['listen'];
 }
 
@@ -94,47 +73,21 @@ const WAKE_GAP_MS = 25;
 /** What the end of a conversation's run does with its `agent_work` row. */
 type Outcome = 'more' | 'done' | 'park';
 
-export interface Conversation {
-  id: string;
-  organisation_id: string;
-  status: string;
-  channel: string;
-  mode: string;
+/** The columns of a conversation, its agent and its items that a turn reads (their JSON with their declared shapes). */
+type Row<Table extends keyof Schema> = Selectable<Schema[Table]>;
+export type Conversation = Pick<Row<'conversations'>, 'id' | 'organisation_id' | 'status' | 'channel' | 'mode' | 'ai_agent_id'> & {
   metadata: Record<string, unknown>;
-  ai_agent_id: string | null;
-}
-
-export interface Agent {
-  id: string;
-  published: boolean;
-  name: string;
-  tone: string | null;
-  languages: string[];
+};
+export type Agent = Pick<Row<'ai_agents'>, 'id' | 'published' | 'name' | 'tone' | 'languages' | 'system_prompt' | 'safety_guardrails'> & {
   workflow: Workflow;
-  system_prompt: string | null;
-  safety_guardrails: string | null;
-}
-
-export interface Item {
-  id: string;
-  item_id: string;
-  role: string;
-  modality: string;
-  content: string;
-  content_index: number;
-}
+};
+export type Item = Pick<Row<'conversation_items'>, 'id' | 'item_id' | 'role' | 'modality' | 'content' | 'content_index'>;
 
 /** A tool call a turn made, as the conversation records it (a `tool` item operators see and visitors do not). */
-export interface RecordedToolCall {
+export interface RecordedToolCall extends Pick<ToolOutcome, 'ok' | 'result' | 'refused' | 'status'> {
   id: string;
   name: string;
   arguments: Record<string, unknown>;
-  ok: boolean;
-  /** What the model was told. */
-  result: string;
-  /** Refused before anything was sent (unknown tool, arguments not valid, failed before). */
-  refused?: boolean;
-  status?: number;
   duration_ms: number;
   /** transfer_call's target: where the voice runtime sends the call once the reply is spoken. */
   transfer?: TransferTarget & { reason: string };
@@ -148,9 +101,7 @@ export interface TurnResult {
   /** The assistant item (a reply or a refusal); absent when a failure hands off without one. */
   reply?: { content: string; metadata: Record<string, unknown> };
   /** `detail`: what went wrong, for the log and `agent run` (operators); never stored in an item. */
-  handoff?: { reason: string; metadata: Record<string, unknown>; system?: string; detail?: string };
-  /** transfer_call on a call: the reply is spoken, then the call is transferred (recorded on the tool item). */
-  transfer?: TransferTarget & { reason: string };
+  handoff?: { reason: string; metadata: Record<string, unknown>; detail?: string };
   answers: Record<string, string>;
   close: boolean;
   state: WorkflowState;
@@ -171,9 +122,8 @@ class TurnFailed extends Error {
 }
 
 /**
- * Room kept free in a conversation's metadata for what a handoff and an
- * assignment add after the answers (`handoff_reason`, at most 500 characters,
- * `assigned_operator`, `assigned_at`).
+ * Room kept in a conversation's metadata for what a handoff and an assignment add after the answers
+ * (`handoff_reason`, at most 500 characters, `assigned_operator`, `assigned_at`).
  */
 const METADATA_RESERVE_BYTES = 2048;
 
@@ -229,16 +179,11 @@ export class AgentRuntime {
     if (this.running) return;
     this.running = true;
     this.loop = this.run();
-    this.unlisten = this.options
-      .listen?.(
-        EVENTS_CHANNEL,
-        () => this.notified(),
-        () => this.notified(),
-      )
-      .catch((error) => {
-        this.logger?.warn({ err: error }, 'agent runtime: cannot listen for commits; polling only');
-        return undefined;
-      });
+    const notified = () => this.notified();
+    this.unlisten = this.options.listen?.(EVENTS_CHANNEL, notified, notified).catch((error) => {
+      this.logger?.warn({ err: error }, 'agent runtime: cannot listen for commits; polling only');
+      return undefined;
+    });
   }
 
   /** A commit was announced: look for work, at most every WAKE_GAP_MS. */
@@ -349,11 +294,9 @@ export class AgentRuntime {
   }
 
   /**
-   * Conversations queued in `agent_work` (migration 0018) that are not parked and not leased by anyone, oldest
-   * first: an index scan of the pending work, never of the conversations. A conversation seen for the first
-   * time starts its cursor at its last non-user item: what came before the runtime took it up is history,
-   * answered already. Whether a queued conversation still needs a turn (its agent published, its status, its
-   * cursor) is decided by `step` under the lease, which then deletes or parks the row.
+   * Leases the candidates (`claimCandidates`). A conversation seen for the first time starts its cursor at its last
+   * non-user item: what came before the runtime took it up is history, answered already. Whether it still needs a
+   * turn is decided by `step` under the lease, which then deletes or parks its `agent_work` row.
    */
   private async claim(limit: number): Promise<{ conversation_id: string; lease_token: string }[]> {
     const candidates = await claimCandidates(limit, [...this.inFlight]).execute(this.db);
@@ -380,16 +323,14 @@ export class AgentRuntime {
 
   /** Runs a claimed conversation's turns one at a time until it is caught up, then lets the lease go. */
   private async runConversation(conversationId: string, token: string): Promise<void> {
-    const renew = setInterval(
-      () => {
-        if (this.dead) return;
-        void sql`UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond'
+    const renewMs = Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3));
+    const renew = setInterval(() => {
+      if (this.dead) return;
+      void sql`UPDATE agent_turns SET lease_until = now() + ${this.options.config.agentLeaseMs} * interval '1 millisecond'
                WHERE conversation_id = ${conversationId} AND lease_token = ${token}`
-          .execute(this.db)
-          .catch(() => {});
-      },
-      Math.max(50, Math.floor(this.options.config.agentLeaseMs / 3)),
-    );
+        .execute(this.db)
+        .catch(() => {});
+    }, renewMs);
     try {
       let last: { outcome: Outcome; version: string | null };
       for (;;) {
@@ -469,10 +410,9 @@ export class AgentRuntime {
   }
 
   /**
-   * Caught up: the conversation's `agent_work` row goes; the agent unpublished: it is parked until the agent is
-   * published again. Either only at the version read before the items were last looked at: an item (or a
-   * publish) committed since bumped it, and the row stays for the next claim (which this runtime makes at
-   * once: `runConversation`'s caller wakes it).
+   * Caught up: the `agent_work` row goes; the agent unpublished: it is parked until the agent is published again.
+   * Either only at the version read before the items were last looked at: a commit since bumped it, and the row
+   * stays for the next claim (made at once: `runConversation`'s caller wakes the runtime).
    */
   private async settle(conversationId: string, outcome: Outcome, version: string | null): Promise<void> {
     if (version === null) return;
@@ -508,7 +448,7 @@ export class AgentRuntime {
       LEFT JOIN agent_work w ON w.conversation_id = c.id
       WHERE c.id = ${conversationId}`.execute(this.db);
     const row = rows[0];
-    if (!row) return { conversation: undefined, agent: undefined, cursor: -1, state: {}, pending: [] as Item[], version: null };
+    if (!row) return { conversation: undefined, agent: undefined, taken: false, state: {}, pending: [] as Item[], version: null };
     const { last_handled_index, workflow_state, work_version, agent, ...conversation } = row;
     const cursor = last_handled_index ?? -1;
     const pending = await sql<Item>`
@@ -518,7 +458,8 @@ export class AgentRuntime {
     return {
       conversation: conversation as Conversation,
       agent: agent ?? undefined,
-      cursor,
+      // Taken up already: the conversation has its `agent_turns` row (its cursor is never NULL).
+      taken: last_handled_index !== null,
       state: workflow_state ?? {},
       pending: pending.rows,
       version: work_version,
@@ -568,14 +509,8 @@ export class AgentRuntime {
       if (error instanceof LeaseLost) throw error;
       throw new TurnFailed(item, error);
     }
-    this.options.onTurn?.({
-      conversationId,
-      userItemId: item.id,
-      startedAt,
-      requestSentAt: result.requestSentAt,
-      lastTokenAt: result.lastTokenAt,
-      committedAt: performance.now(),
-    });
+    const { requestSentAt, lastTokenAt } = result;
+    this.options.onTurn?.({ conversationId, userItemId: item.id, startedAt, requestSentAt, lastTokenAt, committedAt: performance.now() });
     return more;
   }
 
@@ -594,9 +529,8 @@ export class AgentRuntime {
     options: { history?: Item[]; callDeclared?: ToolEnvironment['callDeclared']; live?: boolean } = {},
   ): Promise<TurnResult> {
     const guardrails = parseGuardrails(agent.safety_guardrails);
-    const base = { userItem: item, answers: {}, close: false, state };
     const inputTrip = checkGuardrails(guardrails, item.content, 'input');
-    if (inputTrip) return { ...base, reply: refusal(inputTrip) };
+    if (inputTrip) return { userItem: item, answers: {}, close: false, state, reply: refusal(inputTrip) };
 
     const plan = planTurn({
       workflow: agent.workflow ?? {},
@@ -611,20 +545,15 @@ export class AgentRuntime {
     const scripted = plan.decision.texts;
     const out = { userItem: item, answers: plan.answers, state: plan.state, close: false };
     const source = { source: 'workflow', step: (plan.state.step ?? 0) - 1 };
-    switch (plan.decision.kind) {
-      case 'scripted':
-        return { ...out, close: plan.decision.close, reply: { content: scripted.join('\n\n'), metadata: source } };
-      case 'handoff':
-        return {
-          ...out,
-          reply: { content: [...scripted, HANDOFF_TEXT].join('\n\n'), metadata: source },
-          handoff: { reason: plan.decision.reason, metadata: { rule: plan.decision.rule } },
-        };
-      case 'model':
-        break;
-    }
+    if (plan.decision.kind === 'scripted')
+      return { ...out, close: plan.decision.close, reply: { content: scripted.join('\n\n'), metadata: source } };
+    if (plan.decision.kind === 'handoff')
+      return {
+        ...out,
+        reply: { content: [...scripted, HANDOFF_TEXT].join('\n\n'), metadata: source },
+        handoff: { reason: plan.decision.reason, metadata: { rule: plan.decision.rule } },
+      };
 
-    const model = this.model!;
     // The knowledge base (docs/agents.md, "Knowledge"): passages in the prompt, or a tool the model may call.
     const mode = await knowledgeMode(this.db, agent.id, agent.workflow ?? {});
     const maxResults = agent.workflow?.knowledge?.max_results ?? DEFAULT_RESULTS;
@@ -642,18 +571,15 @@ export class AgentRuntime {
     );
     const started = performance.now();
     const declared = Array.isArray(agent.workflow?.tools) ? agent.workflow.tools : [];
-    // search_knowledge is offered only when the agent's knowledge is a tool (it has documents, mode `tool`).
-    const isSearch = (t: ReturnType<typeof offeredTools>[number]) => t.type === 'function' && t.function.name === 'search_knowledge';
-    const tools = offeredTools(declared, conversation).filter((t) => mode === 'tool' || !isSearch(t));
     const env: ToolEnvironment = {
       db: this.db,
       config: this.options.config,
       conversation,
-      ...(mode === 'tool' ? { knowledge: { agentId: agent.id, maxResults, found, searches: 0 } } : {}),
-      ...(options.callDeclared ? { callDeclared: options.callDeclared } : {}),
-      ...(options.live && (conversation.channel === 'voice' || conversation.mode === 'voice')
-        ? {
-            announce: async (tool) => {
+      knowledge: mode === 'tool' ? { agentId: agent.id, maxResults, found, searches: 0 } : undefined,
+      callDeclared: options.callDeclared,
+      announce:
+        options.live && isCall(conversation)
+          ? async (tool) => {
               const payload = {
                 conversation_id: conversation.id,
                 in_reply_to: item.item_id,
@@ -661,9 +587,8 @@ export class AgentRuntime {
                 text: tool.say_while_waiting,
               };
               await sql`SELECT pg_notify(${TOOL_WAIT_CHANNEL}, ${JSON.stringify(payload)})`.execute(this.db);
-            },
-          }
-        : {}),
+            }
+          : undefined,
     };
     const recorded: RecordedToolCall[] = [];
     const failedTools = new Set<string>();
@@ -677,9 +602,10 @@ export class AgentRuntime {
     try {
       // The model answers; while it calls tools, their results go back to it, up to AGENT_MAX_TOOL_CALLS calls.
       for (;;) {
-        // The knowledge base's searches are bounded per turn: past the bound the model is no longer offered one.
-        const searched = env.knowledge && env.knowledge.searches >= MAX_SEARCHES_PER_TURN;
-        answer = await model.complete(messages, searched ? tools.filter((t) => !isSearch(t)) : tools);
+        // search_knowledge is offered when the agent's knowledge is a tool (it has documents, mode `tool`), and
+        // only up to the bound of searches per turn.
+        const search = env.knowledge !== undefined && env.knowledge.searches < MAX_SEARCHES_PER_TURN;
+        answer = await this.model!.complete(messages, offeredTools(declared, search));
         attempts += answer.attempts;
         if (answer.usage)
           usage = usage
@@ -760,19 +686,14 @@ export class AgentRuntime {
       // The passages the model was given for this reply (docs/agents.md, "Knowledge").
       ...(sources.length > 0 ? { sources } : {}),
     };
-    const withTools = { ...out, answers, ...(recorded.length > 0 ? { tools: recorded } : {}) };
-    const timing = { requestSentAt: answer.requestSentAt, lastTokenAt: answer.lastTokenAt };
+    const { requestSentAt, lastTokenAt } = answer;
+    const done = { ...out, answers, ...(recorded.length > 0 ? { tools: recorded } : {}), requestSentAt, lastTokenAt };
     const outputTrip =
       answer.text === ''
         ? undefined
         : (checkGuardrails(guardrails, answer.text, 'output') ??
           quotesInstructions(answer.text, [agent.system_prompt ?? '', ...guardrails.instructions, plan.decision.instructions ?? '']));
-    if (outputTrip)
-      return {
-        ...withTools,
-        ...timing,
-        reply: { ...refusal(outputTrip), metadata: { ...refusal(outputTrip).metadata, ...modelMetadata } },
-      };
+    if (outputTrip) return { ...done, reply: refusal(outputTrip, modelMetadata) };
     const effect = final?.effect;
     const fallback = { transfer: TRANSFER_TEXT, handoff: HANDOFF_TEXT, close: GOODBYE_TEXT, answer: '' }[effect?.kind ?? 'answer'];
     const content = [...scripted, answer.text || fallback].filter(Boolean).join('\n\n');
@@ -780,10 +701,10 @@ export class AgentRuntime {
     // it ended the turn with a call, whose default text stands in.
     const reply = { content, metadata: modelMetadata };
     if (effect?.kind === 'handoff')
-      return { ...withTools, ...timing, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
-    if (effect?.kind === 'close') return { ...withTools, ...timing, reply, close: true };
-    if (effect?.kind === 'transfer') return { ...withTools, ...timing, reply, transfer: { ...effect.target, reason: effect.reason } };
-    return { ...withTools, ...timing, reply };
+      return { ...done, reply, handoff: { reason: effect.reason, metadata: { rule: effect.rule, ...effect.metadata } } };
+    if (effect?.kind === 'close') return { ...done, reply, close: true };
+    // transfer_call: the reply is spoken, then the call is transferred (the target is on the tool item).
+    return { ...done, reply };
   }
 
   /** The prompt: the agent's instructions, then as much recent history as the token budget holds. */
@@ -833,11 +754,8 @@ export class AgentRuntime {
       // The user's message itself always goes, however long.
       if (messages.length > 0 && cost > budget) break;
       budget -= cost;
-      messages.unshift(
-        row.role === 'user'
-          ? { role: 'user', content: row.content }
-          : { role: 'assistant', content: row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content },
-      );
+      const content = row.role === 'operator' ? `(a human operator wrote) ${row.content}` : row.content;
+      messages.unshift({ role: row.role === 'user' ? 'user' : 'assistant', content });
     }
     return [{ role: 'system', content: lines.join('\n') }, ...messages];
   }
@@ -849,26 +767,14 @@ export class AgentRuntime {
     await this.commit(conversation.id, token, result.userItem.content_index, result.state, async (trx, records) => {
       let handled: number | undefined;
       // Each tool call and its result, before the reply, as `tool` items: operators see them, visitors do not.
-      for (const [n, call] of (result.tools ?? []).entries()) {
-        const args = JSON.stringify(call.arguments);
+      for (const [n, { id, arguments: args, result: told, ...tool }] of (result.tools ?? []).entries()) {
         await records.create(actor, 'ConversationItem', {
           conversation_id: conversation.id,
           role: 'tool',
           modality: 'text',
-          content: storableText(`${call.name}(${args})\n${call.result}`),
+          content: storableText(`${tool.name}(${JSON.stringify(args)})\n${told}`),
           item_id: `reply_${key}_tool${n}`,
-          metadata: {
-            tool: {
-              name: call.name,
-              call_id: call.id.slice(0, 128),
-              ok: call.ok,
-              ...(call.refused ? { refused: true } : {}),
-              ...(call.status !== undefined ? { status: call.status } : {}),
-              duration_ms: call.duration_ms,
-              ...(call.transfer ? { transfer: call.transfer } : {}),
-            },
-            in_reply_to: result.userItem.item_id,
-          },
+          metadata: { tool: { ...tool, call_id: id.slice(0, 128) }, in_reply_to: result.userItem.item_id },
         });
       }
       if (result.reply) {
@@ -888,9 +794,8 @@ export class AgentRuntime {
         // The cursor may pass the reply itself when no user or operator item came in between (saves a round).
         const replyIndex = written.record.attributes.content_index;
         const between = await sql`SELECT 1 FROM conversation_items WHERE conversation_id = ${conversation.id}
-          AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex} AND role IN ('user', 'operator') LIMIT 1`.execute(
-          trx,
-        );
+          AND content_index > ${result.userItem.content_index} AND content_index < ${replyIndex}
+          AND role IN ('user', 'operator') LIMIT 1`.execute(trx);
         if (between.rows.length === 0) handled = replyIndex;
       }
       if (Object.keys(result.answers).length === 0 && !result.handoff && !result.close) return handled;
@@ -901,11 +806,8 @@ export class AgentRuntime {
       const answers = fitAnswers(current.rows[0].metadata, result.answers);
       const metadata = { ...current.rows[0].metadata, ...answers };
       if (Object.keys(answers).length > 0) await records.update(actor, 'Conversation', conversation.id, { metadata });
-      if (result.handoff) {
-        await handOff(records, conversation, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
-      } else if (result.close) {
-        await records.update(actor, 'Conversation', conversation.id, { status: 'closed' });
-      }
+      if (result.handoff) await handOff(records, conversation, result.handoff.reason, `handoff_${key}`, result.handoff.metadata);
+      else if (result.close) await records.update(actor, 'Conversation', conversation.id, { status: 'closed' });
       return handled;
     });
     if (result.handoff) await assignQueued(this.db, (trx) => this.records(trx));
@@ -945,25 +847,14 @@ export class AgentRuntime {
     /** Answers of declared tools by name (`agent run --mock-tools`): those are not called; the others are. */
     mocks: Record<string, unknown> = {},
   ): Promise<TurnResult | { nothing: string }> {
-    const existing = await this.db
-      .selectFrom('agent_turns')
-      .select('conversation_id')
-      .where('conversation_id', '=', conversationId)
-      .executeTakeFirst();
-    const { conversation, agent, state, pending } = await this.load(conversationId);
+    const { conversation, agent, state, pending, taken } = await this.load(conversationId);
     if (!conversation) return { nothing: 'No such conversation.' };
     if (!agent) return { nothing: 'The conversation has no agent.' };
-    let items = pending;
-    if (!existing) {
-      const lastOther = Math.max(-1, ...pending.filter((i) => i.role !== 'user').map((i) => i.content_index));
-      items = pending.filter((i) => i.content_index > lastOther);
-    }
-    const item = items.find((i) => i.role === 'user');
+    // Not taken up yet: what comes before its last non-user item is history, as `claim` would start its cursor.
+    const history = taken ? -1 : Math.max(-1, ...pending.filter((i) => i.role !== 'user').map((i) => i.content_index));
+    const item = pending.find((i) => i.role === 'user' && i.content_index > history);
     if (!item) return { nothing: 'No user item is waiting for a reply.' };
-    return this.turn(conversation, agent, state, item, {
-      callDeclared: async (tool) =>
-        Object.hasOwn(mocks, tool.name) ? { ok: true, status: 200, result: JSON.stringify(mocks[tool.name]) } : undefined,
-    });
+    return this.turn(conversation, agent, state, item, { callDeclared: mockTools(mocks) });
   }
 }
 
@@ -1007,9 +898,9 @@ export function fitAnswers(metadata: Record<string, unknown>, answers: Record<st
 }
 
 /**
- * The claim's look for work (exported for the plan test): queued, not parked, not leased (or the lease ran
- * out), oldest first, skipping the conversations this runtime is running. It reads `agent_work` through its
- * partial index of ready rows and each row's `agent_turns` by key; never `conversations`.
+ * The claim's look for work (exported for the plan test): queued, not parked, not leased (or the lease ran out),
+ * oldest first, skipping the conversations this runtime is running. It reads `agent_work` through its partial
+ * index of ready rows and each row's `agent_turns` by key; never `conversations`.
  */
 export function claimCandidates(limit: number, busy: string[]) {
   return sql<{ id: string; organisation_id: string; has_turn: boolean }>`
@@ -1023,6 +914,7 @@ export function claimCandidates(limit: number, busy: string[]) {
       LIMIT ${limit}`;
 }
 
-function refusal(trip: GuardrailTrip) {
-  return { content: REFUSAL_TEXT, metadata: { source: 'guardrail', guardrail: { rule: trip.rule, stage: trip.stage } } };
+/** The reply a tripped guardrail gives; `metadata` adds to the refusal's own (the model's, on output). */
+function refusal(trip: GuardrailTrip, metadata: Record<string, unknown> = {}) {
+  return { content: REFUSAL_TEXT, metadata: { source: 'guardrail', guardrail: { rule: trip.rule, stage: trip.stage }, ...metadata } };
 }

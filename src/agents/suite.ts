@@ -1,14 +1,8 @@
 /**
  * Agent test suites (docs/agents.md, "Test suites"): scripted conversations run against an agent and the
- * configured model as a dry run. Each case is a conversation that exists only in memory: its turns go through
- * the runtime's own `turn` (guardrails, workflow, model, tool calls) with the case's history instead of stored
- * items, so nothing is written to any conversation. Declared tools are called for real unless the suite mocks
- * them (`mock_tools`). Expectations per turn: the reply matches a pattern, a tool was called with arguments
- * matching a JSON Schema, a handoff happened (or not), the conversation was closed, stored answers; per case,
- * analysis fields, when the server analyses conversations.
- *
- * A suite is YAML (or the same structure as JSON, over the API); every problem with it is reported with its
- * line and column before anything runs.
+ * configured model as a dry run. A case's conversation exists only in memory: its turns go through the runtime's
+ * own `turn` with the case's history instead of stored items, so nothing is written. A suite's problems are
+ * reported with their line and column before anything runs.
  */
 import { randomUUID } from 'node:crypto';
 import { Ajv, type ValidateFunction } from 'ajv';
@@ -16,29 +10,26 @@ import { LineCounter, parseDocument } from 'yaml';
 import type { Config } from '../config/index.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject } from '../jsonapi/index.js';
+import { UUID_PATTERN } from '../jsonapi/validate.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { compileParameters } from '../resources/ai-agent-workflow.js';
 import { type Agent, AgentRuntime, type Conversation, type Item } from './runtime.js';
-import type { ToolOutcome } from './tools.js';
+import { compileRegExp } from './guardrails.js';
+import { mockTools } from './tools.js';
 import type { WorkflowState } from './workflow.js';
 
 /** Largest suite file or body, in bytes. */
 export const SUITE_MAX_BYTES = 256 * 1024;
 
+/** A suite as SUITE_SCHEMA accepts it; each field is described in docs/agents.md, "Test suites". */
 export interface TurnExpectation {
-  /** A JavaScript regular expression (case-insensitive) the reply must match. */
   reply_matches?: string;
-  /** One a regular expression the reply must not match. */
   reply_not_matches?: string;
-  /** A tool the model called in this turn, and (optionally) a JSON Schema its arguments must satisfy. */
+  /** `arguments`: a JSON Schema the call's arguments must satisfy. */
   tool_called?: { name: string; arguments?: Record<string, unknown> };
-  /** A tool the model must not call in this turn. */
   tool_not_called?: string;
-  /** Whether the turn handed the conversation to an operator. */
   handoff?: boolean;
-  /** Whether the turn closed the conversation. */
   closed?: boolean;
-  /** Answers stored by the end of the turn (a question step, store_answer), by key. */
   answers?: Record<string, string>;
 }
 
@@ -47,13 +38,11 @@ export interface SuiteCase {
   channel?: 'chat' | 'voice';
   metadata?: Record<string, string>;
   turns: { user: string; expect?: TurnExpectation }[];
-  /** Fields of the conversation's analysis (`data`, or `summary`/`success`), compared for equality. */
   analysis?: Record<string, unknown>;
 }
 
 export interface Suite {
   name?: string;
-  /** Answers of declared tools by name: returned to the model instead of calling the tool's URL. */
   mock_tools?: Record<string, unknown>;
   cases: SuiteCase[];
 }
@@ -69,22 +58,19 @@ export class SuiteError extends Error {
 }
 
 const regex = { type: 'string', minLength: 1, maxLength: 1000 };
-const SUITE_SCHEMA = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['cases'],
-  properties: {
+const toolName = { type: 'string', minLength: 1, maxLength: 64 };
+/** An object of these fields and no others: a misspelt expectation is an error, not one that always passes. */
+const only = (properties: object, required: string[] = []) => ({ type: 'object', additionalProperties: false, required, properties });
+const SUITE_SCHEMA = only(
+  {
     name: { type: 'string', maxLength: 200 },
     mock_tools: { type: 'object' },
     cases: {
       type: 'array',
       minItems: 1,
       maxItems: 100,
-      items: {
-        type: 'object',
-        additionalProperties: false,
-        required: ['name', 'turns'],
-        properties: {
+      items: only(
+        {
           name: { type: 'string', minLength: 1, maxLength: 200 },
           channel: { enum: ['chat', 'voice'] },
           metadata: { type: 'object', additionalProperties: { type: 'string', maxLength: 2000 } },
@@ -93,38 +79,29 @@ const SUITE_SCHEMA = {
             type: 'array',
             minItems: 1,
             maxItems: 50,
-            items: {
-              type: 'object',
-              additionalProperties: false,
-              required: ['user'],
-              properties: {
+            items: only(
+              {
                 user: { type: 'string', minLength: 1, maxLength: 8000 },
-                expect: {
-                  type: 'object',
-                  additionalProperties: false,
-                  properties: {
-                    reply_matches: regex,
-                    reply_not_matches: regex,
-                    tool_called: {
-                      type: 'object',
-                      additionalProperties: false,
-                      required: ['name'],
-                      properties: { name: { type: 'string', minLength: 1, maxLength: 64 }, arguments: { type: 'object' } },
-                    },
-                    tool_not_called: { type: 'string', minLength: 1, maxLength: 64 },
-                    handoff: { type: 'boolean' },
-                    closed: { type: 'boolean' },
-                    answers: { type: 'object', additionalProperties: { type: 'string' } },
-                  },
-                },
+                expect: only({
+                  reply_matches: regex,
+                  reply_not_matches: regex,
+                  tool_called: only({ name: toolName, arguments: { type: 'object' } }, ['name']),
+                  tool_not_called: toolName,
+                  handoff: { type: 'boolean' },
+                  closed: { type: 'boolean' },
+                  answers: { type: 'object', additionalProperties: { type: 'string' } },
+                }),
               },
-            },
+              ['user'],
+            ),
           },
         },
-      },
+        ['name', 'turns'],
+      ),
     },
   },
-};
+  ['cases'],
+);
 /** Compiled on first use, not when the module loads (the server loads it; few processes check a suite). */
 let compiledSuite: ValidateFunction | undefined;
 const suiteValidator = (): ValidateFunction => (compiledSuite ??= new Ajv({ allErrors: true, strict: false }).compile(SUITE_SCHEMA));
@@ -150,12 +127,8 @@ function suiteProblems(value: unknown): { path: string[]; message: string }[] {
       const at = ['cases', String(ci), 'turns', String(ti), 'expect'];
       for (const key of ['reply_matches', 'reply_not_matches'] as const) {
         const pattern = turn.expect?.[key];
-        if (pattern === undefined) continue;
-        try {
-          new RegExp(pattern, 'i');
-        } catch {
+        if (pattern !== undefined && !compileRegExp(pattern, 'i'))
           found.push({ path: [...at, key], message: 'is not a valid regular expression' });
-        }
       }
       const schema = turn.expect?.tool_called?.arguments;
       if (schema) {
@@ -200,13 +173,6 @@ export function parseSuite(text: string): Suite {
   return value as unknown as Suite;
 }
 
-/** Checks a suite given as a value (the API's JSON body); problems name their path. */
-export function checkSuite(value: unknown): Suite {
-  const problems = suiteProblems(value);
-  if (problems.length > 0) throw new SuiteError(problems.map((p) => ({ path: p.path.join('.'), message: p.message })));
-  return value as unknown as Suite;
-}
-
 export interface TurnReport {
   user: string;
   reply: string | null;
@@ -235,8 +201,6 @@ export interface SuiteReport {
 export interface SuiteOptions {
   runtime: AgentRuntime;
   agent: Agent & { organisation_id: string };
-  /** The analysis of a finished case's conversation, when the server analyses conversations. */
-  analyse?: (conversation: Conversation, agent: Agent, history: Item[]) => Promise<Record<string, unknown> | undefined>;
 }
 
 /** Runs every case, one after the other (a model endpoint is usually rate-limited), and reports each. */
@@ -269,11 +233,15 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
   };
   let state: WorkflowState = {};
   const history: Item[] = [];
+  /** An item of the case's conversation, added to its history. */
+  const say = (role: string, content: string, item_id: string) => {
+    const said = { id: randomUUID(), item_id, role, modality: voice ? 'audio' : 'text', content, content_index: history.length };
+    history.push(said);
+    return said;
+  };
   const failures: CaseReport['failures'] = [];
   const turns: TurnReport[] = [];
-  const mocks = suite.mock_tools ?? {};
-  const callDeclared = async (tool: { name: string }): Promise<ToolOutcome | undefined> =>
-    Object.hasOwn(mocks, tool.name) ? { ok: true, status: 200, result: JSON.stringify(mocks[tool.name]) } : undefined;
+  const callDeclared = mockTools(suite.mock_tools ?? {});
 
   for (const [index, turnSpec] of spec.turns.entries()) {
     const number = index + 1;
@@ -285,15 +253,7 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
       });
       break;
     }
-    const item: Item = {
-      id: randomUUID(),
-      item_id: `test_${number}`,
-      role: 'user',
-      modality: voice ? 'audio' : 'text',
-      content: turnSpec.user,
-      content_index: history.length,
-    };
-    history.push(item);
+    const item = say('user', turnSpec.user, `test_${number}`);
     let result: Awaited<ReturnType<AgentRuntime['turn']>>;
     try {
       result = await options.runtime.turn(conversation, options.agent, state, item, { history, callDeclared });
@@ -303,15 +263,7 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
     }
     state = result.state;
     Object.assign(conversation.metadata, result.answers);
-    if (result.reply)
-      history.push({
-        ...item,
-        id: randomUUID(),
-        item_id: `reply_${number}`,
-        role: 'assistant',
-        content: result.reply.content,
-        content_index: history.length,
-      });
+    if (result.reply) say('assistant', result.reply.content, `reply_${number}`);
     if (result.handoff) conversation.status = 'pending';
     else if (result.close) conversation.status = 'closed';
     const report: TurnReport = {
@@ -325,40 +277,29 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
     for (const failure of checkTurn(turnSpec.expect ?? {}, report, conversation.metadata)) failures.push({ turn: number, ...failure });
   }
 
-  if (spec.analysis && failures.length === 0) {
-    const analysis = options.analyse ? await options.analyse(conversation, options.agent, history) : undefined;
-    if (!analysis) {
-      failures.push({
-        expectation: 'analysis',
-        message: options.analyse
-          ? 'No analysis was made (no model configured, or the agent has no analysis schema).'
-          : 'This server does not analyse conversations: analysis expectations cannot be checked.',
-      });
-    } else {
-      const data = (analysis.data ?? {}) as Record<string, unknown>;
-      for (const [field, wanted] of Object.entries(spec.analysis)) {
-        const got = field in data ? data[field] : analysis[field];
-        if (JSON.stringify(got) !== JSON.stringify(wanted))
-          failures.push({ expectation: `analysis.${field}`, message: `expected ${JSON.stringify(wanted)}, got ${JSON.stringify(got)}` });
-      }
-    }
-  }
+  // A suite's conversation is never closed and stored, so the analyst never sees it.
+  if (spec.analysis && failures.length === 0)
+    failures.push({
+      expectation: 'analysis',
+      message: 'This server does not analyse conversations: analysis expectations cannot be checked.',
+    });
   return { name: spec.name, passed: failures.length === 0, duration_ms: Math.round(performance.now() - started), failures, turns };
 }
 
 function checkTurn(expect: TurnExpectation, turn: TurnReport, metadata: Record<string, unknown>) {
   const failures: { expectation: string; message: string }[] = [];
   const reply = turn.reply ?? '';
-  if (expect.reply_matches !== undefined && !new RegExp(expect.reply_matches, 'i').test(reply))
-    failures.push({
-      expectation: 'reply_matches',
-      message: `the reply ${JSON.stringify(reply.slice(0, 300))} does not match /${expect.reply_matches}/i`,
-    });
-  if (expect.reply_not_matches !== undefined && new RegExp(expect.reply_not_matches, 'i').test(reply))
-    failures.push({
-      expectation: 'reply_not_matches',
-      message: `the reply ${JSON.stringify(reply.slice(0, 300))} matches /${expect.reply_not_matches}/i`,
-    });
+  for (const [key, wanted] of [
+    ['reply_matches', true],
+    ['reply_not_matches', false],
+  ] as const) {
+    const pattern = expect[key];
+    if (pattern !== undefined && new RegExp(pattern, 'i').test(reply) !== wanted)
+      failures.push({
+        expectation: key,
+        message: `the reply ${JSON.stringify(reply.slice(0, 300))} ${wanted ? 'does not match' : 'matches'} /${pattern}/i`,
+      });
+  }
   if (expect.tool_called) {
     const { name, arguments: schema } = expect.tool_called;
     const calls = turn.tools.filter((t) => t.name === name);
@@ -453,8 +394,7 @@ export async function loadAgent(
   organisationId: string,
   agentId: string,
 ): Promise<(Agent & { organisation_id: string }) | undefined> {
-  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-  if (!UUID.test(agentId)) return undefined;
+  if (!UUID_PATTERN.test(agentId)) return undefined;
   const row = await db
     .selectFrom('ai_agents')
     .select(['id', 'organisation_id', 'published', 'name', 'tone', 'languages', 'workflow', 'system_prompt', 'safety_guardrails'])
@@ -472,20 +412,14 @@ export function agentTestsService(db: Db, services: AppServices, config: Config)
   return async (organisationId, agentId, value) => {
     const agent = await loadAgent(db, organisationId, agentId);
     if (!agent) throw ApiError.of('invalid_attribute', 'No such AI agent.', { pointer: '/data/attributes/ai_agent_id' });
-    let suite: Suite;
-    try {
-      suite = checkSuite(value);
-    } catch (error) {
-      if (!(error instanceof SuiteError)) throw error;
+    // Each problem of the suite given as JSON at its path (`suite.cases.0.name`).
+    const problems = suiteProblems(value).map((p) => ({ at: ['suite', ...p.path].join('.'), message: p.message }));
+    if (problems.length > 0)
       throw new ApiError(
-        error.problems.map((p) =>
-          errorObject('invalid_attribute', `\`suite${p.path ? `.${p.path}` : ''}\` ${p.message}.`, {
-            pointer: `/data/attributes/suite${p.path ? `/${p.path.replaceAll('.', '/')}` : ''}`,
-          }),
+        problems.map(({ at, message }) =>
+          errorObject('invalid_attribute', `\`${at}\` ${message}.`, { pointer: `/data/attributes/${at.replaceAll('.', '/')}` }),
         ),
       );
-    }
-    const runtime = new AgentRuntime({ db, services, config });
-    return runSuite(suite, { runtime, agent });
+    return runSuite(value as Suite, { runtime: new AgentRuntime({ db, services, config }), agent });
   };
 }

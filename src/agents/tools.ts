@@ -1,23 +1,17 @@
 /**
- * The agents' tools (docs/agents.md, "Tools"): the built-in ones, in `BUILT_IN_TOOLS` below (one entry each:
- * what the model sees and what a call does), and the ones an agent's `workflow.tools` declares, which are
- * POSTed to the organisation's own HTTPS endpoints, signed as webhooks are (Standard Webhooks, with the
- * organisation's tool secret), under the same address rules.
- *
- * A call never reaches its tool unless its name is offered to this conversation and its arguments are a JSON
- * object valid against the tool's `parameters`: otherwise the model is told why, and nothing is sent. What a
- * tool answers is read up to `TOOL_RESPONSE_MAX_BYTES`; a longer answer, a failure (non-2xx, timeout, refused
- * address) or an answer that is not JSON is a failed call, and the model is told so once: the same tool is
- * not called again in that turn.
+ * The agents' tools (docs/agents.md, "Tools"): the built-in ones in `BUILT_IN_TOOLS`, and those an agent's
+ * `workflow.tools` declares, POSTed to the organisation's own HTTPS endpoints, signed as webhooks are, under the
+ * same address rules. A call reaches its tool only when its name is offered and its arguments are valid against
+ * its `parameters`; a tool that failed is not called again in that turn (the model is told once).
  */
 import { randomUUID } from 'node:crypto';
-import { sql } from 'kysely';
+import { type Selectable, sql } from 'kysely';
 import type { FunctionDefinition } from 'openai/resources/shared';
 import type { ChatCompletionTool } from 'openai/resources/chat/completions';
 import type { Config } from '../config/index.js';
-import type { Db } from '../db/schema.js';
-import { formatHits, type KnowledgeHit, MAX_SEARCHES_PER_TURN, SEARCH_KNOWLEDGE_DEFINITION, searchKnowledge } from './knowledge.js';
-import { BUILT_IN_TOOL_NAMES, compileParameters, TOOL_TIMEOUT_MS, type WorkflowTool } from '../resources/ai-agent-workflow.js';
+import type { Db, Schema } from '../db/schema.js';
+import { formatHits, type KnowledgeHit, MAX_SEARCHES_PER_TURN, searchKnowledge } from './knowledge.js';
+import { type BUILT_IN_TOOL_NAMES, compileParameters, TOOL_TIMEOUT_MS, type WorkflowTool } from '../resources/ai-agent-workflow.js';
 import { newWebhookSecret } from '../resources/webhook-endpoint.js';
 import { signedPost } from '../resources/webhook-url.js';
 import type { ToolCall } from './llm.js';
@@ -36,12 +30,7 @@ const USER_AGENT = 'Parley-Tools/1';
 const E164 = /^\+[1-9]\d{6,14}$/;
 
 /** What the conversation is, for the tools that depend on it. */
-export interface ToolConversation {
-  id: string;
-  organisation_id: string;
-  channel: string;
-  mode: string;
-}
+export type ToolConversation = Pick<Selectable<Schema['conversations']>, 'id' | 'organisation_id' | 'channel' | 'mode'>;
 
 /** What a call does to the turn, beyond its answer to the model. */
 export type ToolEffect =
@@ -81,12 +70,17 @@ export interface ToolEnvironment {
 
 export interface BuiltInTool {
   definition: FunctionDefinition;
-  /** Whether the model is offered it in this conversation (default: always). */
-  offered?: (conversation: ToolConversation) => boolean;
   run: (args: Record<string, unknown>, env: ToolEnvironment) => Promise<ToolOutcome> | ToolOutcome;
 }
 
-const isCall = (c: ToolConversation) => c.channel === 'voice' || c.mode === 'voice';
+export const isCall = (c: ToolConversation) => c.channel === 'voice' || c.mode === 'voice';
+
+/** The call's `reason`, trimmed and cut to `max` characters; `otherwise` when it gave none. */
+const reasonOf = (args: Record<string, unknown>, max: number, otherwise: string) =>
+  typeof args.reason === 'string' && args.reason.trim() !== '' ? args.reason.trim().slice(0, max) : otherwise;
+
+/** A call refused before anything was done; `result` tells the model why. */
+const refused = (result: string): ToolOutcome => ({ ok: false, refused: true, result });
 
 /**
  * The built-in tools, by name. Adding one: an entry here (its JSON Schema is checked against the model's
@@ -106,10 +100,7 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
       },
     },
     run: (args) => {
-      const reason =
-        typeof args.reason === 'string' && args.reason.trim() !== ''
-          ? args.reason.trim().slice(0, 500)
-          : 'The model asked for an operator.';
+      const reason = reasonOf(args, 500, 'The model asked for an operator.');
       return { ok: true, result: 'Handed to an operator.', effect: { kind: 'handoff', reason, rule: 'model_tool' }, final: true };
     },
   },
@@ -147,11 +138,7 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     },
     run: async (args, env) => {
       if (!isCall(env.conversation))
-        return {
-          ok: false,
-          refused: true,
-          result: 'transfer_call works on phone calls only; this is a chat. Offer handoff_to_operator instead.',
-        };
+        return refused('transfer_call works on phone calls only; this is a chat. Offer handoff_to_operator instead.');
       const to = String(args.to).trim();
       let target: TransferTarget;
       if (E164.test(to)) target = { kind: 'number', to };
@@ -167,14 +154,8 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
       }
       // The turn ends here: its reply is spoken, then the voice runtime REFERs the caller to the target
       // (src/voice/runtime.ts, the same path as a handoff to an operator's phone).
-      const reason =
-        typeof args.reason === 'string' && args.reason.trim() ? args.reason.trim().slice(0, 400) : `Transfer requested to ${to}.`;
-      return {
-        ok: true,
-        result: `Transferring the call to ${to}.`,
-        effect: { kind: 'transfer', reason, target },
-        final: true,
-      };
+      const reason = reasonOf(args, 400, `Transfer requested to ${to}.`);
+      return { ok: true, result: `Transferring the call to ${to}.`, effect: { kind: 'transfer', reason, target }, final: true };
     },
   },
   store_answer: {
@@ -200,35 +181,47 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     },
   },
   search_knowledge: {
-    definition: SEARCH_KNOWLEDGE_DEFINITION,
+    // Offered when the agent's knowledge mode is `tool` (docs/agents.md, "Knowledge").
+    definition: {
+      name: 'search_knowledge',
+      description:
+        "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
+      parameters: {
+        type: 'object',
+        properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
+        required: ['query'],
+        additionalProperties: false,
+      },
+    },
     run: async (args, env) => {
       const knowledge = env.knowledge;
-      if (!knowledge) return { ok: false, refused: true, result: 'This agent has no knowledge base to search.' };
+      if (!knowledge) return refused('This agent has no knowledge base to search.');
       if (knowledge.searches >= MAX_SEARCHES_PER_TURN)
-        return { ok: false, refused: true, result: 'No more searches in this turn: answer from what you found, or say you do not know.' };
+        return refused('No more searches in this turn: answer from what you found, or say you do not know.');
       knowledge.searches += 1;
       const query = String(args.query).trim();
-      if (query === '') return { ok: false, refused: true, result: 'search_knowledge needs a non-empty `query`.' };
+      if (query === '') return refused('search_knowledge needs a non-empty `query`.');
       const hits = await searchKnowledge(env.db, env.conversation.organisation_id, knowledge.agentId, query, knowledge.maxResults);
       knowledge.found.push(...hits);
       return { ok: true, result: formatHits(hits) };
     },
   },
-};
+} satisfies Record<(typeof BUILT_IN_TOOL_NAMES)[number], BuiltInTool>;
 
-for (const name of Object.keys(BUILT_IN_TOOLS))
-  if (!(BUILT_IN_TOOL_NAMES as readonly string[]).includes(name)) throw new Error(`built-in tool ${name} is not in BUILT_IN_TOOL_NAMES`);
+/** The tools offered to the model: the built-in ones (search_knowledge only with `search`), then the agent's own. */
+export function offeredTools(declared: WorkflowTool[], search: boolean): ChatCompletionTool[] {
+  return [
+    ...Object.values(BUILT_IN_TOOLS)
+      .map((t) => t.definition)
+      .filter((d) => search || d.name !== 'search_knowledge'),
+    ...declared.map((t) => ({ name: t.name, description: t.description, parameters: t.parameters })),
+  ].map((definition) => ({ type: 'function' as const, function: definition }));
+}
 
-/** The tools offered to the model in this conversation: the built-in ones that apply, then the agent's own. */
-export function offeredTools(declared: WorkflowTool[] | undefined, conversation: ToolConversation): ChatCompletionTool[] {
-  const builtIn = Object.values(BUILT_IN_TOOLS)
-    .filter((t) => t.offered?.(conversation) ?? true)
-    .map((t) => ({ type: 'function' as const, function: t.definition }));
-  const own = (declared ?? []).map((t) => ({
-    type: 'function' as const,
-    function: { name: t.name, description: t.description, parameters: t.parameters },
-  }));
-  return [...builtIn, ...own];
+/** Answers the tools named in `mocks` with their values instead of calling them (`agent run --mock-tools`, `mock_tools`). */
+export function mockTools(mocks: Record<string, unknown>): ToolEnvironment['callDeclared'] {
+  return async (tool) =>
+    Object.hasOwn(mocks, tool.name) ? { ok: true, status: 200, result: JSON.stringify(mocks[tool.name]) } : undefined;
 }
 
 /** The organisation's secret for signing tool calls, made on first use. */
@@ -253,30 +246,19 @@ export async function runToolCall(
 ): Promise<ToolOutcome> {
   const builtIn = BUILT_IN_TOOLS[call.name];
   const own = builtIn ? undefined : declared?.find((t) => t.name === call.name);
-  if ((!builtIn || !(builtIn.offered?.(env.conversation) ?? true)) && !own)
-    return { ok: false, refused: true, result: `There is no tool named ${call.name}. Use only the tools you were given.` };
-  if (call.invalidArguments !== undefined)
-    return { ok: false, refused: true, result: `The arguments of ${call.name} must be a JSON object; nothing was done.` };
+  if (!builtIn && !own) return refused(`There is no tool named ${call.name}. Use only the tools you were given.`);
+  if (call.invalidArguments !== undefined) return refused(`The arguments of ${call.name} must be a JSON object; nothing was done.`);
   const validate = compileParameters(builtIn ? builtIn.definition.parameters : own!.parameters);
-  if (typeof validate === 'string')
-    return { ok: false, refused: true, result: `${call.name} cannot be called: its parameters ${validate}.` };
+  if (typeof validate === 'string') return refused(`${call.name} cannot be called: its parameters ${validate}.`);
   if (!validate(call.arguments)) {
     const why = (validate.errors ?? [])
       .slice(0, 5)
       .map((e) => `${e.instancePath || '(arguments)'} ${e.message ?? 'is invalid'}`)
       .join('; ');
-    return {
-      ok: false,
-      refused: true,
-      result: `The arguments of ${call.name} are not valid: ${why}. Nothing was done; correct them or ask the user.`,
-    };
+    return refused(`The arguments of ${call.name} are not valid: ${why}. Nothing was done; correct them or ask the user.`);
   }
   if (failed.has(call.name))
-    return {
-      ok: false,
-      refused: true,
-      result: `${call.name} failed earlier in this turn and is not called again. Tell the user it cannot be done right now.`,
-    };
+    return refused(`${call.name} failed earlier in this turn and is not called again. Tell the user it cannot be done right now.`);
   if (builtIn) return builtIn.run(call.arguments, env);
   let outcome = await env.callDeclared?.(own!, call.arguments);
   if (!outcome) {

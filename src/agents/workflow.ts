@@ -1,19 +1,8 @@
 /**
- * The workflow interpreter: given the agent's workflow (its JSON Schema is in
- * src/resources/ai-agent-workflow.ts; docs/agents.md), where the conversation
- * stands in it, and the user's new message, decides what this turn does. The
- * interpreter is pure; the runtime carries out its decision (model call, items,
- * metadata) and stores the new state with the reply, in one transaction.
- *
- * A turn answers one user item. Steps run in order from where the conversation
- * stands: `message` adds its text to the reply and goes on; `question` adds its
- * text and waits, and the next user message is stored as its answer in the
- * conversation's metadata under `store_as`; `model` hands the turn to the model
- * (for `max_turns` user messages, or for good); `handoff` (when its `when`
- * matches, or always without one) ends the turn with a handoff to an operator;
- * `end` adds its text and ends the workflow (closing the conversation with
- * `close: true`). After the last step a configured model answers; with no model
- * the agent hands the conversation to an operator.
+ * The workflow interpreter (docs/agents.md, "The workflow", where each step is described; the JSON Schema is in
+ * src/resources/ai-agent-workflow.ts): given the agent's workflow, where the conversation stands in it, and the
+ * user's new message, decides what this turn does. The interpreter is pure; the runtime carries out its
+ * decision (model call, items, metadata) and stores the new state with the reply, in one transaction.
  */
 import type { Workflow, WorkflowStep } from '../resources/ai-agent-workflow.js';
 
@@ -68,6 +57,7 @@ export function planTurn(input: {
     delete state.awaiting;
   }
   const texts: string[] = [];
+  const plan = (decision: TurnDecision, next: WorkflowState): TurnPlan => ({ decision, answers, state: next });
   let index = state.step ?? 0;
   while (!state.ended && index < steps.length) {
     const step = steps[index];
@@ -78,11 +68,7 @@ export function planTurn(input: {
         continue;
       case 'question':
         texts.push(step.text);
-        return {
-          decision: { kind: 'scripted', texts, close: false },
-          answers,
-          state: { ...state, step: index + 1, awaiting: step.store_as },
-        };
+        return plan({ kind: 'scripted', texts, close: false }, { ...state, step: index + 1, awaiting: step.store_as });
       case 'model': {
         // Without a model, the scripted steps alone answer: a model step is passed over.
         if (!input.modelConfigured) {
@@ -92,7 +78,7 @@ export function planTurn(input: {
         const used = (state.model_turns ?? 0) + 1;
         const done = step.max_turns !== undefined && used >= step.max_turns;
         const next: WorkflowState = done ? { ...state, step: index + 1, model_turns: 0 } : { ...state, step: index, model_turns: used };
-        return { decision: { kind: 'model', texts, instructions: step.instructions }, answers, state: next };
+        return plan({ kind: 'model', texts, instructions: step.instructions }, next);
       }
       case 'handoff':
         if (!matches(step, input.message, metadata)) {
@@ -100,26 +86,17 @@ export function planTurn(input: {
           continue;
         }
         if (step.text) texts.push(step.text);
-        return {
-          decision: { kind: 'handoff', texts, reason: step.reason, rule: 'workflow' },
-          answers,
-          state: { ...state, step: index + 1 },
-        };
+        return plan({ kind: 'handoff', texts, reason: step.reason, rule: 'workflow' }, { ...state, step: index + 1 });
       case 'end':
         if (step.text) texts.push(step.text);
-        return {
-          decision: { kind: 'scripted', texts, close: step.close === true },
-          answers,
-          state: { ...state, step: index + 1, ended: true },
-        };
+        return plan({ kind: 'scripted', texts, close: step.close === true }, { ...state, step: index + 1, ended: true });
     }
   }
   const after: WorkflowState = { ...state, step: index };
-  if (texts.length > 0) return { decision: { kind: 'scripted', texts, close: false }, answers, state: after };
-  if (input.modelConfigured) return { decision: { kind: 'model', texts }, answers, state: after };
-  return {
-    decision: { kind: 'handoff', texts, reason: 'The agent has no scripted step left and no model is configured.', rule: 'no_model' },
-    answers,
-    state: after,
-  };
+  if (texts.length > 0) return plan({ kind: 'scripted', texts, close: false }, after);
+  if (input.modelConfigured) return plan({ kind: 'model', texts }, after);
+  return plan(
+    { kind: 'handoff', texts, reason: 'The agent has no scripted step left and no model is configured.', rule: 'no_model' },
+    after,
+  );
 }

@@ -29,15 +29,11 @@ const PEOPLE: { email: string; role: Role; full_name: string }[] = [
   { email: `ana@${DEMO_DOMAIN}`, role: 'operator', full_name: 'Ana Operator' },
   { email: `omar@${DEMO_DOMAIN}`, role: 'operator', full_name: 'Omar Operator' },
 ];
+const DEMO_EMAILS = PEOPLE.map((p) => p.email);
 
 /**
- * The demo agent's workflow (see docs/agents.md for the schema). With no model configured it answers with its
- * scripted steps (the `model` step is passed over) and hands off after two questions. With a model, the
- * `model` step answers the visitor's questions from the Parley FAQ (`DEMO_FAQ`, through `search_knowledge`,
- * cited in the reply's `metadata.sources`) for three turns before the handoff, and keeps an email address the
- * visitor gives with the built-in `store_answer` tool (in the conversation's metadata, where the console shows
- * it): a tool that works with no endpoint and no internet access (a declared tool would need an HTTPS endpoint of
- * the organisation's, which a demo does not have). The conversation's analysis then records its topic.
+ * The demo agent's workflow, and what it does with and without a model: docs/agents.md, "The workflow". Its one
+ * tool, `store_answer`, is built in: a declared tool would need an HTTPS endpoint of the organisation's.
  */
 export const DEMO_WORKFLOW = {
   steps: [
@@ -68,11 +64,8 @@ export const DEMO_WORKFLOW = {
   },
 };
 
-const minutesAgo = (m: number) => {
-  const date = new Date(Date.now() - m * 60_000);
-  date.setUTCMilliseconds(0);
-  return date;
-};
+/** `m` minutes ago, in whole seconds. */
+const minutesAgo = (m: number) => new Date(Math.floor((Date.now() - m * 60_000) / 1000) * 1000);
 const newPassword = () => randomBytes(9).toString('base64url');
 
 /** The softphone the demo's README instructions register as, and the demo agent's number (Ofcom's drama range). */
@@ -85,10 +78,7 @@ async function demoPhone(records: Records, org: string, agentId: string, sipUser
   const password = randomBytes(12).toString('base64url');
   const written = sipUserId
     ? await records.update(actor, 'SipUser', sipUserId, { sip_password: password })
-    : await records.create(actor, 'SipUser', {
-        sip_username: DEMO_PHONE_USER,
-        sip_password: password,
-      });
+    : await records.create(actor, 'SipUser', { sip_username: DEMO_PHONE_USER, sip_password: password });
   // `sip:demo-phone@<the organisation's domain>`, under the SIP_DOMAIN `sip serve` last started with.
   const uri = String(written.record.attributes.sip_uri);
   return {
@@ -101,9 +91,8 @@ async function demoPhone(records: Records, org: string, agentId: string, sipUser
 }
 
 /**
- * Seeds the demo organisation in one transaction (a failure leaves nothing
- * behind). When it exists already, its users get new passwords and it gets new
- * keys (the old demo keys are revoked), so the credentials can be printed again.
+ * Seeds the demo organisation in one transaction (a failure leaves nothing behind). When it exists already, its users
+ * get new passwords and it gets new keys (the old demo keys are revoked), so the credentials can be printed again.
  */
 export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
   // Read before the transaction: the embedded database has one connection, which the transaction holds.
@@ -111,11 +100,7 @@ export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
     .selectFrom('users')
     .innerJoin('memberships', 'memberships.user_id', 'users.id')
     .select(['users.id', 'users.email', 'memberships.organisation_id'])
-    .where(
-      'users.email',
-      'in',
-      PEOPLE.map((p) => p.email),
-    )
+    .where('users.email', 'in', DEMO_EMAILS)
     .execute();
   if (members.length === 0) return records.transaction((tx) => seedDemoIn(tx));
   const org = members[0].organisation_id;
@@ -139,12 +124,7 @@ export async function seedDemo(db: Db, records: Records): Promise<DemoResult> {
     .where('revoked_at', 'is', null)
     .execute();
   return records.transaction(async (tx) => {
-    const result = await resetDemo(
-      tx,
-      org,
-      members,
-      oldKeys.map((k) => k.id),
-    );
+    const result = await resetDemo(tx, org, members, oldKeys);
     return agent ? { ...result, phone: await demoPhone(tx, org, agent.id, phone?.id) } : result;
   });
 }
@@ -155,7 +135,8 @@ async function issueKeys(records: Records, organisationId: string, ownerId: stri
   return { publishable_key: publishable.token, secret_key: secret.token };
 }
 
-async function resetDemo(records: Records, org: string, members: { id: string; email: string }[], oldKeys: string[]): Promise<DemoResult> {
+type Row = { id: string };
+async function resetDemo(records: Records, org: string, members: (Row & { email: string })[], oldKeys: Row[]): Promise<DemoResult> {
   const actor = systemActor(org, 'demo');
   const users = [];
   let ownerId = '';
@@ -167,7 +148,7 @@ async function resetDemo(records: Records, org: string, members: { id: string; e
     if (person.role === 'owner') ownerId = member.id;
     users.push({ ...person, password });
   }
-  for (const id of oldKeys) await records.update(actor, 'ApiKey', id, { revoked_at: new Date() });
+  for (const { id } of oldKeys) await records.update(actor, 'ApiKey', id, { revoked_at: new Date() });
   return { organisation_id: org, ...(await issueKeys(records, org, ownerId)), users, reset: true };
 }
 
@@ -177,9 +158,8 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
   const actor = systemActor(org, 'demo');
   const people = PEOPLE.map((p) => ({ ...p, password: newPassword() }));
   const users = [];
-  for (const person of people) {
+  for (const person of people)
     users.push(await createUserInOrganisation(records, { ...person, organisationId: org, fullName: person.full_name }));
-  }
   const [owner, , ana, omar] = users;
   const keys = await issueKeys(records, org, owner.id);
 
@@ -213,17 +193,11 @@ async function seedDemoIn(records: Records): Promise<DemoResult> {
   await records.create(actor, 'PhoneNumber', { number: DEMO_AGENT_NUMBER, ai_agent_id: agent.id });
   const phone = await demoPhone(records, org, agent.id);
 
-  const sipUsers: string[] = [];
-  for (const [user, name] of [
-    [ana, 'ana'],
-    [omar, 'omar'],
-  ] as const) {
-    sipUsers.push((await records.create(actor, 'SipUser', { sip_username: name, user_id: user.id })).id);
-  }
+  const anaPhone = await records.create(actor, 'SipUser', { sip_username: 'ana', user_id: ana.id });
+  await records.create(actor, 'SipUser', { sip_username: 'omar', user_id: omar.id });
   // Ana's history: available, busy on a call, available again (each change an OperatorStatusEvent).
-  for (const status of ['available', 'busy', 'available']) {
-    await records.create(actor, 'OperatorStatus', { sip_user_id: sipUsers[0], status, source: 'widget' });
-  }
+  for (const status of ['available', 'busy', 'available'])
+    await records.create(actor, 'OperatorStatus', { sip_user_id: anaPhone.id, status, source: 'widget' });
 
   const conversations: string[] = [];
   const scripts = [
