@@ -307,6 +307,8 @@ describe('calling a declared tool', () => {
         toolCalls: [
           { name: 'lookup_order', arguments: { order: 'forty-two' } },
           { name: 'delete_everything', arguments: {} },
+          // A name that Object.prototype has is no tool either.
+          { name: 'constructor', arguments: {} },
         ],
       },
       { text: 'Which order number is it, in digits?' },
@@ -316,9 +318,11 @@ describe('calling a declared tool', () => {
     const results = toolMessages(seen + 1).map((m) => m.content);
     expect(results[0]).toMatch(/arguments of lookup_order are not valid: \/order must match pattern/);
     expect(results[1]).toBe('There is no tool named delete_everything. Use only the tools you were given.');
+    expect(results[2]).toBe('There is no tool named constructor. Use only the tools you were given.');
     expect(list.filter((i) => i.role === 'tool').map((i) => i.metadata.tool)).toEqual([
       expect.objectContaining({ name: 'lookup_order', ok: false, refused: true }),
       expect.objectContaining({ name: 'delete_everything', ok: false, refused: true }),
+      expect.objectContaining({ name: 'constructor', ok: false, refused: true }),
     ]);
     expect(list.at(-1)!.content).toBe('Which order number is it, in digits?');
   });

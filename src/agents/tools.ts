@@ -244,7 +244,8 @@ export async function runToolCall(
   /** The request's `webhook-id`: the same for the same call when a turn is run again (receivers deduplicate by it). */
   messageId: string = `tool_${randomUUID().replaceAll('-', '')}`,
 ): Promise<ToolOutcome> {
-  const builtIn = BUILT_IN_TOOLS[call.name];
+  // Own properties only: a model naming `constructor` or `toString` gets "no tool", not Object.prototype's member.
+  const builtIn = Object.hasOwn(BUILT_IN_TOOLS, call.name) ? BUILT_IN_TOOLS[call.name] : undefined;
   const own = builtIn ? undefined : declared?.find((t) => t.name === call.name);
   if (!builtIn && !own) return refused(`There is no tool named ${call.name}. Use only the tools you were given.`);
   if (call.invalidArguments !== undefined) return refused(`The arguments of ${call.name} must be a JSON object; nothing was done.`);
