@@ -26,6 +26,7 @@ import {
   type WriteOptions,
 } from './resource.js';
 import { KINDS } from './kinds.js';
+import { memo } from './memo.js';
 import { requirePermission, rowScope } from './scope.js';
 import { selectList } from './select.js';
 import { renderResource, type Row } from './serialize.js';
@@ -193,8 +194,9 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
           await resource.beforeInsert?.(ctx);
         }
         const written = [];
+        const render = plainRender(actor, resource);
         for (const result of await insertRecords(contexts)) {
-          const record = await plainRender(actor, resource)(trx, result);
+          const record = await render(trx, result);
           await emit(trx, actor, resource, 'created', result.id, record);
           written.push({ id: result.id, status: 201 as const, record });
         }
@@ -230,8 +232,9 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
           changes.map((c) => c.id),
         );
         const written = [];
+        const render = plainRender(actor, resource);
         for (const [i, { id }] of changes.entries()) {
-          const record = await plainRender(actor, resource)(trx, { id, status: 200, row: rows[i] });
+          const record = await render(trx, { id, status: 200, row: rows[i] });
           await emit(trx, actor, resource, 'updated', id, record);
           written.push({ id, status: 200 as const, record });
         }
@@ -357,7 +360,7 @@ async function updateRecords(contexts: ActionContext[], ids: string[]): Promise<
     const names = Object.keys(set).filter((name) => set[name] !== undefined);
     if (names.length === 0) throw new Error(`records: nothing to update in ${contexts[i].resource.type} ${ids[i]}`);
     const key = names.sort().join();
-    shapes.set(key, [...(shapes.get(key) ?? []), i]);
+    memo(shapes, key, () => []).push(i);
   }
   const rows: Row[] = [];
   for (const [key, indexes] of shapes) {

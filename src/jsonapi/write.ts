@@ -17,6 +17,7 @@ import { resourceJsonb } from './json-sql.js';
 import { KINDS } from './kinds.js';
 import { eventsWritten } from './outbox.js';
 import type { Reader } from './read.js';
+import { memo } from './memo.js';
 import { selectList } from './select.js';
 import { rowScope, tenancyScope } from './scope.js';
 
@@ -125,7 +126,7 @@ export async function insertRecords(list: ActionContext[]): Promise<(ActionResul
   const shapes = new Map<string, number[]>();
   for (const [i, row] of rows.entries()) {
     const key = Object.keys(row).sort().join();
-    shapes.set(key, [...(shapes.get(key) ?? []), i]);
+    memo(shapes, key, () => []).push(i);
   }
   const results: (ActionResult & { row: Row })[] = [];
   for (const [key, indexes] of shapes) {

@@ -12,6 +12,7 @@ import { sql } from 'kysely';
 import type { Database, Db } from '../db/schema.js';
 import { systemActor, type Actor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
+import { memo } from '../jsonapi/memo.js';
 import { TERMINAL_CALL_STATUSES } from '../resources/values.js';
 import { UUID_PATTERN as UUID } from '../jsonapi/validate.js';
 
@@ -606,8 +607,7 @@ export class CallEvents {
    */
   private async writeRecords(records: Records, states: CallState[], users: Map<string, SipUserRow>): Promise<void> {
     const byOrganisation = new Map<string, CallState[]>();
-    for (const state of states.filter(changed))
-      byOrganisation.set(state.organisationId, [...(byOrganisation.get(state.organisationId) ?? []), state]);
+    for (const state of states.filter(changed)) memo(byOrganisation, state.organisationId, () => []).push(state);
     for (const [organisationId, list] of byOrganisation) {
       const actor = systemActor(organisationId, 'sip');
       const creates = list.filter((state) => state.create);

@@ -6,6 +6,7 @@
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/schema.js';
+import { memo } from '../jsonapi/memo.js';
 import { type CallEvent, type CallEvents, parseCallEvent } from './call-events.js';
 
 export const CALL_EVENT_CHANNEL = 'sip_call_events';
@@ -167,7 +168,7 @@ export class CallEventQueue {
     for (const row of rows) {
       const parsed = this.parseRow(row);
       if (!parsed.event) throw new Error(`call event ${row.id} is not valid: ${parsed.problems.join('; ')}`);
-      calls.set(row.call_key, [...(calls.get(row.call_key) ?? []), parsed.event]);
+      memo(calls, row.call_key, () => []).push(parsed.event);
     }
     return [...calls.values()];
   }
@@ -220,7 +221,7 @@ export class CallEventQueue {
 
   private async applyBatch(rows: Row[]): Promise<number> {
     const calls = new Map<string, Row[]>();
-    for (const row of rows) calls.set(row.call_key, [...(calls.get(row.call_key) ?? []), row]);
+    for (const row of rows) memo(calls, row.call_key, () => []).push(row);
     const done: string[] = [];
     // Each call's rows read and validated; a row that is not a valid event is kept out here.
     const groups: Valid[][] = [];
