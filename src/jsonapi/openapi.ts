@@ -2,8 +2,8 @@
 import { KINDS, operatorProblem, type Schema } from './kinds.js';
 import { EVENT_ACTIONS } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
-import { DEFAULT_QUERY_LIMITS, filterableAttribute, includePaths, sortableNames } from './query/parse.js';
-import { MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES } from './query/parse.js';
+import { filterableAttribute, includePaths, sortableNames } from './query/parse.js';
+import { MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES, PAGE_LIMITS } from './query/parse.js';
 import { FILTER_OPERATORS } from './query/types.js';
 import { inputSpec, writableLinkage } from './validate.js';
 import { fieldNames, readableAttributes, type AttributeDef, type CustomAction, type Registry, type ResourceDef } from './resource.js';
@@ -323,12 +323,12 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
     ),
     queryParameter(
       'page[limit]',
-      { type: 'integer', minimum: 1, default: DEFAULT_QUERY_LIMITS.defaultLimit },
-      `Page size; any larger value is clamped to ${DEFAULT_QUERY_LIMITS.maxLimit}.`,
+      { type: 'integer', minimum: 1, default: PAGE_LIMITS.defaultLimit },
+      `Page size; any larger value is clamped to ${PAGE_LIMITS.maxLimit}.`,
     ),
     queryParameter(
       'page[offset]',
-      { type: 'integer', minimum: 0, maximum: DEFAULT_QUERY_LIMITS.maxOffset },
+      { type: 'integer', minimum: 0, maximum: PAGE_LIMITS.maxOffset },
       'Offset paging; not with page[after] or page[before].',
     ),
     queryParameter(

@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RawBuilder } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import { ApiError, notFound, unauthenticated } from './errors.js';
-import { parseQuery, type QueryLimits, type Registry } from './query/parse.js';
+import { parseQuery, type Registry } from './query/parse.js';
 import { cursorCodec, type CursorCodec } from './query/cursor.js';
 import { cursorFromRow } from './query/sql.js';
 import type { ParsedQuery } from './query/types.js';
@@ -21,7 +21,6 @@ import type { AppServices } from './services.js';
 
 export interface EngineOptions extends AppServices {
   database: DatabaseHandle;
-  limits?: QueryLimits;
 }
 
 type Query = Record<string, unknown>;
@@ -38,7 +37,6 @@ function baseUrl(request: FastifyRequest, options: EngineOptions): string {
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
   const registry = buildRegistry(resources);
   const db = options.database.db;
-  const queryOptions = { limits: options.limits };
 
   const records: Records = options.records ?? createRecords({ db, registry, services: options });
 
@@ -88,7 +86,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
   ) {
     const { principal, reader } = context(request);
     requirePermission(resource, principal, 'read');
-    const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+    const query = parseQuery(request.query as Query, resource, registry, 'single');
     const id = idOf(principal);
     if (!id) throw notFound();
     const ctx = renderContext(request, principal, query);
@@ -106,7 +104,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const { principal, reader } = context(request);
     // Cursors are bound to the caller's organisation: another organisation's cursor does not verify.
     const cursors = cursorCodec(options.signingKey, principal.organisationId);
-    const query = parseQuery(request.query as Query, resource, registry, 'list', { ...queryOptions, cursors });
+    const query = parseQuery(request.query as Query, resource, registry, 'list', { cursors });
     const result = await listRows(reader, resource, query, within);
     const ctx = renderContext(request, principal, query);
     const page: Record<string, unknown> = { limit: query.page.limit };
@@ -141,7 +139,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       if (relationship.cardinality === 'many') {
         return listPage(request, reply, related, `/api/${resource.path}/${id}/${name}`, relatedRowsOf(relationship, id));
       }
-      const query = parseQuery(request.query as Query, related, registry, 'single', queryOptions);
+      const query = parseQuery(request.query as Query, related, registry, 'single');
       const relatedId = relationship.resolve ? relationship.resolve(principal) : parent[linkageColumn(name)];
       const row = relatedId ? await fetchById(reader, related, String(relatedId)) : undefined;
       if (!row) return document(null, [], {}, { self });
@@ -211,7 +209,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       app.post(collection, visitorMay('create'), async (request, reply) => {
         const { principal, actor } = context(request);
         requirePermission(resource, principal, 'create');
-        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+        const query = parseQuery(request.query as Query, resource, registry, 'single');
         const { validated, relocate } = body(request, 'create');
         const render: RenderWritten<Record<string, unknown>> = (trx, result) =>
           single(request, resource, result.id, query, {}, trx, result);
@@ -226,7 +224,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         const { principal, actor } = context(request);
         requirePermission(resource, principal, 'read');
         const id = idParam(request);
-        const query = parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+        const query = parseQuery(request.query as Query, resource, registry, 'single');
         // The service answers 404 for an invisible record before 403, and both before the body's own problems.
         const { validated, relocate } = body(request, 'update', id);
         const render: RenderWritten<Record<string, unknown>> = (trx) => single(request, resource, id, query, {}, trx);
@@ -241,7 +239,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
         const { principal, actor } = context(request);
         requirePermission(resource, principal, 'read');
         const id = idParam(request);
-        parseQuery(request.query as Query, resource, registry, 'delete', queryOptions);
+        parseQuery(request.query as Query, resource, registry, 'delete');
         const { removed } = await records.delete(actor, resource.type, id);
         // 200 with a meta-only document (JSON:API 1.1 section 9.3.3), so the exact counts of a cascade are told.
         return { meta: { removed }, jsonapi: { version: '1.0' } };
@@ -277,7 +275,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       const { actor } = context(request);
       const id = action.member ? idParam(request) : undefined;
       // A member action reads its query like a PATCH (before the 404); a collection action after its role check.
-      const readQuery = () => parseQuery(request.query as Query, resource, registry, 'single', queryOptions);
+      const readQuery = () => parseQuery(request.query as Query, resource, registry, 'single');
       let query = action.member ? readQuery() : undefined;
       const body = () => {
         query ??= readQuery();

@@ -19,16 +19,10 @@ import {
 
 export type { Registry };
 
-export interface QueryLimits {
-  defaultLimit: number;
-  maxLimit: number;
-  maxOffset: number;
-}
-
-export const DEFAULT_QUERY_LIMITS: QueryLimits = { defaultLimit: 25, maxLimit: 100, maxOffset: 10_000 };
+/** Page sizes and offsets, read by the parser and stated in the OpenAPI document. */
+export const PAGE_LIMITS = { defaultLimit: 25, maxLimit: 100, maxOffset: 10_000 } as const;
 
 export interface QueryOptions {
-  limits?: QueryLimits;
   /** Verifies page[after] / page[before]; lists need it. */
   cursors?: CursorCodec;
 }
@@ -65,7 +59,7 @@ export function parseQuery(
   resource: ResourceDef,
   registry: Registry,
   kind: 'list' | 'single' | 'delete',
-  { limits = DEFAULT_QUERY_LIMITS, cursors }: QueryOptions = {},
+  { cursors }: QueryOptions = {},
 ): ParsedQuery {
   const problems = new Problems();
   const allowed = kind === 'list' ? ['include', 'fields', 'filter', 'sort', 'page'] : kind === 'single' ? ['include', 'fields'] : [];
@@ -76,7 +70,7 @@ export function parseQuery(
   const fields = parseFields(raw.fields, registry, problems);
   const filter = kind === 'list' && raw.filter !== undefined ? parseFilter(raw.filter, resource, problems) : undefined;
   const sort = parseSort(kind === 'list' ? raw.sort : undefined, resource, problems);
-  const page = parsePage(kind === 'list' ? raw.page : undefined, sort, { limits, cursors }, problems);
+  const page = parsePage(kind === 'list' ? raw.page : undefined, sort, cursors, problems);
   if (problems.list.length > 0) throw new ApiError(problems.list);
   return { include, fields, filter, sort, page };
 }
@@ -301,13 +295,8 @@ const SORT_PREFIXES: Record<string, Pick<SortKey, 'direction' | 'nulls'>> = {
   '--': { direction: 'desc', nulls: 'last' },
 };
 
-function parsePage(
-  value: unknown,
-  sort: SortKey[],
-  { limits, cursors }: Required<Pick<QueryOptions, 'limits'>> & QueryOptions,
-  problems: Problems,
-): PageParams {
-  const page: PageParams = { limit: limits.defaultLimit, count: false };
+function parsePage(value: unknown, sort: SortKey[], cursors: CursorCodec | undefined, problems: Problems): PageParams {
+  const page: PageParams = { limit: PAGE_LIMITS.defaultLimit, count: false };
   if (value === undefined) return page;
   if (!isPlainObject(value)) {
     problems.add('invalid_pagination', 'page', '`page` takes page[limit], page[offset], page[after], page[before] and page[count].');
@@ -321,13 +310,13 @@ function parsePage(
         // Any positive integer, however long, is clamped to the maximum (it only asks for "as many as allowed").
         const limit = text !== undefined && /^\d+$/.test(text) ? Number(text) : NaN;
         if (!(limit >= 1)) problems.add('invalid_pagination', parameter, '`page[limit]` must be a positive integer.');
-        else page.limit = Math.min(limit, limits.maxLimit);
+        else page.limit = Math.min(limit, PAGE_LIMITS.maxLimit);
         break;
       }
       case 'offset': {
         const offset = text !== undefined && /^\d{1,9}$/.test(text) ? Number(text) : NaN;
-        if (!(offset >= 0 && offset <= limits.maxOffset)) {
-          problems.add('invalid_pagination', parameter, `\`page[offset]\` must be an integer from 0 to ${limits.maxOffset}.`);
+        if (!(offset >= 0 && offset <= PAGE_LIMITS.maxOffset)) {
+          problems.add('invalid_pagination', parameter, `\`page[offset]\` must be an integer from 0 to ${PAGE_LIMITS.maxOffset}.`);
         } else page.offset = offset;
         break;
       }
