@@ -14,21 +14,8 @@ import { queueEvent, type EventAction } from './outbox.js';
 import { ApiError, errorObject, forbidden, notFound, type ErrorObject } from './errors.js';
 import { ROLES } from './principal.js';
 import { fetchById, type Reader } from './read.js';
-import {
-  columnOf,
-  type ActionContext,
-  type ActionResult,
-  type AppServices,
-  type Records,
-  type Registry,
-  type RenderWritten,
-  type ResourceDef,
-  type WriteOptions,
-} from './resource.js';
-import { KINDS } from './kinds.js';
-import { memo } from './memo.js';
+import type { ActionContext, ActionResult, AppServices, Records, Registry, RenderWritten, ResourceDef, WriteOptions } from './resource.js';
 import { requirePermission, rowScope } from './scope.js';
-import { selectList } from './select.js';
 import { renderResource, type Row } from './serialize.js';
 import type { Rendered, WriteValues } from './typed-writes.js';
 import { inputSpec, validateAttributes } from './validate.js';
@@ -43,6 +30,8 @@ import {
   runAtOnce,
   runTransaction,
   STORED_VISIBLE,
+  updateRecord,
+  updateRecords,
 } from './write.js';
 
 export type { Deleted, Records, RenderWritten, WriteOptions, Written } from './resource.js';
@@ -327,66 +316,6 @@ export async function writtenRow(reader: Reader, resource: ResourceDef, result: 
   const row = await fetchById(reader, resource, result.id);
   if (!row) throw notFound();
   return row;
-}
-
-/**
- * Updates `columns` of the row `id` when the principal's row scope covers it (else 404), and returns it as
- * `insertRecord` does: the actor's select list, in the same statement.
- */
-async function updateRecord(ctx: ActionContext, id: string, columns: Record<string, unknown>): Promise<Row> {
-  const { resource, principal } = ctx;
-  const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
-  const { rows } = await sql<Row>`
-    WITH t AS (
-      UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = ${columns[name]}`))}
-      WHERE u.id = ${id} AND ${rowScope(resource, principal, 'u')} RETURNING u.*
-    )
-    SELECT ${selectList(resource, principal, ctx.registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
-    ctx.db,
-  );
-  if (!rows[0]) throw notFound();
-  return rows[0];
-}
-
-/**
- * `updateRecord` of several records of one type (`contexts[i]` the values for `ids[i]`): one `UPDATE ... FROM
- * (VALUES ...)` per set of columns written, returning the rows in the order of `ids`; 404 when one is not found.
- */
-async function updateRecords(contexts: ActionContext[], ids: string[]): Promise<Row[]> {
-  const now = new Date();
-  const shapes = new Map<string, number[]>();
-  const columns = contexts.map((ctx) => columnValues(ctx.resource, ctx.values));
-  for (const [i, set] of columns.entries()) {
-    const names = Object.keys(set).filter((name) => set[name] !== undefined);
-    if (names.length === 0) throw new Error(`records: nothing to update in ${contexts[i].resource.type} ${ids[i]}`);
-    const key = names.sort().join();
-    memo(shapes, key, () => []).push(i);
-  }
-  const rows: Row[] = [];
-  for (const [key, indexes] of shapes) {
-    const names = key.split(',');
-    const { db, resource, principal, registry } = contexts[indexes[0]];
-    const types = new Map(Object.entries(resource.attributes).map(([name, def]) => [columnOf(name, def), KINDS[def.kind].sqlType]));
-    const values = indexes.map(
-      (i) => sql`(${sql.join([sql`${ids[i]}::uuid`, ...names.map((name) => sql`${columns[i][name]}::${sql.raw(types.get(name)!)}`)])})`,
-    );
-    const { rows: stored } = await sql<Row>`
-      WITH t AS (
-        UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = v.${sql.id(name)}`))}, updated_at = ${now}
-        FROM (VALUES ${sql.join(values)}) AS v(id, ${sql.join(names.map((name) => sql.id(name)))})
-        WHERE u.id = v.id AND ${rowScope(resource, principal, 'u')} RETURNING u.*
-      )
-      SELECT ${selectList(resource, principal, registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
-      db,
-    );
-    const byId = new Map(stored.map((row) => [String(row.id), row]));
-    for (const i of indexes) {
-      const row = byId.get(ids[i]);
-      if (!row) throw notFound();
-      rows[i] = row;
-    }
-  }
-  return rows;
 }
 
 /**

@@ -1,8 +1,8 @@
-/** The pieces of a write that the records service (records.ts) composes: insert, defaults, references, transaction. */
+/** The pieces of a write that the records service (records.ts) composes: insert, update, defaults, references, transaction. */
 import { sql, type RawBuilder } from 'kysely';
 import { uuidv7 } from 'uuidv7';
 import { transaction, type Database } from '../db/connection.js';
-import { ApiError, errorObject, forbidden, type ErrorObject } from './errors.js';
+import { ApiError, errorObject, forbidden, notFound, type ErrorObject } from './errors.js';
 import type { Principal } from './principal.js';
 import {
   columnOf,
@@ -70,14 +70,7 @@ export interface InsertSource {
  */
 export async function insertRecordFrom(ctx: ActionContext, source?: InsertSource): Promise<(ActionResult & { row: Row }) | undefined> {
   const id = uuidv7();
-  const now = new Date();
-  const columns: Record<string, unknown> = {
-    ...columnValues(ctx.resource, ctx.values),
-    id,
-    organisation_id: ctx.principal.organisationId,
-    created_at: now,
-    updated_at: now,
-  };
+  const columns = newRow(ctx, id, new Date());
   const names = Object.keys(columns).filter((name) => columns[name] !== undefined && !source?.columns[name]);
   const { eventOnInsert } = ctx;
   const data = eventOnInsert && resourceJsonb(ctx.resource, eventBaseUrl(ctx.services));
@@ -98,9 +91,7 @@ export async function insertRecordFrom(ctx: ActionContext, source?: InsertSource
       ${insert}
       RETURNING *
     )${event}
-    SELECT ${selectList(ctx.resource, ctx.principal, ctx.registry)}, ${rowScope(ctx.resource, ctx.principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
-    ctx.db,
-  );
+    ${selectStored(ctx)}`.execute(ctx.db);
   if (!rows[0]) return undefined;
   if (data) eventsWritten(ctx.db, ctx.principal.organisationId);
   noteCreated(ctx.db, ctx.principal, ctx.resource.type, id);
@@ -113,42 +104,101 @@ export async function insertRecordFrom(ctx: ActionContext, source?: InsertSource
  */
 export async function insertRecords(list: ActionContext[]): Promise<(ActionResult & { row: Row })[]> {
   const now = new Date();
-  const rows = list.map((ctx) => {
-    const columns: Record<string, unknown> = {
-      ...columnValues(ctx.resource, ctx.values),
-      id: uuidv7(),
-      organisation_id: ctx.principal.organisationId,
-      created_at: now,
-      updated_at: now,
-    };
-    return Object.fromEntries(Object.entries(columns).filter(([, value]) => value !== undefined));
-  });
-  const shapes = new Map<string, number[]>();
-  for (const [i, row] of rows.entries()) {
-    const key = Object.keys(row).sort().join();
-    memo(shapes, key, () => []).push(i);
-  }
+  const rows = list.map((ctx) => newRow(ctx, uuidv7(), now));
   const results: (ActionResult & { row: Row })[] = [];
-  for (const [key, indexes] of shapes) {
-    const names = key.split(',');
-    const { db, resource, principal, registry } = list[indexes[0]];
+  for (const [names, indexes] of byColumns(rows)) {
+    const ctx = list[indexes[0]];
     const { rows: stored } = await sql<Row>`
       WITH t AS (
-        INSERT INTO ${sql.table(resource.table)} (${sql.join(names.map((name) => sql.id(name)))})
+        INSERT INTO ${sql.table(ctx.resource.table)} (${sql.join(names.map((name) => sql.id(name)))})
         VALUES ${sql.join(indexes.map((i) => sql`(${sql.join(names.map((name) => sql`${rows[i][name]}`))})`))}
         RETURNING *
       )
-      SELECT ${selectList(resource, principal, registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`.execute(
-      db,
-    );
+      ${selectStored(ctx)}`.execute(ctx.db);
     const byId = new Map(stored.map((row) => [String(row.id), row]));
     for (const i of indexes) {
       const id = rows[i].id as string;
-      noteCreated(db, principal, resource.type, id);
+      noteCreated(ctx.db, ctx.principal, ctx.resource.type, id);
       results[i] = { id, status: 201, row: byId.get(id)! };
     }
   }
   return results;
+}
+
+/**
+ * Updates `columns` of the row `id` when the principal's row scope covers it (else 404), and returns it as
+ * `insertRecord` does: the actor's select list, in the same statement.
+ */
+export async function updateRecord(ctx: ActionContext, id: string, columns: Record<string, unknown>): Promise<Row> {
+  const { resource, principal } = ctx;
+  const names = Object.keys(columns).filter((name) => columns[name] !== undefined);
+  const { rows } = await sql<Row>`
+    WITH t AS (
+      UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = ${columns[name]}`))}
+      WHERE u.id = ${id} AND ${rowScope(resource, principal, 'u')} RETURNING u.*
+    )
+    ${selectStored(ctx)}`.execute(ctx.db);
+  if (!rows[0]) throw notFound();
+  return rows[0];
+}
+
+/**
+ * `updateRecord` of several records of one type (`contexts[i]` the values for `ids[i]`): one `UPDATE ... FROM
+ * (VALUES ...)` per set of columns written, returning the rows in the order of `ids`; 404 when one is not found.
+ */
+export async function updateRecords(contexts: ActionContext[], ids: string[]): Promise<Row[]> {
+  const now = new Date();
+  const columns = contexts.map((ctx) => columnValues(ctx.resource, ctx.values));
+  for (const [i, set] of columns.entries()) {
+    if (Object.values(set).every((value) => value === undefined))
+      throw new Error(`records: nothing to update in ${contexts[i].resource.type} ${ids[i]}`);
+  }
+  const rows: Row[] = [];
+  for (const [names, indexes] of byColumns(columns)) {
+    const ctx = contexts[indexes[0]];
+    const { resource, principal } = ctx;
+    const types = new Map(Object.entries(resource.attributes).map(([name, def]) => [columnOf(name, def), KINDS[def.kind].sqlType]));
+    const values = indexes.map(
+      (i) => sql`(${sql.join([sql`${ids[i]}::uuid`, ...names.map((name) => sql`${columns[i][name]}::${sql.raw(types.get(name)!)}`)])})`,
+    );
+    const { rows: stored } = await sql<Row>`
+      WITH t AS (
+        UPDATE ${sql.table(resource.table)} u SET ${sql.join(names.map((name) => sql`${sql.id(name)} = v.${sql.id(name)}`))}, updated_at = ${now}
+        FROM (VALUES ${sql.join(values)}) AS v(id, ${sql.join(names.map((name) => sql.id(name)))})
+        WHERE u.id = v.id AND ${rowScope(resource, principal, 'u')} RETURNING u.*
+      )
+      ${selectStored(ctx)}`.execute(ctx.db);
+    const byId = new Map(stored.map((row) => [String(row.id), row]));
+    for (const i of indexes) {
+      const row = byId.get(ids[i]);
+      if (!row) throw notFound();
+      rows[i] = row;
+    }
+  }
+  return rows;
+}
+
+/** The columns of a new row of the caller's organisation holding `ctx.values`. */
+const newRow = (ctx: ActionContext, id: string, now: Date): Record<string, unknown> => ({
+  ...columnValues(ctx.resource, ctx.values),
+  id,
+  organisation_id: ctx.principal.organisationId,
+  created_at: now,
+  updated_at: now,
+});
+
+/** The rows of `t` as the actor's select list reads them, each with whether its row scope covers it (`STORED_VISIBLE`). */
+const selectStored = ({ resource, principal, registry }: ActionContext) =>
+  sql`SELECT ${selectList(resource, principal, registry)}, ${rowScope(resource, principal)} AS ${sql.id(STORED_VISIBLE)} FROM t`;
+
+/** The indexes of `rows` grouped by the columns each gives a value (sorted names): a batch writes one statement per group. */
+function byColumns(rows: Record<string, unknown>[]): [string[], number[]][] {
+  const groups = new Map<string, number[]>();
+  for (const [i, row] of rows.entries()) {
+    const names = Object.keys(row).filter((name) => row[name] !== undefined);
+    memo(groups, names.sort().join(), () => []).push(i);
+  }
+  return [...groups].map(([key, indexes]) => [key.split(','), indexes]);
 }
 
 export function applyDefaults(resource: ResourceDef, values: Record<string, unknown>): void {
