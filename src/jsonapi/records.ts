@@ -81,6 +81,18 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
     await queueEvent(trx, { organisationId, type: `${resource.type}.${action}`, occurredAt: new Date(), data });
   };
 
+  /** The records of a batch rendered as the system sees them, each change's event queued with its rendering. */
+  const renderBatch = async (trx: Database, actor: Actor, resource: ResourceDef, action: EventAction, results: ActionResult[]) => {
+    const render = plainRender(actor, resource);
+    const written = [];
+    for (const result of results) {
+      const record = await render(trx, result);
+      await emit(trx, actor, resource, action, result.id, record);
+      written.push({ id: result.id, status: result.status, record });
+    }
+    return written;
+  };
+
   const records: Records = {
     async create<T, K extends string>(actor: Actor, type: K, input: WriteValues<K>, opts: WriteOptions<T> = {}) {
       const resource = resourceOf(type);
@@ -90,6 +102,16 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
       const { accepted, required } = inputSpec(resource.attributes, 'create', system);
       const values = opts.validated ? opts.validated() : validateAttributes(input as Record<string, unknown>, accepted, required);
       const render = (opts.render ?? plainRender(actor, resource)) as RenderWritten<T>;
+      // The event with the record, when the create is its own transaction: the insert is then its last statement
+      // before COMMIT, where events take their ids (outbox.ts). In a larger transaction, the commit hook.
+      const prepared = async (on: Database, given: Record<string, unknown>) => {
+        const eventOnInsert =
+          resource.events === false || db.isTransaction ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
+        const ctx: ActionContext = { ...context(on, actor, resource, given), eventOnInsert };
+        await checkReferences(resource.attributes, [ctx]);
+        applyDefaults(resource, given);
+        return ctx;
+      };
       // The create in one statement of its own (`createAtOnce`), when its resource has one, it is its own
       // transaction, and the statement can store its event: nothing else would run in the transaction below
       // (no hook, no reference to check, the rendering from the returned row). On its own copy of the values, so
@@ -100,14 +122,7 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
         !db.isTransaction &&
         (resource.events === false || resourceJsonb(resource, eventBaseUrl(services)))
       ) {
-        const once = { ...values };
-        const eventOnInsert = resource.events === false ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
-        const ctx: ActionContext = { ...context(db, actor, resource, once), eventOnInsert };
-        const result = await runAtOnce(resource, async () => {
-          await checkReferences({ db, principal, registry }, resource.attributes, once);
-          applyDefaults(resource, once);
-          return resource.createAtOnce!(ctx);
-        });
+        const result = await runAtOnce(resource, async () => resource.createAtOnce!(await prepared(db, { ...values })));
         if (result) {
           if (resource.events !== false && !result.evented) throw new Error(`records: ${resource.type}.createAtOnce stored no event`);
           const record = await render(db, result);
@@ -115,13 +130,7 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
         }
       }
       return runTransaction(db, resource, async (trx) => {
-        // The event with the record, when the create is its own transaction: the insert is then its last
-        // statement before COMMIT, where events take their ids (outbox.ts). In a larger transaction, the commit hook.
-        const eventOnInsert =
-          resource.events === false || db.isTransaction ? undefined : { type: `${resource.type}.created`, occurredAt: new Date() };
-        const ctx: ActionContext = { ...context(trx, actor, resource, values), eventOnInsert };
-        await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
-        applyDefaults(resource, values);
+        const ctx = await prepared(trx, values);
         await resource.beforeInsert?.(ctx);
         const result = resource.create ? await resource.create(ctx) : await insertRecord(ctx);
         // 201: a new record; 200: an upsert that updated one, or an idempotent repeat that changed nothing.
@@ -150,7 +159,7 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
             : await lockWritable(trx, actor, resource, id, () => requirePermission(resource, principal, 'update'));
         const values = opts.validated ? opts.validated() : validateAttributes(input as Record<string, unknown>, accepted, []);
         const ctx = context(trx, actor, resource, values, existing);
-        await checkReferences({ db: trx, principal, registry }, resource.attributes, values);
+        await checkReferences(resource.attributes, [ctx]);
         await resource.beforeUpdate?.(ctx);
         const columns = columnValues(resource, values);
         const row = Object.keys(columns).length > 0 ? await updateRecord(ctx, id, { ...columns, updated_at: new Date() }) : undefined;
@@ -169,27 +178,15 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
       const resource = resourceOf(type);
       if (actor.kind !== 'system' || resource.create) throw new Error(`records: createMany of ${type} is for plain system creates`);
       const { accepted, required } = inputSpec(resource.attributes, 'create', true);
-      const principal = principalOf(actor);
       if (inputs.length === 0) return [];
       return runTransaction(db, resource, async (trx) => {
         const contexts = inputs.map((input) => context(trx, actor, resource, validateAttributes(input, accepted, required)));
-        await checkReferences(
-          { db: trx, principal, registry },
-          resource.attributes,
-          contexts.map((ctx) => ctx.values),
-        );
+        await checkReferences(resource.attributes, contexts);
         for (const ctx of contexts) {
           applyDefaults(resource, ctx.values);
           await resource.beforeInsert?.(ctx);
         }
-        const written = [];
-        const render = plainRender(actor, resource);
-        for (const result of await insertRecords(contexts)) {
-          const record = await render(trx, result);
-          await emit(trx, actor, resource, 'created', result.id, record);
-          written.push({ id: result.id, status: 201 as const, record });
-        }
-        return written;
+        return renderBatch(trx, actor, resource, 'created', await insertRecords(contexts));
       });
     },
 
@@ -210,24 +207,10 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
           if (resource.beforeUpdate && !existing.has(id)) throw notFound();
           return context(trx, actor, resource, validateAttributes(values, accepted, []), existing.get(id));
         });
-        await checkReferences(
-          { db: trx, principal, registry },
-          resource.attributes,
-          contexts.map((ctx) => ctx.values),
-        );
+        await checkReferences(resource.attributes, contexts);
         for (const ctx of contexts) await resource.beforeUpdate?.(ctx);
-        const rows = await updateRecords(
-          contexts,
-          changes.map((c) => c.id),
-        );
-        const written = [];
-        const render = plainRender(actor, resource);
-        for (const [i, { id }] of changes.entries()) {
-          const record = await render(trx, { id, status: 200, row: rows[i] });
-          await emit(trx, actor, resource, 'updated', id, record);
-          written.push({ id, status: 200 as const, record });
-        }
-        return written;
+        const ids = changes.map((c) => c.id);
+        return renderBatch(trx, actor, resource, 'updated', await updateRecords(contexts, ids));
       });
     },
 
@@ -282,8 +265,8 @@ export function createRecords(options: RecordsOptions, db = options.db): Records
         if (!existing && !system) mayRun();
         const { accepted, required } = inputSpec(action.input, 'create');
         const values = typeof input === 'function' ? input() : validateAttributes(input, accepted, required);
-        await checkReferences({ db: trx, principal, registry }, action.input, values);
         const ctx = context(trx, actor, resource, values, existing);
+        await checkReferences(action.input, [ctx]);
         const signal = opts.signal ?? new AbortController().signal;
         const result = await action.run({ ...ctx, clientAddress: opts.clientAddress ?? '', signal });
         const record = await render(trx, result);

@@ -16,7 +16,6 @@ import {
 import { resourceJsonb } from './json-sql.js';
 import { KINDS } from './kinds.js';
 import { eventsWritten } from './outbox.js';
-import type { Reader } from './read.js';
 import { memo } from './memo.js';
 import { selectList } from './select.js';
 import { rowScope, tenancyScope } from './scope.js';
@@ -146,14 +145,14 @@ export async function updateRecord(ctx: ActionContext, id: string, columns: Reco
  * `updateRecord` of several records of one type (`contexts[i]` the values for `ids[i]`): one `UPDATE ... FROM
  * (VALUES ...)` per set of columns written, returning the rows in the order of `ids`; 404 when one is not found.
  */
-export async function updateRecords(contexts: ActionContext[], ids: string[]): Promise<Row[]> {
+export async function updateRecords(contexts: ActionContext[], ids: string[]): Promise<(ActionResult & { row: Row })[]> {
   const now = new Date();
   const columns = contexts.map((ctx) => columnValues(ctx.resource, ctx.values));
   for (const [i, set] of columns.entries()) {
     if (Object.values(set).every((value) => value === undefined))
       throw new Error(`records: nothing to update in ${contexts[i].resource.type} ${ids[i]}`);
   }
-  const rows: Row[] = [];
+  const results: (ActionResult & { row: Row })[] = [];
   for (const [names, indexes] of byColumns(columns)) {
     const ctx = contexts[indexes[0]];
     const { resource, principal } = ctx;
@@ -172,10 +171,10 @@ export async function updateRecords(contexts: ActionContext[], ids: string[]): P
     for (const i of indexes) {
       const row = byId.get(ids[i]);
       if (!row) throw notFound();
-      rows[i] = row;
+      results[i] = { id: ids[i], status: 200, row };
     }
   }
-  return rows;
+  return results;
 }
 
 /** The columns of a new row of the caller's organisation holding `ctx.values`. */
@@ -224,18 +223,15 @@ function noteCreated(trx: Database, principal: Principal, type: string, id: stri
 /**
  * Every uuid attribute that names another record must name one the caller can see: outside the organisation it
  * is a 422 on its pointer (as if missing); inside it but hidden from the caller's role, a 403. The records named
- * by several writes (`values` a list: a batch of one type) are read in one statement per type they name.
+ * by several writes (`contexts`, one or more: a batch of one type) are read in one statement per type they name.
  */
-export async function checkReferences(
-  writer: Reader,
-  attributes: Record<string, AttributeDef>,
-  values: Record<string, unknown> | Record<string, unknown>[],
-) {
+export async function checkReferences(attributes: Record<string, AttributeDef>, contexts: ActionContext[]) {
+  const [writer] = contexts;
   const created = writer.principal.credential === 'system' ? createdIn.get(writer.db) : undefined;
   const wanted: { name: string; target: ResourceDef; id: string }[] = [];
-  for (const one of Array.isArray(values) ? values : [values]) {
+  for (const { values } of contexts) {
     for (const [name, def] of Object.entries(attributes)) {
-      const value = one[name];
+      const value = values[name];
       if (!def.references || def.referenceCheckedByAction || value === undefined || value === null) continue;
       if (created?.has(`${writer.principal.organisationId}/${def.references}/${value}`)) continue;
       wanted.push({ name, target: writer.registry.get(def.references)!, id: String(value).toLowerCase() });
