@@ -10,6 +10,7 @@ import { rowScope, mayPerform } from './scope.js';
 import { ApiError, errorObject } from './errors.js';
 import { identifier, renderResource, type Identifier, type IncludeLimits, type RenderContext, type Row } from './serialize.js';
 import { linkageColumn, selectList } from './select.js';
+import { memo } from './memo.js';
 
 export interface Reader {
   db: Database;
@@ -221,9 +222,7 @@ export async function renderWithIncludes(
           const linkage = relatedRows
             .filter((r) => String(r[PARENT]) === String(row.id))
             .map((r) => identifier(related.type, String(r.id)));
-          const byRelationship = toMany.get(keyOf(parent.type, row.id)) ?? new Map<string, Identifier[]>();
-          byRelationship.set(name, linkage);
-          toMany.set(keyOf(parent.type, row.id), byRelationship);
+          memo(toMany, keyOf(parent.type, row.id), () => new Map<string, Identifier[]>()).set(name, linkage);
         }
       }
       const fresh = relatedRows.filter((row) => !loaded.has(keyOf(related.type, row.id)));

@@ -216,8 +216,7 @@ const createdIn = new WeakMap<Database, Set<string>>();
 
 function noteCreated(trx: Database, principal: Principal, type: string, id: string): void {
   if (principal.credential !== 'system' || !trx.isTransaction) return;
-  const created = createdIn.get(trx) ?? new Set<string>();
-  createdIn.set(trx, created.add(`${principal.organisationId}/${type}/${id}`));
+  memo(createdIn, trx, () => new Set<string>()).add(`${principal.organisationId}/${type}/${id}`);
 }
 
 /**
