@@ -107,7 +107,6 @@ function requestBody(type: string, input: Record<string, AttributeDef>, kind: Re
   const spec = inputSpec(input, kind === 'update' ? 'update' : 'create');
   const properties: Record<string, Schema> = {};
   for (const [name, def] of Object.entries(spec.accepted)) properties[name] = attributeSchema(def, 'write');
-  const required = spec.required;
   const relationships: Record<string, Schema> = {};
   // Every accepted reference `x_id` may also be sent as the linkage of the to-one relationship `x`.
   for (const [relationship, { attribute, type: target }] of writableLinkage(spec.accepted)) {
@@ -137,7 +136,7 @@ function requestBody(type: string, input: Record<string, AttributeDef>, kind: Re
     properties: {
       type: { const: type },
       ...(withId ? { id: { type: 'string', format: 'uuid' } } : {}),
-      attributes: { type: 'object', additionalProperties: false, properties, ...(required.length ? { required } : {}) },
+      attributes: { type: 'object', additionalProperties: false, properties, ...(spec.required.length ? { required: spec.required } : {}) },
       relationships: { type: 'object', additionalProperties: false, properties: relationships },
       meta: { type: 'object' },
       links: { type: 'object' },
@@ -147,7 +146,7 @@ function requestBody(type: string, input: Record<string, AttributeDef>, kind: Re
   const example: Record<string, unknown> = {};
   for (const [name, def] of Object.entries(spec.accepted)) {
     // An update's example changes one attribute (not a reference, whose id the reader would have to replace).
-    if (required.includes(name) || (kind === 'update' && Object.keys(example).length === 0 && !def.references))
+    if (spec.required.includes(name) || (kind === 'update' && Object.keys(example).length === 0 && !def.references))
       example[name] =
         def.default !== undefined && typeof def.default !== 'function' ? def.default : (def.example ?? KINDS[def.kind].example(def));
   }
