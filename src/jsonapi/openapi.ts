@@ -491,11 +491,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
             type: 'object',
             required: ['id', 'status', 'code', 'title'],
             properties: {
-              id: { type: 'string' },
-              status: { type: 'string' },
-              code: { type: 'string' },
-              title: { type: 'string' },
-              detail: { type: 'string' },
+              ...Object.fromEntries(['id', 'status', 'code', 'title', 'detail'].map((name) => [name, { type: 'string' }])),
               source: {
                 type: 'object',
                 properties: { pointer: { type: 'string' }, parameter: { type: 'string' }, header: { type: 'string' } },
