@@ -69,8 +69,7 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     const { principal } = context(request);
     const reader: Reader = { db: on, principal, registry };
     // A write's record: the row the write returned when it has one (no read-back).
-    const row = written ? await writtenRow(reader, resource, written) : await fetchById(reader, resource, id);
-    if (!row) throw notFound();
+    const row = await writtenRow(reader, resource, written ?? { id, status: 200 });
     const ctx = renderContext(request, principal, query);
     if (written?.revealed) ctx.revealed = new Map([[id, written.revealed]]);
     const { data, included } = await renderWithIncludes(reader, resource, [row], query.include, ctx);
