@@ -436,9 +436,7 @@ export const columnOf = (name: string, a: AttributeDef): string => a.column ?? n
 
 /** Attribute names a response may carry. */
 export function readableAttributes(r: ResourceDef): string[] {
-  return Object.entries(r.attributes)
-    .filter(([, a]) => !a.writeOnly)
-    .map(([n]) => n);
+  return Object.keys(r.attributes).filter((n) => !r.attributes[n].writeOnly);
 }
 
 /** Names accepted in fields[Type] for this resource (the seed's lists plus relationships). */
