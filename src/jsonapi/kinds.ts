@@ -46,8 +46,8 @@ export interface KindDescriptor {
   refusal?: string;
   /** JSON Schema of a value, in bodies and responses. */
   schema: (def: AttributeDef) => Schema;
-  /** JSON Schema of a filter operand as the query string carries it. */
-  filterSchema: (def: AttributeDef) => Schema;
+  /** JSON Schema of a filter operand as the query string carries it (default: `schema`, when that is text). */
+  filterSchema?: (def: AttributeDef) => Schema;
   /** A value the server accepts, for examples (a declared `default` or `example` comes first). */
   example: (def: AttributeDef) => unknown;
   /** The value a response shows, as SQL over the column (default: the column). */
@@ -183,7 +183,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
     fromQuery: (_def, text) => (UUID_PATTERN.test(text) ? converted(text.toLowerCase()) : invalid('The value must be a UUID.')),
     operators: COMPARABLE,
     schema: () => ({ type: 'string', format: 'uuid' }),
-    filterSchema: () => ({ type: 'string', format: 'uuid' }),
     example: () => '00000000-0000-7000-8000-000000000000',
     options: ['references'],
   },
@@ -231,7 +230,6 @@ export const KINDS: Record<AttributeKind, KindDescriptor> = {
     },
     operators: COMPARABLE,
     schema: () => ({ type: 'string', format: 'date-time' }),
-    filterSchema: () => ({ type: 'string', format: 'date-time' }),
     example: () => '2026-01-31T12:00:00Z',
     rendered: timestampText,
     options: ['precision'],

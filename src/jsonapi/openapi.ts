@@ -274,7 +274,7 @@ function queryParameters(resource: ResourceDef, list: boolean, registry: Registr
   const filterable = candidates.filter((n) => filterableAttribute(resource, n));
   const condition = (name: string): Schema => {
     const def = filterableAttribute(resource, name)!;
-    const value = KINDS[def.kind].filterSchema(def);
+    const value = (KINDS[def.kind].filterSchema ?? KINDS[def.kind].schema)(def);
     const operators: Record<string, Schema> = {};
     for (const operator of FILTER_OPERATORS) {
       if (operatorProblem(def, operator)) continue;
