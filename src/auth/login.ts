@@ -12,15 +12,14 @@ import { issueUserToken } from './user-tokens.js';
  * every copy of its services shares (the records service's and the routes'), so that separate servers stay apart.
  */
 const guards = new WeakMap<AppServices['config'], { throttle: LoginThrottle; gate: HashGate }>();
-export function guardsFor(services: AppServices) {
-  let guard = guards.get(services.config);
+export function guardsFor({ config, redis }: AppServices) {
+  let guard = guards.get(config);
   if (!guard) {
-    const { config } = services;
     guard = {
-      throttle: createLoginThrottle(config, createCounter(services.redis)),
+      throttle: createLoginThrottle(config, createCounter(redis)),
       gate: new HashGate(config.loginHashConcurrency, config.loginHashQueue),
     };
-    guards.set(services.config, guard);
+    guards.set(config, guard);
   }
   return guard;
 }

@@ -104,10 +104,9 @@ async function credentialCache(app: FastifyInstance, options: AuthOptions): Prom
   // other requests' statements for this read (docs/benchmarks.md, eighth round).
   const { database } = options;
   if (database.kind === 'postgres') {
-    const db = database.db;
     const read = database.readAside
       ? (text: string) => database.readAside!<{ n: string }>(text)
-      : async (text: string) => (await sql.raw<{ n: string }>(text).execute(db)).rows;
+      : async (text: string) => (await sql.raw<{ n: string }>(text).execute(database.db)).rows;
     cache.checkEpoch(async () => (await read('SELECT n::text AS n FROM credential_epoch'))[0]?.n ?? '');
   }
   cache.resume();
