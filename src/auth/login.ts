@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { ApiError } from '../jsonapi/errors.js';
+import { memo } from '../jsonapi/memo.js';
 import type { AppServices } from '../jsonapi/services.js';
 import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
 import { createCounter } from './counters.js';
@@ -13,15 +14,10 @@ import { issueUserToken } from './user-tokens.js';
  */
 const guards = new WeakMap<AppServices['config'], { throttle: LoginThrottle; gate: HashGate }>();
 export function guardsFor({ config, redis }: AppServices) {
-  let guard = guards.get(config);
-  if (!guard) {
-    guard = {
-      throttle: createLoginThrottle(config, createCounter(redis)),
-      gate: new HashGate(config.loginHashConcurrency, config.loginHashQueue),
-    };
-    guards.set(config, guard);
-  }
-  return guard;
+  return memo(guards, config, () => ({
+    throttle: createLoginThrottle(config, createCounter(redis)),
+    gate: new HashGate(config.loginHashConcurrency, config.loginHashQueue),
+  }));
 }
 
 export const invalidCredentials = () =>
