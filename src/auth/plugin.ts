@@ -57,14 +57,10 @@ export const authPlugin = fp(
       if (config?.public) return;
       try {
         const principal = await authenticate(options.database.db, options, request.headers.authorization, cache);
-        if (principal.credential === 'publishable_key' && !config?.allowPublishable) {
-          request.authFailure = forbidden('A publishable key may only sign users in and open visitor sessions.');
-          return;
-        }
-        if (principal.credential === 'visitor' && !config?.allowVisitor) {
-          request.authFailure = forbidden('A visitor credential may only read its conversation and post its items.');
-          return;
-        }
+        if (principal.credential === 'publishable_key' && !config?.allowPublishable)
+          throw forbidden('A publishable key may only sign users in and open visitor sessions.');
+        if (principal.credential === 'visitor' && !config?.allowVisitor)
+          throw forbidden('A visitor credential may only read its conversation and post its items.');
         request.principal = principal;
       } catch (error) {
         request.authFailure = error;
