@@ -3,12 +3,10 @@ import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 
-type KeyType = 'publishable' | 'secret';
-
 /** Issues an API key: the token is returned once; the record keeps only its hash. */
 export async function createApiKey(
   records: Records,
-  input: { organisationId: string; userId: string; keyType: KeyType; name: string; expiresAt?: Date },
+  input: { organisationId: string; userId: string; keyType: 'publishable' | 'secret'; name: string; expiresAt?: Date },
 ) {
   const { id, record } = await records.create(systemActor(input.organisationId, 'cli'), 'ApiKey', {
     user_id: input.userId,

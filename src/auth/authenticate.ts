@@ -24,24 +24,22 @@ export async function authenticate(db: Db, services: AppServices, header: string
   if (cached && (await cache!.current(token))) return cached;
   const mark = cache?.mark() ?? 0;
 
+  type Row = { role: Role; kind: string; expires_at: Date | string | null; epoch: string };
   const record =
     claims.typ === 'api_key'
       ? // The membership's role, but never above the key's ceiling (its issuer's role, migration 0014).
-        sql`SELECT CASE WHEN m.role = 'operator' OR k.role_ceiling = 'operator' THEN 'operator'
+        sql<Row>`SELECT CASE WHEN m.role = 'operator' OR k.role_ceiling = 'operator' THEN 'operator'
                         WHEN m.role = 'admin' OR k.role_ceiling = 'admin' THEN 'admin' ELSE m.role END AS role,
               k.key_type AS kind, k.expires_at, (SELECT n::text FROM credential_epoch) AS epoch FROM api_keys k
             JOIN memberships m ON m.organisation_id = k.organisation_id AND m.user_id = k.user_id
             WHERE k.id = ${claims.jti} AND k.organisation_id = ${claims.org} AND k.user_id = ${claims.sub}
               AND k.token_hash = ${tokenHash(token)} AND k.revoked_at IS NULL
               AND (k.expires_at IS NULL OR k.expires_at > now())`
-      : sql`SELECT m.role, 'user' AS kind, s.expires_at, (SELECT n::text FROM credential_epoch) AS epoch FROM user_sessions s
+      : sql<Row>`SELECT m.role, 'user' AS kind, s.expires_at, (SELECT n::text FROM credential_epoch) AS epoch FROM user_sessions s
             JOIN memberships m ON m.organisation_id = s.organisation_id AND m.user_id = s.user_id
             WHERE s.id = ${claims.jti} AND s.organisation_id = ${claims.org} AND s.user_id = ${claims.sub}
               AND s.revoked_at IS NULL AND s.expires_at > now()`;
-  const { rows } = await (
-    record as ReturnType<typeof sql<{ role: Role; kind: string; expires_at: Date | string | null; epoch: string }>>
-  ).execute(db);
-  const row = rows[0];
+  const row = (await record.execute(db)).rows[0];
   if (!row || (claims.typ === 'api_key' && row.kind !== claims.kty)) throw unauthenticated('The bearer token is invalid or expired.');
   const principal: Principal = {
     organisationId: claims.org,

@@ -2,7 +2,6 @@ import type { Principal } from '../jsonapi/principal.js';
 
 /** The notification channel the 0009 migration's triggers announce credential changes on. */
 export const CREDENTIALS_CHANNEL = 'parley_credentials';
-const CAPACITY = 10_000;
 
 /**
  * Verified API keys and user tokens (the principal their key or session record and membership gave), kept
@@ -27,7 +26,7 @@ export class CredentialCache {
 
   constructor(
     private readonly ttlMs: number,
-    private readonly capacity = CAPACITY,
+    private readonly capacity = 10_000,
     private readonly now: () => number = Date.now,
   ) {}
 

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { ApiError } from '../jsonapi/errors.js';
+import { memo } from '../jsonapi/memo.js';
 import type { AppServices } from '../jsonapi/services.js';
 import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
 import { createCounter } from './counters.js';
@@ -12,17 +13,11 @@ import { issueUserToken } from './user-tokens.js';
  * every copy of its services shares (the records service's and the routes'), so that separate servers stay apart.
  */
 const guards = new WeakMap<AppServices['config'], { throttle: LoginThrottle; gate: HashGate }>();
-export function guardsFor(services: AppServices) {
-  let guard = guards.get(services.config);
-  if (!guard) {
-    const { config } = services;
-    guard = {
-      throttle: createLoginThrottle(config, createCounter(services.redis)),
-      gate: new HashGate(config.loginHashConcurrency, config.loginHashQueue),
-    };
-    guards.set(services.config, guard);
-  }
-  return guard;
+export function guardsFor({ config, redis }: AppServices) {
+  return memo(guards, config, () => ({
+    throttle: createLoginThrottle(config, createCounter(redis)),
+    gate: new HashGate(config.loginHashConcurrency, config.loginHashQueue),
+  }));
 }
 
 export const invalidCredentials = () =>

@@ -57,14 +57,10 @@ export const authPlugin = fp(
       if (config?.public) return;
       try {
         const principal = await authenticate(options.database.db, options, request.headers.authorization, cache);
-        if (principal.credential === 'publishable_key' && !config?.allowPublishable) {
-          request.authFailure = forbidden('A publishable key may only sign users in and open visitor sessions.');
-          return;
-        }
-        if (principal.credential === 'visitor' && !config?.allowVisitor) {
-          request.authFailure = forbidden('A visitor credential may only read its conversation and post its items.');
-          return;
-        }
+        if (principal.credential === 'publishable_key' && !config?.allowPublishable)
+          throw forbidden('A publishable key may only sign users in and open visitor sessions.');
+        if (principal.credential === 'visitor' && !config?.allowVisitor)
+          throw forbidden('A visitor credential may only read its conversation and post its items.');
         request.principal = principal;
       } catch (error) {
         request.authFailure = error;
@@ -104,10 +100,9 @@ async function credentialCache(app: FastifyInstance, options: AuthOptions): Prom
   // other requests' statements for this read (docs/benchmarks.md, eighth round).
   const { database } = options;
   if (database.kind === 'postgres') {
-    const db = database.db;
     const read = database.readAside
       ? (text: string) => database.readAside!<{ n: string }>(text)
-      : async (text: string) => (await sql.raw<{ n: string }>(text).execute(db)).rows;
+      : async (text: string) => (await sql.raw<{ n: string }>(text).execute(database.db)).rows;
     cache.checkEpoch(async () => (await read('SELECT n::text AS n FROM credential_epoch'))[0]?.n ?? '');
   }
   cache.resume();

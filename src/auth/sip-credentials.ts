@@ -9,7 +9,7 @@
 import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
-import { ApiError } from '../jsonapi/errors.js';
+import { ApiError, forbidden } from '../jsonapi/errors.js';
 import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
 import { expiryIn } from './tokens.js';
 
@@ -23,7 +23,7 @@ import { expiryIn } from './tokens.js';
 export async function issueSipCredential(ctx: ActionContext): Promise<ActionResult & { meta: Record<string, unknown> }> {
   const { principal, services } = ctx;
   if (principal.credential !== 'user_token' && principal.credential !== 'secret_key') {
-    throw ApiError.of('forbidden', 'SIP credentials are issued to signed-in members and secret keys only.');
+    throw forbidden('SIP credentials are issued to signed-in members and secret keys only.');
   }
   const requested = (ctx.values.sip_user_id as string | null | undefined) ?? null;
   const { rows } = await sql<{ id: string; sip_username: string; user_id: string | null; domain: string }>`
@@ -33,9 +33,8 @@ export async function issueSipCredential(ctx: ActionContext): Promise<ActionResu
       AND ${requested === null ? sql`s.user_id = ${principal.userId}` : sql`s.id = ${requested}`}`.execute(ctx.db);
   const sipUser = rows[0];
   if (!sipUser || (principal.role === 'operator' && sipUser.user_id !== principal.userId)) {
-    throw requested === null
-      ? ApiError.of('invalid_attribute', 'You have no SIP user; an admin can give you one.', { pointer: '/data/attributes/sip_user_id' })
-      : ApiError.of('invalid_attribute', 'No such SIP user.', { pointer: '/data/attributes/sip_user_id' });
+    const detail = requested === null ? 'You have no SIP user; an admin can give you one.' : 'No such SIP user.';
+    throw ApiError.of('invalid_attribute', detail, { pointer: '/data/attributes/sip_user_id' });
   }
   const wsUri = services.config.sipWsUrl;
   if (!wsUri) {

@@ -42,17 +42,11 @@ export async function memberCredentialStands(db: Db, services: AppServices, toke
  * every visitor stream of the process, however many.
  */
 export async function standingPublishableKeys(db: Db, keys: Iterable<string>): Promise<Set<string>> {
-  const ids: string[] = [];
-  const organisations: string[] = [];
-  for (const key of keys) {
-    const [organisationId, keyId] = key.split(':');
-    organisations.push(organisationId);
-    ids.push(keyId);
-  }
-  if (ids.length === 0) return new Set();
+  const wanted = [...keys].map((key) => key.split(':'));
+  if (wanted.length === 0) return new Set();
   const { rows } = await sql<{ key: string }>`
     SELECT k.organisation_id || ':' || k.id AS key
-    FROM unnest(${organisations}::uuid[], ${ids}::uuid[]) AS wanted(organisation_id, id)
+    FROM unnest(${wanted.map((w) => w[0])}::uuid[], ${wanted.map((w) => w[1])}::uuid[]) AS wanted(organisation_id, id)
     JOIN api_keys k ON k.organisation_id = wanted.organisation_id AND k.id = wanted.id
     JOIN memberships m ON m.organisation_id = k.organisation_id AND m.user_id = k.user_id
     WHERE k.key_type = 'publishable' AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`.execute(db);

@@ -61,19 +61,17 @@ export async function verifyToken(token: string, key: Uint8Array): Promise<Token
   return claims?.claims;
 }
 
+const isUuid = (value: unknown): value is string => typeof value === 'string' && UUID.test(value);
+
 async function verifySignedToken(token: string, key: Uint8Array): Promise<{ claims: TokenClaims; expiresAtMs: number } | undefined> {
   try {
     const { payload } = await jwtVerify(token, key, { algorithms: ['HS256'], issuer: ISSUER, audience: AUDIENCE });
     const { typ, sub, org, jti, kty, cnv } = payload as Record<string, unknown>;
-    if (
-      (typ !== 'api_key' && typ !== 'user' && typ !== 'visitor') ||
-      ![sub, org, jti].every((v) => typeof v === 'string' && UUID.test(v))
-    ) {
-      return undefined;
-    }
+    if (typ !== 'api_key' && typ !== 'user' && typ !== 'visitor') return undefined;
+    if (!isUuid(sub) || !isUuid(org) || !isUuid(jti)) return undefined;
     if (typ === 'api_key' && kty !== 'publishable' && kty !== 'secret') return undefined;
-    if (typ === 'visitor' && (typeof cnv !== 'string' || !UUID.test(cnv))) return undefined;
-    const claims: TokenClaims = { typ, sub: sub as string, org: org as string, jti: jti as string, kty: kty as TokenClaims['kty'] };
+    if (typ === 'visitor' && !isUuid(cnv)) return undefined;
+    const claims: TokenClaims = { typ, sub, org, jti, kty: kty as TokenClaims['kty'] };
     if (typ === 'visitor') claims.cnv = cnv as string;
     return { claims, expiresAtMs: payload.exp === undefined ? Infinity : payload.exp * 1000 };
   } catch {

@@ -26,16 +26,15 @@ export async function openVisitorSession(ctx: ActionContext): Promise<ActionResu
     }
   }
   const visitorId = randomUUID();
-  const values: Record<string, unknown> = {
+  // Through the one write path (validation, defaults such as public_id, the event), as the system: the
+  // publishable key's own role plays no part in what a visitor session may create.
+  const { id } = await ctx.records.create(systemActor(principal.organisationId, 'widget'), 'Conversation', {
     status: 'active',
     channel: 'chat',
     mode: 'text',
     ai_agent_id: agentId,
     metadata: { visitor: { id: visitorId } },
-  };
-  // Through the one write path (validation, defaults such as public_id, the event), as the system: the
-  // publishable key's own role plays no part in what a visitor session may create.
-  const { id } = await ctx.records.create(systemActor(principal.organisationId, 'widget'), 'Conversation', values);
+  });
   const expiry = expiryIn(services.config.visitorTokenTtlSeconds);
   const token = await signToken(
     { typ: 'visitor', sub: visitorId, org: principal.organisationId, jti: principal.credentialId, cnv: id },

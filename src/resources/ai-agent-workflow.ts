@@ -9,7 +9,9 @@ import { ApiError, errorObject } from '../jsonapi/index.js';
 import { urlFormProblem } from './webhook-url.js';
 import { at } from './pointer.js';
 
-const id = { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A name for the step, unique in the workflow.' };
+/** A name in a workflow: a step's id, a metadata key. */
+const NAME = { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$' };
+const id = { ...NAME, description: 'A name for the step, unique in the workflow.' };
 const text = { type: 'string', minLength: 1, maxLength: 4000 };
 /** A condition on the conversation: the latest user message, or an answer stored by a question, matches a regex. */
 const when = {
@@ -17,11 +19,7 @@ const when = {
   additionalProperties: false,
   required: ['matches'],
   properties: {
-    field: {
-      type: 'string',
-      pattern: '^[A-Za-z0-9_.-]{1,64}$',
-      description: 'A conversation metadata key; default: the latest user message.',
-    },
+    field: { ...NAME, description: 'A conversation metadata key; default: the latest user message.' },
     matches: {
       type: 'string',
       minLength: 1,
@@ -30,6 +28,15 @@ const when = {
       description: 'A JavaScript regular expression, matched case-insensitively.',
     },
   },
+};
+
+/** Each step type's own properties beside `type` and `id` (no others), and those it requires. */
+const STEPS = {
+  message: { required: ['text'], properties: { text } },
+  question: { required: ['text', 'store_as'], properties: { text, store_as: NAME } },
+  model: { required: [], properties: { instructions: text, max_turns: { type: 'integer', minimum: 1, maximum: 1000 } } },
+  handoff: { required: ['reason'], properties: { reason: { type: 'string', minLength: 1, maxLength: 500 }, text, when } },
+  end: { required: [], properties: { text, close: { type: 'boolean' } } },
 };
 
 /**
@@ -75,41 +82,11 @@ export const WORKFLOW_SCHEMA = {
       items: {
         type: 'object',
         required: ['type'],
-        properties: { type: { enum: ['message', 'question', 'model', 'handoff', 'end'] } },
-        allOf: [
-          {
-            if: { properties: { type: { const: 'message' } } },
-            then: { additionalProperties: false, required: ['type', 'text'], properties: { type: {}, id, text } },
-          },
-          {
-            if: { properties: { type: { const: 'question' } } },
-            then: {
-              additionalProperties: false,
-              required: ['type', 'text', 'store_as'],
-              properties: { type: {}, id, text, store_as: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$' } },
-            },
-          },
-          {
-            if: { properties: { type: { const: 'model' } } },
-            then: {
-              additionalProperties: false,
-              required: ['type'],
-              properties: { type: {}, id, instructions: text, max_turns: { type: 'integer', minimum: 1, maximum: 1000 } },
-            },
-          },
-          {
-            if: { properties: { type: { const: 'handoff' } } },
-            then: {
-              additionalProperties: false,
-              required: ['type', 'reason'],
-              properties: { type: {}, id, reason: { type: 'string', minLength: 1, maxLength: 500 }, text, when },
-            },
-          },
-          {
-            if: { properties: { type: { const: 'end' } } },
-            then: { additionalProperties: false, required: ['type'], properties: { type: {}, id, text, close: { type: 'boolean' } } },
-          },
-        ],
+        properties: { type: { enum: Object.keys(STEPS) } },
+        allOf: Object.entries(STEPS).map(([type, step]) => ({
+          if: { properties: { type: { const: type } } },
+          then: { additionalProperties: false, required: ['type', ...step.required], properties: { type: {}, id, ...step.properties } },
+        })),
       },
     },
     knowledge: {
@@ -228,10 +205,9 @@ export interface WorkflowRules {
 export function workflowProblems(workflow: unknown, rules: WorkflowRules = {}): { pointer: string; detail: string }[] {
   const validate = workflowValidator();
   const found = validate(workflow) ? [] : problems(validate.errors ?? []);
-  const steps = (workflow as Workflow | null)?.steps;
-  const tools = (workflow as Workflow | null)?.tools;
+  const { steps, tools, analysis } = (workflow ?? {}) as Workflow;
   const all = [...found, ...(Array.isArray(steps) ? duplicateIds(steps) : []), ...(Array.isArray(tools) ? toolProblems(tools, rules) : [])];
-  const schema = (workflow as Workflow | null)?.analysis?.schema;
+  const schema = analysis?.schema;
   if (schema && typeof schema === 'object' && !Array.isArray(schema)) {
     try {
       compileAnalysisSchema(schema);

@@ -4,6 +4,7 @@ import { sql } from 'kysely';
 import { type ActionContext, type ActionResult, ApiError, attr, defineResource, forbidden, ROLES, rel } from '../jsonapi/index.js';
 import { ADMINS, EVERY_ROLE, ownRowsForOperators } from './scopes.js';
 import { timestamps } from './timestamps.js';
+import { roleIn } from './user.js';
 import { API_KEY_TYPES } from './values.js';
 import { at } from './pointer.js';
 
@@ -15,19 +16,12 @@ import { at } from './pointer.js';
 async function issueKey(ctx: ActionContext): Promise<ActionResult> {
   const { values, principal } = ctx;
   const userId = (values.user_id as string | undefined) ?? principal.userId;
-  const member = userId
-    ? await ctx.db
-        .selectFrom('memberships')
-        .select('role')
-        .where('organisation_id', '=', principal.organisationId)
-        .where('user_id', '=', userId)
-        .executeTakeFirst()
-    : undefined;
-  if (!member) {
+  const role = userId ? await roleIn(ctx.db, principal.organisationId, userId) : undefined;
+  if (!role) {
     throw ApiError.of(userId ? 'invalid_attribute' : 'required', 'The key must belong to a member of the organisation.', at('user_id'));
   }
   // A key acts with its user's role: an admin issuing one for an owner would gain the owner's powers.
-  if (ctx.actor.kind === 'principal' && member.role === 'owner' && principal.role !== 'owner') {
+  if (ctx.actor.kind === 'principal' && role === 'owner' && principal.role !== 'owner') {
     throw forbidden('Only an owner may issue a key that acts as an owner.');
   }
   // The key never acts above its issuer's role (migration 0014): the issuer keeps a copy of the token, and the

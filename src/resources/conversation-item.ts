@@ -6,7 +6,6 @@ import {
   ApiError,
   attr,
   defineResource,
-  errorObject,
   insertRecord,
   insertRecordFrom,
   rel,
@@ -14,7 +13,7 @@ import {
 } from '../jsonapi/index.js';
 import conversation from './conversation.js';
 import { timestamps } from './timestamps.js';
-import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitorsWithout } from './scopes.js';
+import { EVERY_ROLE_AND_VISITORS, ownConversationForVisitors } from './scopes.js';
 import { ITEM_MODALITIES, ITEM_ROLES } from './values.js';
 import { at } from './pointer.js';
 
@@ -128,7 +127,7 @@ async function createItem(ctx: ActionContext): Promise<ActionResult> {
     }
   }
   if (row.status === 'closed') {
-    throw new ApiError([errorObject('invalid_transition', 'The conversation is closed; reopen it to add items.', at('conversation_id'))]);
+    throw ApiError.of('invalid_transition', 'The conversation is closed; reopen it to add items.', at('conversation_id'));
   }
 
   const contentIndex = (values.content_index as number | undefined) ?? row.next_content_index;
@@ -196,7 +195,7 @@ export default defineResource({
   access: {
     read: EVERY_ROLE_AND_VISITORS,
     create: EVERY_ROLE_AND_VISITORS,
-    visible: ownConversationForVisitorsWithout('conversation_id', ['tool', 'system']),
+    visible: ownConversationForVisitors('conversation_id', ['tool', 'system']),
   },
   create: createItem,
   createAtOnce: async (ctx) => {

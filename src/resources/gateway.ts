@@ -1,14 +1,15 @@
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
-import { type ActionContext, ApiError, attr, defineResource, errorObject, rel } from '../jsonapi/index.js';
+import { type ActionContext, ApiError, attr, defineResource, rel } from '../jsonapi/index.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { GATEWAY_PROVIDERS } from './values.js';
 import { isPublicAddress } from './webhook-url.js';
+import { at } from './pointer.js';
 
-const HOST = '^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$';
-const HOST_PORT =
-  '^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?$';
+const HOST_NAME = '[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*';
+const HOST = `^${HOST_NAME}$`;
+const HOST_PORT = `^(${HOST_NAME}|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?$`;
 const SIP_USER_PART = "^[A-Za-z0-9_.!~*'()&=+$,;?/%-]+$";
 
 /** An IPv4 or IPv6 CIDR block such as `203.0.113.0/24` or `2001:db8::/32`. */
@@ -31,9 +32,7 @@ function proxyProblem(value: unknown): string | undefined {
 
 /** The host of `host[:port]` or `[IPv6]:port`. */
 function hostOf(value: string): string {
-  const bracketed = /^\[([^\]]+)\]/.exec(value);
-  if (bracketed) return bracketed[1];
-  return value.replace(/:\d+$/, '');
+  return /^\[([^\]]+)\]/.exec(value)?.[1] ?? value.replace(/:\d+$/, '');
 }
 
 /**
@@ -62,9 +61,7 @@ function deriveName(ctx: ActionContext): void {
   const proxy = 'proxy' in ctx.values ? ctx.values.proxy : ctx.existing?.proxy;
   const [attribute, destination] = proxy ? ['proxy', proxy] : ['realm', realm];
   const problem = privateGatewayProblem(destination);
-  if (problem) {
-    throw new ApiError([errorObject('invalid_attribute', `\`${attribute}\` ${problem}.`, { pointer: `/data/attributes/${attribute}` })]);
-  }
+  if (problem) throw ApiError.of('invalid_attribute', `\`${attribute}\` ${problem}.`, at(attribute));
 }
 
 export default defineResource({

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { uuidv7 } from 'uuidv7';
-import { type ActionContext, type ActionResult, ApiError, attr, defineResource, errorObject, insertRecord, rel } from '../jsonapi/index.js';
+import { type ActionContext, type ActionResult, ApiError, attr, defineResource, insertRecord, rel } from '../jsonapi/index.js';
 import { chunkText, documentText, type KnowledgeContentType, textSearchConfig } from './knowledge-text.js';
 import { ADMINS, EVERY_ROLE } from './scopes.js';
 import { timestamps } from './timestamps.js';
@@ -10,7 +10,7 @@ export const KNOWLEDGE_CONTENT_TYPES = ['text/plain', 'text/markdown', 'text/htm
 /** Chunks written per INSERT statement. */
 const CHUNK_BATCH = 100;
 
-const contentError = (detail: string) => new ApiError([errorObject('invalid_attribute', detail, { pointer: '/data/attributes/content' })]);
+const contentError = (detail: string) => ApiError.of('invalid_attribute', detail, { pointer: '/data/attributes/content' });
 
 /**
  * A document must be text: C0 control characters other than tab, line feed, form feed and carriage return

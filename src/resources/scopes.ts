@@ -15,29 +15,23 @@ export function ownRowsForOperators(column: string): Scope {
 /** Members of every role, and website visitors (who see only their one conversation). */
 export const EVERY_ROLE_AND_VISITORS: readonly PrincipalRole[] = [...EVERY_ROLE, 'visitor'];
 
-/** A visitor sees only rows whose `column` names its one conversation; members are not limited here. */
-export function ownConversationForVisitors(column: string): Scope {
-  const scope: Scope = (p: Principal, alias: string) =>
-    p.role === 'visitor' ? sql`${sql.ref(`${alias}.${column}`)} = ${p.conversationId ?? null}` : undefined;
+/**
+ * A visitor sees only rows whose `column` names its one conversation, and none whose `role` is one of
+ * `hiddenRoles` (the agent's `tool` items: what its tools were asked and answered is for the organisation, not
+ * the visitor); members are not limited here.
+ */
+export function ownConversationForVisitors(column: string, hiddenRoles: readonly string[] = []): Scope {
+  const scope: Scope = (p: Principal, alias: string) => {
+    if (p.role !== 'visitor') return undefined;
+    const own = sql`${sql.ref(`${alias}.${column}`)} = ${p.conversationId ?? null}`;
+    if (hiddenRoles.length === 0) return own;
+    return sql`${own} AND ${sql.ref(`${alias}.role`)} NOT IN (${sql.join(hiddenRoles.map((r) => sql.lit(r)))})`;
+  };
   // SQL's `=` with a NULL side is not true: a visitor without a conversation sees nothing here either.
   scope.onColumns = (p, columns) =>
-    p.role === 'visitor' ? p.conversationId !== undefined && columns[column] === p.conversationId : undefined;
-  scope.visitorConversationColumn = column;
-  return scope;
-}
-
-/**
- * As `ownConversationForVisitors`, and a visitor never sees rows whose `role` is one of `hiddenRoles` (the
- * agent's `tool` items: what its tools were asked and answered is for the organisation, not the visitor).
- */
-export function ownConversationForVisitorsWithout(column: string, hiddenRoles: readonly string[]): Scope {
-  const base = ownConversationForVisitors(column);
-  const scope: Scope = (p: Principal, alias: string) =>
     p.role === 'visitor'
-      ? sql`${base(p, alias)} AND ${sql.ref(`${alias}.role`)} NOT IN (${sql.join(hiddenRoles.map((r) => sql.lit(r)))})`
+      ? p.conversationId !== undefined && columns[column] === p.conversationId && !hiddenRoles.includes(columns.role as string)
       : undefined;
-  scope.onColumns = (p, columns) =>
-    p.role === 'visitor' ? base.onColumns!(p, columns) === true && !hiddenRoles.includes(columns.role as string) : undefined;
   scope.visitorConversationColumn = column;
   return scope;
 }

@@ -47,7 +47,7 @@ async function lockMembership(db: Db, organisationId: string, userId: string) {
 }
 
 /** The user's role in the organisation; undefined for a non-member. */
-const roleIn = async (db: Db, organisationId: string, userId: string) =>
+export const roleIn = async (db: Db, organisationId: string, userId: string) =>
   (
     await db
       .selectFrom('memberships')

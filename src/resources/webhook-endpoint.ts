@@ -32,13 +32,8 @@ async function checkEndpoint(ctx: ActionContext): Promise<void> {
     const known = eventTypes(ctx.registry);
     const unknown = types.filter((t) => !known.has(t as string));
     if (unknown.length > 0) {
-      errors.push(
-        errorObject(
-          'invalid_attribute',
-          `\`event_types\` names unknown event types: ${unknown.join(', ')}. See GET /api/open_api or docs/events.md for the catalogue.`,
-          at('event_types'),
-        ),
-      );
+      const detail = `\`event_types\` names unknown event types: ${unknown.join(', ')}. See GET /api/open_api or docs/events.md for the catalogue.`;
+      errors.push(errorObject('invalid_attribute', detail, at('event_types')));
     }
   }
   if (errors.length > 0) throw new ApiError(errors);

@@ -121,25 +121,17 @@ export function signedPost(
       clearTimeout(timer);
       resolve(outcome);
     };
-    if (!URL.canParse(url)) {
-      done({ ok: false, error: 'The URL is not valid.' });
-      return;
-    }
+    if (!URL.canParse(url)) return done({ ok: false, error: 'The URL is not valid.' });
     const target = new URL(url);
     // Node connects to an IP literal without calling `lookup`, so the check there never sees it: check it here,
     // on every attempt (the URL may have been saved under other rules).
     const literal = target.hostname.replace(/^\[|\]$/g, '');
-    if (!options.allowPrivate && isIP(literal) && !isPublicAddress(literal)) {
-      done({ ok: false, error: `${literal} is not a public address.` });
-      return;
-    }
+    if (!options.allowPrivate && isIP(literal) && !isPublicAddress(literal))
+      return done({ ok: false, error: `${literal} is not a public address.` });
     const timestamp = new Date();
     const signature = new Webhook(secret).sign(messageId, timestamp, body);
     const client = target.protocol === 'https:' ? https : target.protocol === 'http:' && options.allowPrivate ? http : undefined;
-    if (!client) {
-      done({ ok: false, error: 'The URL is not https.' });
-      return;
-    }
+    if (!client) return done({ ok: false, error: 'The URL is not https.' });
     const request = client.request(target, {
       method: 'POST',
       headers: {
