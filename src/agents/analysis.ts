@@ -212,14 +212,7 @@ export async function analyse(
     problems = problemsOf(last, validate);
     if (problems === '' && Buffer.byteLength(JSON.stringify(last.data)) > DATA_MAX_BYTES)
       problems = `\`data\` is longer than ${DATA_MAX_BYTES} bytes of JSON`;
-    if (problems === '')
-      return {
-        summary: String(last.summary).slice(0, SUMMARY_MAX_CHARS),
-        data: last.data as Record<string, unknown>,
-        success: last.success as boolean,
-        analysed_at: new Date().toISOString(),
-        model: modelName,
-      };
+    if (problems === '') break;
     // Asked again, told what was wrong with the answer.
     messages.push(
       { role: 'assistant', content: answer.text || JSON.stringify(last) },
@@ -237,7 +230,7 @@ export async function analyse(
     success: typeof last.success === 'boolean' ? last.success : null,
     analysed_at: new Date().toISOString(),
     model: modelName,
-    error: `The model's analysis was not valid after ${maxAttempts} attempts: ${problems}.`.slice(0, 2000),
+    ...(problems === '' ? {} : { error: `The model's analysis was not valid after ${maxAttempts} attempts: ${problems}.`.slice(0, 2000) }),
   };
 }
 
