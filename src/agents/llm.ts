@@ -67,36 +67,29 @@ export function createChatModel(config: Config): ChatModel | undefined {
   });
   const model = config.llmModel;
 
-  async function once(messages: ChatMessage[], tools: ChatCompletionTool[]) {
-    // One deadline for the whole stream: the client's timeout covers the request, not a stalled body.
-    const signal = AbortSignal.timeout(config.llmTimeoutMs);
-    const requestSentAt = performance.now();
-    const stream = await client.chat.completions.create(
-      { model, messages, stream: true, stream_options: { include_usage: true }, ...(tools.length > 0 ? { tools } : {}) },
-      { signal },
-    );
-    return { stream, requestSentAt };
-  }
-
   return {
     name: model,
     async complete(messages, tools) {
       const attempts = config.llmMaxRetries + 1;
       let lastError: unknown;
       for (let attempt = 1; attempt <= attempts; attempt++) {
-        // A request the client gave up on (after its own retries) is final: retrying it here would multiply them.
-        let started: Awaited<ReturnType<typeof once>>;
-        try {
-          started = await once(messages, tools);
-        } catch (error) {
-          throw new ModelFailure(describe(error), attempt);
-        }
+        const requestSentAt = performance.now();
+        // One deadline for the whole stream: the client's timeout covers the request, not a stalled body. A request
+        // the client gave up on (after its own retries) is final: retrying it here would multiply them.
+        const stream = await client.chat.completions
+          .create(
+            { model, messages, stream: true, stream_options: { include_usage: true }, ...(tools.length > 0 ? { tools } : {}) },
+            { signal: AbortSignal.timeout(config.llmTimeoutMs) },
+          )
+          .catch((error: unknown) => {
+            throw new ModelFailure(describe(error), attempt);
+          });
         try {
           let text = '';
           let answeredBy = model;
           let usage: ModelAnswer['usage'];
           const calls = new Map<number, { id: string; name: string; args: string }>();
-          for await (const chunk of started.stream) {
+          for await (const chunk of stream) {
             if (chunk.model) answeredBy = chunk.model;
             if (chunk.usage)
               usage = {
@@ -134,7 +127,7 @@ export function createChatModel(config: Config): ChatModel | undefined {
             model: answeredBy,
             usage,
             attempts: attempt,
-            requestSentAt: started.requestSentAt,
+            requestSentAt,
             lastTokenAt,
           };
         } catch (error) {
