@@ -607,14 +607,10 @@ export class AgentRuntime {
         const search = env.knowledge !== undefined && env.knowledge.searches < MAX_SEARCHES_PER_TURN;
         answer = await this.model!.complete(messages, offeredTools(declared, search));
         attempts += answer.attempts;
-        if (answer.usage)
-          usage = usage
-            ? {
-                prompt_tokens: usage.prompt_tokens + answer.usage.prompt_tokens,
-                completion_tokens: usage.completion_tokens + answer.usage.completion_tokens,
-                total_tokens: usage.total_tokens + answer.usage.total_tokens,
-              }
-            : answer.usage;
+        if (answer.usage) {
+          usage ??= { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+          for (const key of ['prompt_tokens', 'completion_tokens', 'total_tokens'] as const) usage[key] += answer.usage[key];
+        }
         if (answer.toolCalls.length === 0) break;
         if (recorded.length + answer.toolCalls.length > this.options.config.agentMaxToolCalls) {
           this.logger?.warn(
