@@ -68,8 +68,7 @@ export interface ToolEnvironment {
   announce?: (tool: WorkflowTool & { say_while_waiting: string }) => Promise<void>;
 }
 
-export interface BuiltInTool {
-  definition: FunctionDefinition;
+export interface BuiltInTool extends Omit<FunctionDefinition, 'name'> {
   run: (args: Record<string, unknown>, env: ToolEnvironment) => Promise<ToolOutcome> | ToolOutcome;
 }
 
@@ -89,15 +88,12 @@ const refused = (result: string): ToolOutcome => ({ ok: false, refused: true, re
  */
 export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   handoff_to_operator: {
-    definition: {
-      name: 'handoff_to_operator',
-      description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
-      parameters: {
-        type: 'object',
-        properties: { reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } },
-        required: ['reason'],
-        additionalProperties: false,
-      },
+    description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
+    parameters: {
+      type: 'object',
+      properties: { reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } },
+      required: ['reason'],
+      additionalProperties: false,
     },
     run: (args) => {
       const reason = reasonOf(args, 500, 'The model asked for an operator.');
@@ -105,14 +101,11 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     },
   },
   end_conversation: {
-    definition: {
-      name: 'end_conversation',
-      description: 'End the conversation (on a phone call: hang up) once the user has what they came for or says goodbye.',
-      parameters: {
-        type: 'object',
-        properties: { reason: { type: 'string', maxLength: 500, description: 'Why the conversation ends, in a few words.' } },
-        additionalProperties: false,
-      },
+    description: 'End the conversation (on a phone call: hang up) once the user has what they came for or says goodbye.',
+    parameters: {
+      type: 'object',
+      properties: { reason: { type: 'string', maxLength: 500, description: 'Why the conversation ends, in a few words.' } },
+      additionalProperties: false,
     },
     run: (args) => ({
       ok: true,
@@ -122,19 +115,16 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     }),
   },
   transfer_call: {
-    definition: {
-      name: 'transfer_call',
-      description:
-        'Transfer a phone call to a telephone number (E.164, such as +442071234567) or to a SIP user of the organisation (its user name). Only on phone calls.',
-      parameters: {
-        type: 'object',
-        properties: {
-          to: { type: 'string', minLength: 1, maxLength: 128, description: 'An E.164 number or a SIP user name.' },
-          reason: { type: 'string', maxLength: 500 },
-        },
-        required: ['to'],
-        additionalProperties: false,
+    description:
+      'Transfer a phone call to a telephone number (E.164, such as +442071234567) or to a SIP user of the organisation (its user name). Only on phone calls.',
+    parameters: {
+      type: 'object',
+      properties: {
+        to: { type: 'string', minLength: 1, maxLength: 128, description: 'An E.164 number or a SIP user name.' },
+        reason: { type: 'string', maxLength: 500 },
       },
+      required: ['to'],
+      additionalProperties: false,
     },
     run: async (args, env) => {
       if (!isCall(env.conversation))
@@ -159,18 +149,15 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     },
   },
   store_answer: {
-    definition: {
-      name: 'store_answer',
-      description: "Store something the user told you (their name, an order number...) in the conversation's stored answers.",
-      parameters: {
-        type: 'object',
-        properties: {
-          key: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A short name, such as order_number.' },
-          value: { type: 'string', maxLength: 2000 },
-        },
-        required: ['key', 'value'],
-        additionalProperties: false,
+    description: "Store something the user told you (their name, an order number...) in the conversation's stored answers.",
+    parameters: {
+      type: 'object',
+      properties: {
+        key: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A short name, such as order_number.' },
+        value: { type: 'string', maxLength: 2000 },
       },
+      required: ['key', 'value'],
+      additionalProperties: false,
     },
     run: (args) => {
       const key = String(args.key);
@@ -182,16 +169,13 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   },
   search_knowledge: {
     // Offered when the agent's knowledge mode is `tool` (docs/agents.md, "Knowledge").
-    definition: {
-      name: 'search_knowledge',
-      description:
-        "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
-      parameters: {
-        type: 'object',
-        properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
-        required: ['query'],
-        additionalProperties: false,
-      },
+    description:
+      "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
+    parameters: {
+      type: 'object',
+      properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
+      required: ['query'],
+      additionalProperties: false,
     },
     run: async (args, env) => {
       const knowledge = env.knowledge;
@@ -211,10 +195,10 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
 /** The tools offered to the model: the built-in ones (search_knowledge only with `search`), then the agent's own. */
 export function offeredTools(declared: WorkflowTool[], search: boolean): ChatCompletionTool[] {
   return [
-    ...Object.values(BUILT_IN_TOOLS)
-      .map((t) => t.definition)
-      .filter((d) => search || d.name !== 'search_knowledge'),
-    ...declared.map((t) => ({ name: t.name, description: t.description, parameters: t.parameters })),
+    ...Object.entries(BUILT_IN_TOOLS)
+      .filter(([name]) => search || name !== 'search_knowledge')
+      .map(([name, { description, parameters }]) => ({ name, description, parameters })),
+    ...declared.map(({ name, description, parameters }) => ({ name, description, parameters })),
   ].map((definition) => ({ type: 'function' as const, function: definition }));
 }
 
@@ -249,7 +233,7 @@ export async function runToolCall(
   const own = builtIn ? undefined : declared?.find((t) => t.name === call.name);
   if (!builtIn && !own) return refused(`There is no tool named ${call.name}. Use only the tools you were given.`);
   if (call.invalidArguments !== undefined) return refused(`The arguments of ${call.name} must be a JSON object; nothing was done.`);
-  const validate = compileParameters(builtIn ? builtIn.definition.parameters : own!.parameters);
+  const validate = compileParameters((builtIn ?? own!).parameters);
   if (typeof validate === 'string') return refused(`${call.name} cannot be called: its parameters ${validate}.`);
   if (!validate(call.arguments)) {
     const why = (validate.errors ?? [])
