@@ -15,6 +15,7 @@ import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { compileAnalysisSchema, type Workflow } from '../resources/ai-agent-workflow.js';
 import { type ChatMessage, type ChatModel, ModelFailure, parseObject } from './llm.js';
+import { strictObject } from './tools.js';
 
 export const SKIPPED_NO_MODEL = 'no model configured';
 export const SKIPPED_NOTHING_SAID = 'nothing was said';
@@ -175,16 +176,14 @@ export async function analyse(
     function: {
       name: RECORD_TOOL,
       description: 'Record the analysis of the conversation.',
-      parameters: {
-        type: 'object',
-        properties: {
+      parameters: strictObject(
+        {
           summary: { type: 'string', description: 'What happened, in at most three sentences.' },
           success: { type: 'boolean', description: 'Whether the conversation met its success criteria.' },
           data: schema,
         },
-        required: ['summary', 'success', 'data'],
-        additionalProperties: false,
-      },
+        ['summary', 'success', 'data'],
+      ),
     },
   };
   const messages: ChatMessage[] = [

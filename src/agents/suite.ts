@@ -15,7 +15,7 @@ import type { AppServices } from '../jsonapi/services.js';
 import { compileParameters } from '../resources/ai-agent-workflow.js';
 import { type Agent, AgentRuntime, type Conversation, type Item } from './runtime.js';
 import { compileRegExp } from './guardrails.js';
-import { mockTools } from './tools.js';
+import { mockTools, strictObject } from './tools.js';
 import type { WorkflowState } from './workflow.js';
 
 /** Largest suite file or body, in bytes. */
@@ -59,9 +59,8 @@ export class SuiteError extends Error {
 
 const regex = { type: 'string', minLength: 1, maxLength: 1000 };
 const toolName = { type: 'string', minLength: 1, maxLength: 64 };
-/** An object of these fields and no others: a misspelt expectation is an error, not one that always passes. */
-const only = (properties: object, required: string[] = []) => ({ type: 'object', additionalProperties: false, required, properties });
-const SUITE_SCHEMA = only(
+/** Objects of these fields and no others: a misspelt expectation is an error, not one that always passes. */
+const SUITE_SCHEMA = strictObject(
   {
     name: { type: 'string', maxLength: 200 },
     mock_tools: { type: 'object' },
@@ -69,7 +68,7 @@ const SUITE_SCHEMA = only(
       type: 'array',
       minItems: 1,
       maxItems: 100,
-      items: only(
+      items: strictObject(
         {
           name: { type: 'string', minLength: 1, maxLength: 200 },
           channel: { enum: ['chat', 'voice'] },
@@ -79,13 +78,13 @@ const SUITE_SCHEMA = only(
             type: 'array',
             minItems: 1,
             maxItems: 50,
-            items: only(
+            items: strictObject(
               {
                 user: { type: 'string', minLength: 1, maxLength: 8000 },
-                expect: only({
+                expect: strictObject({
                   reply_matches: regex,
                   reply_not_matches: regex,
-                  tool_called: only({ name: toolName, arguments: { type: 'object' } }, ['name']),
+                  tool_called: strictObject({ name: toolName, arguments: { type: 'object' } }, ['name']),
                   tool_not_called: toolName,
                   handoff: { type: 'boolean' },
                   closed: { type: 'boolean' },

@@ -81,6 +81,11 @@ const reasonOf = (args: Record<string, unknown>, max: number, otherwise: string)
 /** A call refused before anything was done; `result` tells the model why. */
 const refused = (result: string): ToolOutcome => ({ ok: false, refused: true, result });
 
+/** The JSON Schema of an object of these fields and no others (a tool's arguments, a suite's parts). */
+export function strictObject(properties: object, required: string[] = []) {
+  return { type: 'object', additionalProperties: false, required, properties };
+}
+
 /**
  * The built-in tools, by name. Adding one: an entry here (its JSON Schema is checked against the model's
  * arguments before `run`), and its name in `BUILT_IN_TOOL_NAMES` (src/resources/ai-agent-workflow.ts), which
@@ -89,12 +94,7 @@ const refused = (result: string): ToolOutcome => ({ ok: false, refused: true, re
 export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   handoff_to_operator: {
     description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
-    parameters: {
-      type: 'object',
-      properties: { reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } },
-      required: ['reason'],
-      additionalProperties: false,
-    },
+    parameters: strictObject({ reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } }, ['reason']),
     run: (args) => {
       const reason = reasonOf(args, 500, 'The model asked for an operator.');
       return { ok: true, result: 'Handed to an operator.', effect: { kind: 'handoff', reason, rule: 'model_tool' }, final: true };
@@ -102,11 +102,7 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   },
   end_conversation: {
     description: 'End the conversation (on a phone call: hang up) once the user has what they came for or says goodbye.',
-    parameters: {
-      type: 'object',
-      properties: { reason: { type: 'string', maxLength: 500, description: 'Why the conversation ends, in a few words.' } },
-      additionalProperties: false,
-    },
+    parameters: strictObject({ reason: { type: 'string', maxLength: 500, description: 'Why the conversation ends, in a few words.' } }),
     run: (args) => ({
       ok: true,
       result: 'The conversation is closed.',
@@ -117,15 +113,13 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   transfer_call: {
     description:
       'Transfer a phone call to a telephone number (E.164, such as +442071234567) or to a SIP user of the organisation (its user name). Only on phone calls.',
-    parameters: {
-      type: 'object',
-      properties: {
+    parameters: strictObject(
+      {
         to: { type: 'string', minLength: 1, maxLength: 128, description: 'An E.164 number or a SIP user name.' },
         reason: { type: 'string', maxLength: 500 },
       },
-      required: ['to'],
-      additionalProperties: false,
-    },
+      ['to'],
+    ),
     run: async (args, env) => {
       if (!isCall(env.conversation))
         return refused('transfer_call works on phone calls only; this is a chat. Offer handoff_to_operator instead.');
@@ -150,15 +144,13 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   },
   store_answer: {
     description: "Store something the user told you (their name, an order number...) in the conversation's stored answers.",
-    parameters: {
-      type: 'object',
-      properties: {
+    parameters: strictObject(
+      {
         key: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A short name, such as order_number.' },
         value: { type: 'string', maxLength: 2000 },
       },
-      required: ['key', 'value'],
-      additionalProperties: false,
-    },
+      ['key', 'value'],
+    ),
     run: (args) => {
       const key = String(args.key);
       // The runtime's own metadata keys are not answers.
@@ -171,12 +163,9 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     // Offered when the agent's knowledge mode is `tool` (docs/agents.md, "Knowledge").
     description:
       "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
-    parameters: {
-      type: 'object',
-      properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
-      required: ['query'],
-      additionalProperties: false,
-    },
+    parameters: strictObject({ query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } }, [
+      'query',
+    ]),
     run: async (args, env) => {
       const knowledge = env.knowledge;
       if (!knowledge) return refused('This agent has no knowledge base to search.');
