@@ -6,6 +6,7 @@
  * many times, with backoff. The answer is only returned once the stream is complete, so a failed turn never leaves a
  * half-written item.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
 import type { Config } from '../config/index.js';
@@ -49,12 +50,8 @@ export class ModelFailure extends Error {
   }
 }
 
-class EmptyAnswer extends Error {}
-
 /** Whether the configuration names a model endpoint at all. */
 export const modelConfigured = (config: Config) => config.llmBaseUrl !== undefined || config.llmApiKey !== undefined;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function createChatModel(config: Config): ChatModel | undefined {
   if (!modelConfigured(config)) return undefined;
@@ -120,7 +117,7 @@ export function createChatModel(config: Config): ChatModel | undefined {
                 ...(parsed === undefined ? { invalidArguments: c.args.slice(0, 2000) } : {}),
               };
             });
-          if (text.trim() === '' && toolCalls.length === 0) throw new EmptyAnswer('The model returned an empty answer.');
+          if (text.trim() === '' && toolCalls.length === 0) throw new Error('The model returned an empty answer.');
           return {
             text: text.trim(),
             toolCalls,
