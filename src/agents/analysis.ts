@@ -17,9 +17,6 @@ import { compileAnalysisSchema, type Workflow } from '../resources/ai-agent-work
 import { type ChatMessage, type ChatModel, ModelFailure, parseObject } from './llm.js';
 import { strictObject } from './tools.js';
 
-export const SKIPPED_NO_MODEL = 'no model configured';
-export const SKIPPED_NOTHING_SAID = 'nothing was said';
-
 /** How long a claimed analysis is held before another runtime may take it (a crashed worker's). */
 const LEASE_MS = 120_000;
 /** Characters of the transcript the model reads (the end of a longer conversation is kept). */
@@ -99,8 +96,8 @@ export class Analyst {
     // Every attempt ended without storing anything (a crash, a write refused): stop, and say so.
     if (claimed.attempts > config.analysisMaxAttempts) return without({ error: 'The analysis could not be completed.' });
     const transcript = await this.transcript(claimed.conversation_id);
-    if (!model) return without({ skipped: SKIPPED_NO_MODEL });
-    if (transcript === '') return without({ skipped: SKIPPED_NOTHING_SAID });
+    if (!model) return without({ skipped: 'no model configured' });
+    if (transcript === '') return without({ skipped: 'nothing was said' });
     const settings = rows[0].workflow?.analysis ?? {};
     try {
       const analysis = await analyse(model, config.analysisMaxAttempts, rows[0].agent_name ?? 'the agent', settings, transcript);
