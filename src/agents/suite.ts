@@ -287,6 +287,7 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
 
 function checkTurn(expect: TurnExpectation, turn: TurnReport, metadata: Record<string, unknown>) {
   const failures: { expectation: string; message: string }[] = [];
+  const fail = (expectation: string, message: string) => failures.push({ expectation, message });
   const reply = turn.reply ?? '';
   for (const [key, wanted] of [
     ['reply_matches', true],
@@ -294,43 +295,31 @@ function checkTurn(expect: TurnExpectation, turn: TurnReport, metadata: Record<s
   ] as const) {
     const pattern = expect[key];
     if (pattern !== undefined && new RegExp(pattern, 'i').test(reply) !== wanted)
-      failures.push({
-        expectation: key,
-        message: `the reply ${JSON.stringify(reply.slice(0, 300))} ${wanted ? 'does not match' : 'matches'} /${pattern}/i`,
-      });
+      fail(key, `the reply ${JSON.stringify(reply.slice(0, 300))} ${wanted ? 'does not match' : 'matches'} /${pattern}/i`);
   }
   if (expect.tool_called) {
     const { name, arguments: schema } = expect.tool_called;
     const calls = turn.tools.filter((t) => t.name === name);
     if (calls.length === 0)
-      failures.push({
-        expectation: 'tool_called',
-        message: `${name} was not called (called: ${turn.tools.map((t) => t.name).join(', ') || 'nothing'})`,
-      });
+      fail('tool_called', `${name} was not called (called: ${turn.tools.map((t) => t.name).join(', ') || 'nothing'})`);
     else if (schema) {
       const validate = compileParameters({ type: 'object', ...schema });
       if (typeof validate !== 'string' && !calls.some((c) => validate(c.arguments)))
-        failures.push({
-          expectation: 'tool_called.arguments',
-          message: `${name} was called with ${calls.map((c) => JSON.stringify(c.arguments)).join(', ')}, which ${calls.length > 1 ? 'do' : 'does'} not match: ${(validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message}`).join('; ')}`,
-        });
+        fail(
+          'tool_called.arguments',
+          `${name} was called with ${calls.map((c) => JSON.stringify(c.arguments)).join(', ')}, which ${calls.length > 1 ? 'do' : 'does'} not match: ${(validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message}`).join('; ')}`,
+        );
     }
   }
   if (expect.tool_not_called !== undefined && turn.tools.some((t) => t.name === expect.tool_not_called))
-    failures.push({ expectation: 'tool_not_called', message: `${expect.tool_not_called} was called` });
+    fail('tool_not_called', `${expect.tool_not_called} was called`);
   if (expect.handoff !== undefined && (turn.handoff !== null) !== expect.handoff)
-    failures.push({
-      expectation: 'handoff',
-      message: expect.handoff ? 'the turn did not hand off' : `the turn handed off: ${turn.handoff}`,
-    });
+    fail('handoff', expect.handoff ? 'the turn did not hand off' : `the turn handed off: ${turn.handoff}`);
   if (expect.closed !== undefined && turn.closed !== expect.closed)
-    failures.push({ expectation: 'closed', message: expect.closed ? 'the conversation was not closed' : 'the conversation was closed' });
+    fail('closed', expect.closed ? 'the conversation was not closed' : 'the conversation was closed');
   for (const [key, wanted] of Object.entries(expect.answers ?? {}))
     if (metadata[key] !== wanted)
-      failures.push({
-        expectation: `answers.${key}`,
-        message: `expected ${JSON.stringify(wanted)}, got ${JSON.stringify(metadata[key] ?? null)}`,
-      });
+      fail(`answers.${key}`, `expected ${JSON.stringify(wanted)}, got ${JSON.stringify(metadata[key] ?? null)}`);
   return failures;
 }
 
