@@ -15,9 +15,7 @@ import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { compileAnalysisSchema, type Workflow } from '../resources/ai-agent-workflow.js';
 import { type ChatMessage, type ChatModel, ModelFailure, parseObject } from './llm.js';
-
-export const SKIPPED_NO_MODEL = 'no model configured';
-export const SKIPPED_NOTHING_SAID = 'nothing was said';
+import { strictObject } from './tools.js';
 
 /** How long a claimed analysis is held before another runtime may take it (a crashed worker's). */
 const LEASE_MS = 120_000;
@@ -98,8 +96,8 @@ export class Analyst {
     // Every attempt ended without storing anything (a crash, a write refused): stop, and say so.
     if (claimed.attempts > config.analysisMaxAttempts) return without({ error: 'The analysis could not be completed.' });
     const transcript = await this.transcript(claimed.conversation_id);
-    if (!model) return without({ skipped: SKIPPED_NO_MODEL });
-    if (transcript === '') return without({ skipped: SKIPPED_NOTHING_SAID });
+    if (!model) return without({ skipped: 'no model configured' });
+    if (transcript === '') return without({ skipped: 'nothing was said' });
     const settings = rows[0].workflow?.analysis ?? {};
     try {
       const analysis = await analyse(model, config.analysisMaxAttempts, rows[0].agent_name ?? 'the agent', settings, transcript);
@@ -175,16 +173,14 @@ export async function analyse(
     function: {
       name: RECORD_TOOL,
       description: 'Record the analysis of the conversation.',
-      parameters: {
-        type: 'object',
-        properties: {
+      parameters: strictObject(
+        {
           summary: { type: 'string', description: 'What happened, in at most three sentences.' },
           success: { type: 'boolean', description: 'Whether the conversation met its success criteria.' },
           data: schema,
         },
-        required: ['summary', 'success', 'data'],
-        additionalProperties: false,
-      },
+        ['summary', 'success', 'data'],
+      ),
     },
   };
   const messages: ChatMessage[] = [
@@ -212,14 +208,7 @@ export async function analyse(
     problems = problemsOf(last, validate);
     if (problems === '' && Buffer.byteLength(JSON.stringify(last.data)) > DATA_MAX_BYTES)
       problems = `\`data\` is longer than ${DATA_MAX_BYTES} bytes of JSON`;
-    if (problems === '')
-      return {
-        summary: String(last.summary).slice(0, SUMMARY_MAX_CHARS),
-        data: last.data as Record<string, unknown>,
-        success: last.success as boolean,
-        analysed_at: new Date().toISOString(),
-        model: modelName,
-      };
+    if (problems === '') break;
     // Asked again, told what was wrong with the answer.
     messages.push(
       { role: 'assistant', content: answer.text || JSON.stringify(last) },
@@ -237,7 +226,7 @@ export async function analyse(
     success: typeof last.success === 'boolean' ? last.success : null,
     analysed_at: new Date().toISOString(),
     model: modelName,
-    error: `The model's analysis was not valid after ${maxAttempts} attempts: ${problems}.`.slice(0, 2000),
+    ...(problems === '' ? {} : { error: `The model's analysis was not valid after ${maxAttempts} attempts: ${problems}.`.slice(0, 2000) }),
   };
 }
 

@@ -6,6 +6,7 @@
  * many times, with backoff. The answer is only returned once the stream is complete, so a failed turn never leaves a
  * half-written item.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
 import type { Config } from '../config/index.js';
@@ -49,12 +50,8 @@ export class ModelFailure extends Error {
   }
 }
 
-class EmptyAnswer extends Error {}
-
 /** Whether the configuration names a model endpoint at all. */
 export const modelConfigured = (config: Config) => config.llmBaseUrl !== undefined || config.llmApiKey !== undefined;
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function createChatModel(config: Config): ChatModel | undefined {
   if (!modelConfigured(config)) return undefined;
@@ -67,36 +64,29 @@ export function createChatModel(config: Config): ChatModel | undefined {
   });
   const model = config.llmModel;
 
-  async function once(messages: ChatMessage[], tools: ChatCompletionTool[]) {
-    // One deadline for the whole stream: the client's timeout covers the request, not a stalled body.
-    const signal = AbortSignal.timeout(config.llmTimeoutMs);
-    const requestSentAt = performance.now();
-    const stream = await client.chat.completions.create(
-      { model, messages, stream: true, stream_options: { include_usage: true }, ...(tools.length > 0 ? { tools } : {}) },
-      { signal },
-    );
-    return { stream, requestSentAt };
-  }
-
   return {
     name: model,
     async complete(messages, tools) {
       const attempts = config.llmMaxRetries + 1;
       let lastError: unknown;
       for (let attempt = 1; attempt <= attempts; attempt++) {
-        // A request the client gave up on (after its own retries) is final: retrying it here would multiply them.
-        let started: Awaited<ReturnType<typeof once>>;
-        try {
-          started = await once(messages, tools);
-        } catch (error) {
-          throw new ModelFailure(describe(error), attempt);
-        }
+        const requestSentAt = performance.now();
+        // One deadline for the whole stream: the client's timeout covers the request, not a stalled body. A request
+        // the client gave up on (after its own retries) is final: retrying it here would multiply them.
+        const stream = await client.chat.completions
+          .create(
+            { model, messages, stream: true, stream_options: { include_usage: true }, ...(tools.length > 0 ? { tools } : {}) },
+            { signal: AbortSignal.timeout(config.llmTimeoutMs) },
+          )
+          .catch((error: unknown) => {
+            throw new ModelFailure(describe(error), attempt);
+          });
         try {
           let text = '';
           let answeredBy = model;
           let usage: ModelAnswer['usage'];
           const calls = new Map<number, { id: string; name: string; args: string }>();
-          for await (const chunk of started.stream) {
+          for await (const chunk of stream) {
             if (chunk.model) answeredBy = chunk.model;
             if (chunk.usage)
               usage = {
@@ -127,14 +117,14 @@ export function createChatModel(config: Config): ChatModel | undefined {
                 ...(parsed === undefined ? { invalidArguments: c.args.slice(0, 2000) } : {}),
               };
             });
-          if (text.trim() === '' && toolCalls.length === 0) throw new EmptyAnswer('The model returned an empty answer.');
+          if (text.trim() === '' && toolCalls.length === 0) throw new Error('The model returned an empty answer.');
           return {
             text: text.trim(),
             toolCalls,
             model: answeredBy,
             usage,
             attempts: attempt,
-            requestSentAt: started.requestSentAt,
+            requestSentAt,
             lastTokenAt,
           };
         } catch (error) {

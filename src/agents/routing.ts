@@ -29,6 +29,11 @@ export async function handOff(
   await records.perform(actor, 'Conversation', 'hand_off', conversation.id, { reason });
 }
 
+/** The operator `os` is available and holds no handed-off conversation that is still pending. */
+const isFree = sql`os.status = 'available' AND os.user_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM agent_handoffs b JOIN conversations bc ON bc.id = b.conversation_id
+                  WHERE b.assigned_user_id = os.user_id AND bc.status = 'pending')`;
+
 /**
  * Offers queued conversations to available operators, one conversation per transaction; several workers may run it at
  * once (queue rows and operators are claimed with SKIP LOCKED). Returns how many were assigned.
@@ -41,19 +46,14 @@ export async function assignQueued(db: Db, makeRecords: (trx: Db) => Records, li
         SELECT h.conversation_id, h.organisation_id FROM agent_handoffs h
         JOIN conversations c ON c.id = h.conversation_id AND c.status = 'pending'
         WHERE h.assigned_user_id IS NULL
-          AND EXISTS (SELECT 1 FROM operator_statuses os
-                      WHERE os.organisation_id = h.organisation_id AND os.status = 'available' AND os.user_id IS NOT NULL
-                        AND NOT EXISTS (SELECT 1 FROM agent_handoffs b JOIN conversations bc ON bc.id = b.conversation_id
-                                        WHERE b.assigned_user_id = os.user_id AND bc.status = 'pending'))
+          AND EXISTS (SELECT 1 FROM operator_statuses os WHERE os.organisation_id = h.organisation_id AND ${isFree})
         ORDER BY h.requested_at, h.conversation_id
         LIMIT 1 FOR UPDATE OF h SKIP LOCKED`.execute(trx);
       const entry = queued.rows[0];
       if (!entry) return false;
       const operator = await sql<{ id: string; user_id: string }>`
         SELECT os.id, os.user_id FROM operator_statuses os
-        WHERE os.organisation_id = ${entry.organisation_id} AND os.status = 'available' AND os.user_id IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM agent_handoffs h JOIN conversations c ON c.id = h.conversation_id
-                          WHERE h.assigned_user_id = os.user_id AND c.status = 'pending')
+        WHERE os.organisation_id = ${entry.organisation_id} AND ${isFree}
         ORDER BY GREATEST(
                    COALESCE((SELECT max(e.occurred_at) FROM operator_status_events e WHERE e.operator_status_id = os.id), os.updated_at),
                    COALESCE((SELECT max(h.assigned_at) FROM agent_handoffs h WHERE h.assigned_user_id = os.user_id), '-infinity'::timestamptz)),

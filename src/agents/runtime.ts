@@ -243,12 +243,10 @@ export class AgentRuntime {
       // A wake-up during the tick is kept for after it (none is lost between the tick and the wait).
       this.woken = false;
       this.lastTick = Date.now();
-      let found = 0;
-      try {
-        found = await this.tick();
-      } catch (error) {
+      const found = await this.tick().catch((error) => {
         this.logger?.error({ err: error }, 'agent runtime: poll failed');
-      }
+        return 0;
+      });
       if (!this.running) break;
       if (found > 0 && this.inFlight.size < this.options.config.agentConcurrency) continue;
       if (this.woken) continue;
@@ -486,12 +484,11 @@ export class AgentRuntime {
       await this.commit(conversationId, token, last, state, async () => {});
       return more;
     }
-    const firstUser = pending.findIndex((i) => i.role === 'user' || i.role === 'operator');
-    if (firstUser === -1) {
+    const item = pending.find((i) => i.role === 'user' || i.role === 'operator');
+    if (!item) {
       await this.commit(conversationId, token, last, state, async () => {});
       return { outcome: 'done', version };
     }
-    const item = pending[firstUser];
     if (item.role === 'operator') {
       // An operator wrote: they took the conversation over, and the agent stays quiet until it is handed back.
       await this.commit(conversationId, token, item.content_index, state, async (_trx, records) => {
@@ -607,14 +604,10 @@ export class AgentRuntime {
         const search = env.knowledge !== undefined && env.knowledge.searches < MAX_SEARCHES_PER_TURN;
         answer = await this.model!.complete(messages, offeredTools(declared, search));
         attempts += answer.attempts;
-        if (answer.usage)
-          usage = usage
-            ? {
-                prompt_tokens: usage.prompt_tokens + answer.usage.prompt_tokens,
-                completion_tokens: usage.completion_tokens + answer.usage.completion_tokens,
-                total_tokens: usage.total_tokens + answer.usage.total_tokens,
-              }
-            : answer.usage;
+        if (answer.usage) {
+          usage ??= { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+          for (const key of ['prompt_tokens', 'completion_tokens', 'total_tokens'] as const) usage[key] += answer.usage[key];
+        }
         if (answer.toolCalls.length === 0) break;
         if (recorded.length + answer.toolCalls.length > this.options.config.agentMaxToolCalls) {
           this.logger?.warn(

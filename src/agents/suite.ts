@@ -15,7 +15,7 @@ import type { AppServices } from '../jsonapi/services.js';
 import { compileParameters } from '../resources/ai-agent-workflow.js';
 import { type Agent, AgentRuntime, type Conversation, type Item } from './runtime.js';
 import { compileRegExp } from './guardrails.js';
-import { mockTools } from './tools.js';
+import { mockTools, strictObject } from './tools.js';
 import type { WorkflowState } from './workflow.js';
 
 /** Largest suite file or body, in bytes. */
@@ -59,9 +59,8 @@ export class SuiteError extends Error {
 
 const regex = { type: 'string', minLength: 1, maxLength: 1000 };
 const toolName = { type: 'string', minLength: 1, maxLength: 64 };
-/** An object of these fields and no others: a misspelt expectation is an error, not one that always passes. */
-const only = (properties: object, required: string[] = []) => ({ type: 'object', additionalProperties: false, required, properties });
-const SUITE_SCHEMA = only(
+/** Objects of these fields and no others: a misspelt expectation is an error, not one that always passes. */
+const SUITE_SCHEMA = strictObject(
   {
     name: { type: 'string', maxLength: 200 },
     mock_tools: { type: 'object' },
@@ -69,7 +68,7 @@ const SUITE_SCHEMA = only(
       type: 'array',
       minItems: 1,
       maxItems: 100,
-      items: only(
+      items: strictObject(
         {
           name: { type: 'string', minLength: 1, maxLength: 200 },
           channel: { enum: ['chat', 'voice'] },
@@ -79,13 +78,13 @@ const SUITE_SCHEMA = only(
             type: 'array',
             minItems: 1,
             maxItems: 50,
-            items: only(
+            items: strictObject(
               {
                 user: { type: 'string', minLength: 1, maxLength: 8000 },
-                expect: only({
+                expect: strictObject({
                   reply_matches: regex,
                   reply_not_matches: regex,
-                  tool_called: only({ name: toolName, arguments: { type: 'object' } }, ['name']),
+                  tool_called: strictObject({ name: toolName, arguments: { type: 'object' } }, ['name']),
                   tool_not_called: toolName,
                   handoff: { type: 'boolean' },
                   closed: { type: 'boolean' },
@@ -288,6 +287,7 @@ async function runCase(suite: Suite, spec: SuiteCase, options: SuiteOptions): Pr
 
 function checkTurn(expect: TurnExpectation, turn: TurnReport, metadata: Record<string, unknown>) {
   const failures: { expectation: string; message: string }[] = [];
+  const fail = (expectation: string, message: string) => failures.push({ expectation, message });
   const reply = turn.reply ?? '';
   for (const [key, wanted] of [
     ['reply_matches', true],
@@ -295,43 +295,31 @@ function checkTurn(expect: TurnExpectation, turn: TurnReport, metadata: Record<s
   ] as const) {
     const pattern = expect[key];
     if (pattern !== undefined && new RegExp(pattern, 'i').test(reply) !== wanted)
-      failures.push({
-        expectation: key,
-        message: `the reply ${JSON.stringify(reply.slice(0, 300))} ${wanted ? 'does not match' : 'matches'} /${pattern}/i`,
-      });
+      fail(key, `the reply ${JSON.stringify(reply.slice(0, 300))} ${wanted ? 'does not match' : 'matches'} /${pattern}/i`);
   }
   if (expect.tool_called) {
     const { name, arguments: schema } = expect.tool_called;
     const calls = turn.tools.filter((t) => t.name === name);
     if (calls.length === 0)
-      failures.push({
-        expectation: 'tool_called',
-        message: `${name} was not called (called: ${turn.tools.map((t) => t.name).join(', ') || 'nothing'})`,
-      });
+      fail('tool_called', `${name} was not called (called: ${turn.tools.map((t) => t.name).join(', ') || 'nothing'})`);
     else if (schema) {
       const validate = compileParameters({ type: 'object', ...schema });
       if (typeof validate !== 'string' && !calls.some((c) => validate(c.arguments)))
-        failures.push({
-          expectation: 'tool_called.arguments',
-          message: `${name} was called with ${calls.map((c) => JSON.stringify(c.arguments)).join(', ')}, which ${calls.length > 1 ? 'do' : 'does'} not match: ${(validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message}`).join('; ')}`,
-        });
+        fail(
+          'tool_called.arguments',
+          `${name} was called with ${calls.map((c) => JSON.stringify(c.arguments)).join(', ')}, which ${calls.length > 1 ? 'do' : 'does'} not match: ${(validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message}`).join('; ')}`,
+        );
     }
   }
   if (expect.tool_not_called !== undefined && turn.tools.some((t) => t.name === expect.tool_not_called))
-    failures.push({ expectation: 'tool_not_called', message: `${expect.tool_not_called} was called` });
+    fail('tool_not_called', `${expect.tool_not_called} was called`);
   if (expect.handoff !== undefined && (turn.handoff !== null) !== expect.handoff)
-    failures.push({
-      expectation: 'handoff',
-      message: expect.handoff ? 'the turn did not hand off' : `the turn handed off: ${turn.handoff}`,
-    });
+    fail('handoff', expect.handoff ? 'the turn did not hand off' : `the turn handed off: ${turn.handoff}`);
   if (expect.closed !== undefined && turn.closed !== expect.closed)
-    failures.push({ expectation: 'closed', message: expect.closed ? 'the conversation was not closed' : 'the conversation was closed' });
+    fail('closed', expect.closed ? 'the conversation was not closed' : 'the conversation was closed');
   for (const [key, wanted] of Object.entries(expect.answers ?? {}))
     if (metadata[key] !== wanted)
-      failures.push({
-        expectation: `answers.${key}`,
-        message: `expected ${JSON.stringify(wanted)}, got ${JSON.stringify(metadata[key] ?? null)}`,
-      });
+      fail(`answers.${key}`, `expected ${JSON.stringify(wanted)}, got ${JSON.stringify(metadata[key] ?? null)}`);
   return failures;
 }
 

@@ -68,8 +68,7 @@ export interface ToolEnvironment {
   announce?: (tool: WorkflowTool & { say_while_waiting: string }) => Promise<void>;
 }
 
-export interface BuiltInTool {
-  definition: FunctionDefinition;
+export interface BuiltInTool extends Omit<FunctionDefinition, 'name'> {
   run: (args: Record<string, unknown>, env: ToolEnvironment) => Promise<ToolOutcome> | ToolOutcome;
 }
 
@@ -82,6 +81,11 @@ const reasonOf = (args: Record<string, unknown>, max: number, otherwise: string)
 /** A call refused before anything was done; `result` tells the model why. */
 const refused = (result: string): ToolOutcome => ({ ok: false, refused: true, result });
 
+/** The JSON Schema of an object of these fields and no others (a tool's arguments, a suite's parts). */
+export function strictObject(properties: object, required: string[] = []) {
+  return { type: 'object', additionalProperties: false, required, properties };
+}
+
 /**
  * The built-in tools, by name. Adding one: an entry here (its JSON Schema is checked against the model's
  * arguments before `run`), and its name in `BUILT_IN_TOOL_NAMES` (src/resources/ai-agent-workflow.ts), which
@@ -89,31 +93,16 @@ const refused = (result: string): ToolOutcome => ({ ok: false, refused: true, re
  */
 export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   handoff_to_operator: {
-    definition: {
-      name: 'handoff_to_operator',
-      description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
-      parameters: {
-        type: 'object',
-        properties: { reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } },
-        required: ['reason'],
-        additionalProperties: false,
-      },
-    },
+    description: 'Hand the conversation to a human operator, when the user asks for one or you cannot help.',
+    parameters: strictObject({ reason: { type: 'string', description: 'Why a human is needed, in one sentence.' } }, ['reason']),
     run: (args) => {
       const reason = reasonOf(args, 500, 'The model asked for an operator.');
       return { ok: true, result: 'Handed to an operator.', effect: { kind: 'handoff', reason, rule: 'model_tool' }, final: true };
     },
   },
   end_conversation: {
-    definition: {
-      name: 'end_conversation',
-      description: 'End the conversation (on a phone call: hang up) once the user has what they came for or says goodbye.',
-      parameters: {
-        type: 'object',
-        properties: { reason: { type: 'string', maxLength: 500, description: 'Why the conversation ends, in a few words.' } },
-        additionalProperties: false,
-      },
-    },
+    description: 'End the conversation (on a phone call: hang up) once the user has what they came for or says goodbye.',
+    parameters: strictObject({ reason: { type: 'string', maxLength: 500, description: 'Why the conversation ends, in a few words.' } }),
     run: (args) => ({
       ok: true,
       result: 'The conversation is closed.',
@@ -122,20 +111,15 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     }),
   },
   transfer_call: {
-    definition: {
-      name: 'transfer_call',
-      description:
-        'Transfer a phone call to a telephone number (E.164, such as +442071234567) or to a SIP user of the organisation (its user name). Only on phone calls.',
-      parameters: {
-        type: 'object',
-        properties: {
-          to: { type: 'string', minLength: 1, maxLength: 128, description: 'An E.164 number or a SIP user name.' },
-          reason: { type: 'string', maxLength: 500 },
-        },
-        required: ['to'],
-        additionalProperties: false,
+    description:
+      'Transfer a phone call to a telephone number (E.164, such as +442071234567) or to a SIP user of the organisation (its user name). Only on phone calls.',
+    parameters: strictObject(
+      {
+        to: { type: 'string', minLength: 1, maxLength: 128, description: 'An E.164 number or a SIP user name.' },
+        reason: { type: 'string', maxLength: 500 },
       },
-    },
+      ['to'],
+    ),
     run: async (args, env) => {
       if (!isCall(env.conversation))
         return refused('transfer_call works on phone calls only; this is a chat. Offer handoff_to_operator instead.');
@@ -159,19 +143,14 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
     },
   },
   store_answer: {
-    definition: {
-      name: 'store_answer',
-      description: "Store something the user told you (their name, an order number...) in the conversation's stored answers.",
-      parameters: {
-        type: 'object',
-        properties: {
-          key: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A short name, such as order_number.' },
-          value: { type: 'string', maxLength: 2000 },
-        },
-        required: ['key', 'value'],
-        additionalProperties: false,
+    description: "Store something the user told you (their name, an order number...) in the conversation's stored answers.",
+    parameters: strictObject(
+      {
+        key: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'A short name, such as order_number.' },
+        value: { type: 'string', maxLength: 2000 },
       },
-    },
+      ['key', 'value'],
+    ),
     run: (args) => {
       const key = String(args.key);
       // The runtime's own metadata keys are not answers.
@@ -182,17 +161,11 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
   },
   search_knowledge: {
     // Offered when the agent's knowledge mode is `tool` (docs/agents.md, "Knowledge").
-    definition: {
-      name: 'search_knowledge',
-      description:
-        "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
-      parameters: {
-        type: 'object',
-        properties: { query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } },
-        required: ['query'],
-        additionalProperties: false,
-      },
-    },
+    description:
+      "Search the organisation's knowledge documents for passages that answer a question. Returns the best passages with their document ids and titles. Answer from them, and say so when nothing relevant is found.",
+    parameters: strictObject({ query: { type: 'string', description: 'What to look for, in a few words or the question itself.' } }, [
+      'query',
+    ]),
     run: async (args, env) => {
       const knowledge = env.knowledge;
       if (!knowledge) return refused('This agent has no knowledge base to search.');
@@ -211,10 +184,10 @@ export const BUILT_IN_TOOLS: Record<string, BuiltInTool> = {
 /** The tools offered to the model: the built-in ones (search_knowledge only with `search`), then the agent's own. */
 export function offeredTools(declared: WorkflowTool[], search: boolean): ChatCompletionTool[] {
   return [
-    ...Object.values(BUILT_IN_TOOLS)
-      .map((t) => t.definition)
-      .filter((d) => search || d.name !== 'search_knowledge'),
-    ...declared.map((t) => ({ name: t.name, description: t.description, parameters: t.parameters })),
+    ...Object.entries(BUILT_IN_TOOLS)
+      .filter(([name]) => search || name !== 'search_knowledge')
+      .map(([name, { description, parameters }]) => ({ name, description, parameters })),
+    ...declared.map(({ name, description, parameters }) => ({ name, description, parameters })),
   ].map((definition) => ({ type: 'function' as const, function: definition }));
 }
 
@@ -249,7 +222,7 @@ export async function runToolCall(
   const own = builtIn ? undefined : declared?.find((t) => t.name === call.name);
   if (!builtIn && !own) return refused(`There is no tool named ${call.name}. Use only the tools you were given.`);
   if (call.invalidArguments !== undefined) return refused(`The arguments of ${call.name} must be a JSON object; nothing was done.`);
-  const validate = compileParameters(builtIn ? builtIn.definition.parameters : own!.parameters);
+  const validate = compileParameters((builtIn ?? own!).parameters);
   if (typeof validate === 'string') return refused(`${call.name} cannot be called: its parameters ${validate}.`);
   if (!validate(call.arguments)) {
     const why = (validate.errors ?? [])

@@ -59,32 +59,25 @@ export function planTurn(input: {
   const texts: string[] = [];
   const plan = (decision: TurnDecision, next: WorkflowState): TurnPlan => ({ decision, answers, state: next });
   let index = state.step ?? 0;
-  while (!state.ended && index < steps.length) {
+  for (; !state.ended && index < steps.length; index++) {
     const step = steps[index];
     switch (step.type) {
       case 'message':
         texts.push(step.text);
-        index++;
         continue;
       case 'question':
         texts.push(step.text);
         return plan({ kind: 'scripted', texts, close: false }, { ...state, step: index + 1, awaiting: step.store_as });
       case 'model': {
         // Without a model, the scripted steps alone answer: a model step is passed over.
-        if (!input.modelConfigured) {
-          index++;
-          continue;
-        }
+        if (!input.modelConfigured) continue;
         const used = (state.model_turns ?? 0) + 1;
         const done = step.max_turns !== undefined && used >= step.max_turns;
         const next: WorkflowState = done ? { ...state, step: index + 1, model_turns: 0 } : { ...state, step: index, model_turns: used };
         return plan({ kind: 'model', texts, instructions: step.instructions }, next);
       }
       case 'handoff':
-        if (!matches(step, input.message, metadata)) {
-          index++;
-          continue;
-        }
+        if (!matches(step, input.message, metadata)) continue;
         if (step.text) texts.push(step.text);
         return plan({ kind: 'handoff', texts, reason: step.reason, rule: 'workflow' }, { ...state, step: index + 1 });
       case 'end':

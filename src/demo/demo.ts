@@ -153,8 +153,7 @@ async function resetDemo(records: Records, org: string, members: (Row & { email:
 }
 
 async function seedDemoIn(records: Records): Promise<DemoResult> {
-  const organisation = await createOrganisation(records, { name: 'Demo' });
-  const org = organisation.id;
+  const { id: org } = await createOrganisation(records, { name: 'Demo' });
   const actor = systemActor(org, 'demo');
   const people = PEOPLE.map((p) => ({ ...p, password: newPassword() }));
   const users = [];
