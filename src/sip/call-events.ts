@@ -142,7 +142,7 @@ export function failureStatus(code: number): 'busy' | 'no_answer' | 'canceled' |
 }
 
 /** A call's key: its organisation and SIP Call-ID. */
-const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;
+const keyOf = (e: Pick<CallEvent, 'organisation_id' | 'call_id'>) => `${e.organisation_id}/${e.call_id}`;
 const RANK: Record<string, number> = { initiated: 0, ringing: 1, in_progress: 2 };
 const isTerminal = (status: string) => (TERMINAL_CALL_STATUSES as readonly string[]).includes(status);
 const later = (a: Date, b: Date | null) => (b && a < b ? b : a);
@@ -325,13 +325,13 @@ export class CallEvents {
   /** The calls' states after their events (stored ones read in one statement), terminal ones left out. */
   private async statesOf(groups: CallEvent[][], db: Database = this.options.db): Promise<CallState[]> {
     const stored = await this.loadMany(
-      groups.map((g) => ({ organisationId: g[0].organisation_id, callUuid: g[0].call_id })),
+      groups.map((g) => g[0]),
       db,
     );
     const states: CallState[] = [];
     for (const group of groups) {
       const first = group[0];
-      const state = stored.get(`${first.organisation_id}/${first.call_id}`) ?? this.fresh(first);
+      const state = stored.get(keyOf(first)) ?? this.fresh(first);
       if (isTerminal(state.status)) continue;
       for (const event of group) this.step(state, event);
       states.push(state);
@@ -358,7 +358,7 @@ export class CallEvents {
 
   private async applyCall(events: CallEvent[], retried = false): Promise<void> {
     const first = events[0];
-    const state = (await this.load(first.organisation_id, { callUuid: first.call_id })) ?? this.fresh(first);
+    const state = (await this.load(first)) ?? this.fresh(first);
     if (isTerminal(state.status)) return;
     for (const event of events) this.step(state, event);
     try {
@@ -383,26 +383,20 @@ export class CallEvents {
     };
   }
 
-  /** The stored call (by Call-ID, or id) with its legs, in one statement; undefined when there is none. */
-  private async load(organisationId: string, by: { callUuid: string } | { id: string }): Promise<CallState | undefined> {
-    const key = 'id' in by ? `${organisationId}/id:${by.id}` : `${organisationId}/${by.callUuid}`;
-    return (await this.loadMany([{ organisationId, ...by }])).get(key);
+  /** The stored call with its legs, in one statement; undefined when there is none. */
+  private async load(call: Pick<CallEvent, 'organisation_id' | 'call_id'>): Promise<CallState | undefined> {
+    return (await this.loadMany([call])).get(keyOf(call));
   }
 
-  /**
-   * Stored calls with their legs, in one statement, keyed `<organisation>/<Call-ID>` (or `<organisation>/id:<id>`
-   * when asked by id); a call not stored is absent.
-   */
+  /** Stored calls with their legs, in one statement, by `keyOf`; a call not stored is absent. */
   private async loadMany(
-    wanted: { organisationId: string; callUuid?: string; id?: string }[],
+    calls: Pick<CallEvent, 'organisation_id' | 'call_id'>[],
     db: Database = this.options.db,
   ): Promise<Map<string, CallState>> {
-    const byUuid = wanted.filter((w) => !w.id);
-    const byId = wanted.filter((w) => w.id);
     const { rows } = await sql<{
       id: string;
       organisation_id: string;
-      call_uuid: string | null;
+      call_uuid: string;
       status: string;
       conversation_id: string | null;
       conversation_status: string | null;
@@ -417,17 +411,12 @@ export class CallEvents {
              coalesce((SELECT json_agg(json_build_object('id', p.id, 'member_uuid', p.member_uuid, 'role', p.role,
                  'joined_at', p.joined_at, 'left_at', p.left_at) ORDER BY p.joined_at, p.id)
                FROM call_participants p WHERE p.organisation_id = c.organisation_id AND p.call_id = c.id), '[]'::json) AS legs
-      FROM calls c
-      WHERE c.id IN (
-        SELECT c.id FROM unnest(${byUuid.map((w) => w.organisationId)}::uuid[], ${byUuid.map((w) => w.callUuid!)}::text[]) AS w(o, u)
-          JOIN calls c ON c.organisation_id = w.o AND c.call_uuid = w.u
-        UNION ALL
-        SELECT c.id FROM unnest(${byId.map((w) => w.organisationId)}::uuid[], ${byId.map((w) => w.id!)}::uuid[]) AS w(o, i)
-          JOIN calls c ON c.organisation_id = w.o AND c.id = w.i)`.execute(db);
+      FROM unnest(${calls.map((c) => c.organisation_id)}::uuid[], ${calls.map((c) => c.call_id)}::text[]) AS w(o, u)
+      JOIN calls c ON c.organisation_id = w.o AND c.call_uuid = w.u`.execute(db);
     const found = new Map<string, CallState>();
     for (const row of rows) {
       const legs = typeof row.legs === 'string' ? (JSON.parse(row.legs) as typeof row.legs) : row.legs;
-      const state: CallState = {
+      found.set(keyOf({ organisation_id: row.organisation_id, call_id: row.call_uuid }), {
         organisationId: row.organisation_id,
         stored: { id: row.id, conversation_id: row.conversation_id, conversation_status: row.conversation_status },
         status: row.status,
@@ -435,9 +424,7 @@ export class CallEvents {
         answered_at: row.answered_at,
         legs: legs.map((l) => ({ ...l, joined_at: new Date(l.joined_at), left_at: l.left_at ? new Date(l.left_at) : null })),
         ...unchanged(),
-      };
-      if (byUuid.length) found.set(`${row.organisation_id}/${row.call_uuid}`, state);
-      if (byId.some((w) => w.id === row.id)) found.set(`${row.organisation_id}/id:${row.id}`, { ...state });
+      });
     }
     return found;
   }
@@ -694,8 +681,8 @@ export class CallEvents {
   }
 
   /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
-  async end(call: { id: string; organisation_id: string }, status: string, at: Date): Promise<void> {
-    const state = await this.load(call.organisation_id, { id: call.id });
+  async end(call: { organisation_id: string; call_uuid: string }, status: string, at: Date): Promise<void> {
+    const state = await this.load({ organisation_id: call.organisation_id, call_id: call.call_uuid });
     if (!state || isTerminal(state.status)) return;
     this.finish(state, status, at);
     await this.write([state]);
