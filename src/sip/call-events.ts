@@ -146,8 +146,13 @@ const keyOf = (e: Pick<CallEvent, 'organisation_id' | 'call_id'>) => `${e.organi
 const RANK: Record<string, number> = { initiated: 0, ringing: 1, in_progress: 2 };
 const isTerminal = (status: string) => (TERMINAL_CALL_STATUSES as readonly string[]).includes(status);
 const later = (a: Date, b: Date | null) => (b && a < b ? b : a);
+/** A party's leg member: its SIP user, or `sip:<number>` for one without (a trunk's party). */
+const memberOf = (e: CallEvent, party: 'caller' | 'callee') =>
+  (party === 'caller' ? e.caller_sip_user_id : e.callee_sip_user_id) || `sip:${party === 'caller' ? e.from : e.to}`;
+/** The SIP user a Call names (`sip_username`): the caller of an outbound call, the callee of an inbound one. */
+const sipUserOf = (e: CallEvent) => (e.direction === 'outbound' ? e.caller_sip_user_id : e.callee_sip_user_id);
 /** What no event has changed yet in a call's state. */
-const unchanged = () => ({ patch: {}, closeConversation: false, busy: [] as string[], restore: [] as { sipUserId: string }[] });
+const unchanged = () => ({ patch: {}, closeConversation: false, busy: [] as string[], restore: [] as string[] });
 /** Whether the events left anything to write (a create, attributes, new legs or legs that left). */
 const changed = (state: CallState) =>
   Boolean(state.create) || Object.keys(state.patch).length > 0 || state.legs.some((l) => !l.id || l.changed);
@@ -177,9 +182,9 @@ interface SipUserRow {
  */
 interface CallState {
   organisationId: string;
-  /** Stored: its id and conversation; new: the values of its create. */
+  /** Stored: its id and conversation; new: the event its create is made of. */
   stored?: { id: string; conversation_id: string | null; conversation_status: string | null };
-  create?: { event: CallEvent };
+  create?: CallEvent;
   status: string;
   started_at: Date | null;
   answered_at: Date | null;
@@ -189,7 +194,7 @@ interface CallState {
   closeConversation: boolean;
   /** SIP users to set busy, then those whose status to restore, after the commit (operators only). */
   busy: string[];
-  restore: { sipUserId: string }[];
+  restore: string[];
 }
 
 /**
@@ -261,15 +266,13 @@ export class CallEvents {
     const together = applied.finally(() => {
       for (const group of free) this.notify(group);
     });
-    this.hold(
-      free.map((g) => keyOf(g[0])),
-      together,
-    );
+    this.hold(free, together);
     await Promise.all([together, ...busy.map((g) => this.applyAll(g))]);
   }
 
-  /** The calls of `keys` are being applied until `work` settles: applyAll of one of them waits for it. */
-  private hold(keys: string[], work: Promise<unknown>): void {
+  /** The calls of `groups` are being applied until `work` settles: applyAll of one of them waits for it. */
+  private hold(groups: CallEvent[][], work: Promise<unknown>): void {
+    const keys = groups.map((g) => keyOf(g[0]));
     for (const key of keys) this.queues.set(key, work);
     void work
       .finally(() => {
@@ -301,10 +304,7 @@ export class CallEvents {
         groups = (await claim(trx)).filter((g) => g.length > 0);
         if (groups.length === 0) return;
         if (groups.some((g) => this.queues.has(keyOf(g[0])))) throw new Error('a claimed call is being applied already');
-        this.hold(
-          groups.map((g) => keyOf(g[0])),
-          held,
-        );
+        this.hold(groups, held);
         states = await this.statesOf(groups, trx);
         users = await this.sipUsersOf(states, trx);
         await this.writeRecords(records, states, users);
@@ -344,7 +344,7 @@ export class CallEvents {
       .catch(() => {})
       .then(() => this.applyCall(events))
       .finally(() => this.notify(events));
-    this.hold([key], next);
+    this.hold([events], next);
     return next;
   }
 
@@ -374,11 +374,11 @@ export class CallEvents {
   private fresh(event: CallEvent): CallState {
     return {
       organisationId: event.organisation_id,
-      create: { event },
+      create: event,
       status: 'initiated',
       started_at: event.at,
       answered_at: null,
-      legs: [{ member_uuid: event.caller_sip_user_id || `sip:${event.from}`, role: 'caller', joined_at: event.at, left_at: null }],
+      legs: [{ member_uuid: memberOf(event, 'caller'), role: 'caller', joined_at: event.at, left_at: null }],
       ...unchanged(),
     };
   }
@@ -457,9 +457,7 @@ export class CallEvents {
       case 'ended':
         // The dialog of a party that transferred the call ended: that party left; the call goes on with the target.
         if (event.transferor && state.status === 'in_progress') {
-          const id = event.transferor === 'caller' ? event.caller_sip_user_id : event.callee_sip_user_id;
-          const member = id || `sip:${event.transferor === 'caller' ? event.from : event.to}`;
-          this.leave(state, event.transferor, member, event.at);
+          this.leave(state, event.transferor, memberOf(event, event.transferor), event.at);
           return;
         }
         // The consultation call of an attended transfer, replaced by the transferee's call to the target (which
@@ -487,7 +485,7 @@ export class CallEvents {
         state.answered_at ??= event.at;
         {
           // An operator the voice runtime handed the call to is already a leg (operatorJoined): not twice.
-          const member = event.callee_sip_user_id || `sip:${event.to}`;
+          const member = memberOf(event, 'callee');
           if (!state.legs.some((l) => l.left_at === null && l.member_uuid === member)) this.join(state, member, event.at);
         }
         if (event.callee_sip_user_id) state.busy.push(event.callee_sip_user_id);
@@ -525,7 +523,7 @@ export class CallEvents {
     state.answered_at = event.at;
     // An agent call is answered by the voice runtime: the agent is the other party.
     if (event.ai_agent_id) this.join(state, event.ai_agent_id, event.at, 'agent');
-    else this.join(state, event.callee_sip_user_id || `sip:${event.to}`, event.at);
+    else this.join(state, memberOf(event, 'callee'), event.at);
     for (const id of [event.caller_sip_user_id, event.callee_sip_user_id]) if (id) state.busy.push(id);
   }
 
@@ -533,10 +531,14 @@ export class CallEvents {
     // The callee of an agent call is the agent's leg (role `agent`).
     const open = state.legs.filter((l) => l.left_at === null && (l.role === role || (role === 'callee' && l.role === 'agent')));
     const leg = open.find((l) => l.member_uuid === member) ?? open[0];
-    if (!leg) return;
+    if (leg) this.close(state, leg, at);
+  }
+
+  /** A leg leaves at `at` (not before it joined); its SIP user's presence is restored after the commit (operators only). */
+  private close(state: CallState, leg: Leg, at: Date): void {
     leg.left_at = later(at, leg.joined_at);
     leg.changed = true;
-    if (UUID.test(leg.member_uuid)) state.restore.push({ sipUserId: leg.member_uuid });
+    if (UUID.test(leg.member_uuid)) state.restore.push(leg.member_uuid);
   }
 
   /** Ends a call: its status, end time, talk time, every leg's left_at, the conversation closed, presence restored. */
@@ -544,12 +546,7 @@ export class CallEvents {
     const ended = later(at, state.started_at);
     const talk = state.answered_at ? Math.max(0, Math.round((ended.getTime() - state.answered_at.getTime()) / 1000)) : 0;
     this.set(state, { status, ended_at: ended, duration_seconds: talk, ...extra });
-    for (const leg of state.legs) {
-      if (leg.left_at !== null) continue;
-      leg.left_at = later(ended, leg.joined_at);
-      leg.changed = true;
-      if (UUID.test(leg.member_uuid)) state.restore.push({ sipUserId: leg.member_uuid });
-    }
+    for (const leg of state.legs) if (leg.left_at === null) this.close(state, leg, ended);
     state.closeConversation = true;
   }
 
@@ -565,19 +562,13 @@ export class CallEvents {
     states: Pick<CallState, 'organisationId' | 'create' | 'busy' | 'restore'>[],
     db: Database = this.options.db,
   ): Promise<Map<string, SipUserRow>> {
-    const byOrganisation = new Map<string, Set<string>>();
-    for (const state of states) {
-      const wanted = byOrganisation.get(state.organisationId) ?? new Set<string>();
-      byOrganisation.set(state.organisationId, wanted);
-      const create = state.create?.event;
-      if (create) {
-        const id = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
-        if (id) wanted.add(id);
-      }
-      for (const id of state.busy) wanted.add(id);
-      for (const r of state.restore) wanted.add(r.sipUserId);
+    // Each (organisation, SIP user) once.
+    const wanted = new Map<string, readonly [string, string]>();
+    for (const { organisationId, create, busy, restore } of states) {
+      for (const id of [create ? sipUserOf(create) : '', ...busy, ...restore])
+        if (UUID.test(id)) wanted.set(`${organisationId}/${id}`, [organisationId, id]);
     }
-    const pairs = [...byOrganisation].flatMap(([org, ids]) => [...ids].filter((id) => UUID.test(id)).map((id) => [org, id] as const));
+    const pairs = [...wanted.values()];
     if (pairs.length === 0) return new Map();
     const { rows } = await sql<SipUserRow & { organisation_id: string }>`
       SELECT s.id, s.organisation_id, s.sip_username, s.user_id, o.status
@@ -597,7 +588,7 @@ export class CallEvents {
     for (const state of states.filter(changed)) memo(byOrganisation, state.organisationId, () => []).push(state);
     for (const [organisationId, list] of byOrganisation) {
       const actor = systemActor(organisationId, 'sip');
-      const creates = list.filter((state) => state.create);
+      const creates = list.filter((state): state is CallState & { create: CallEvent } => state.create !== undefined);
       const newLegs = list.map((state) => state.legs.filter((l) => !l.id));
       const conversations = await records.createMany(
         actor,
@@ -606,29 +597,25 @@ export class CallEvents {
           channel: 'voice',
           mode: 'voice',
           status: closeConversation ? 'closed' : 'active',
-          ...(create!.event.ai_agent_id ? { ai_agent_id: create!.event.ai_agent_id } : {}),
-          metadata: { sip: { call_id: create!.event.call_id, from: create!.event.from, to: create!.event.to } },
+          ...(create.ai_agent_id ? { ai_agent_id: create.ai_agent_id } : {}),
+          metadata: { sip: { call_id: create.call_id, from: create.from, to: create.to } },
         })),
       );
       const calls = await records.createMany(
         actor,
         'Call',
-        creates.map(({ create, patch }, i) => {
-          const event = create!.event;
-          const sipUserId = event.direction === 'outbound' ? event.caller_sip_user_id : event.callee_sip_user_id;
-          return {
-            direction: event.direction,
-            from_number: event.from || null,
-            to_number: event.to || null,
-            sip_username: users.get(sipUserId)?.sip_username ?? null,
-            status: 'initiated',
-            call_uuid: event.call_id,
-            call_source: event.source,
-            started_at: event.at,
-            conversation_id: conversations[i].id,
-            ...patch,
-          };
-        }),
+        creates.map(({ create: event, patch }, i) => ({
+          direction: event.direction,
+          from_number: event.from || null,
+          to_number: event.to || null,
+          sip_username: users.get(sipUserOf(event))?.sip_username ?? null,
+          status: 'initiated',
+          call_uuid: event.call_id,
+          call_source: event.source,
+          started_at: event.at,
+          conversation_id: conversations[i].id,
+          ...patch,
+        })),
       );
       for (const [i, state] of creates.entries()) {
         const conversation_status = state.closeConversation ? 'closed' : 'active';
@@ -675,9 +662,7 @@ export class CallEvents {
   private async afterCommit(state: CallState, users: Map<string, SipUserRow>): Promise<void> {
     const actor = systemActor(state.organisationId, 'sip');
     for (const id of new Set(state.busy)) await this.setBusy(actor, id, users);
-    for (const r of state.restore) {
-      if (users.get(r.sipUserId)?.user_id) await this.operatorRestore(actor, r.sipUserId, state.stored?.id);
-    }
+    for (const id of state.restore) if (users.get(id)?.user_id) await this.operatorRestore(actor, id, state.stored?.id);
   }
 
   /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
