@@ -18,6 +18,7 @@ import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObjec
 import { CREDENTIALS_CHANNEL, SharedRead } from '../auth/credential-cache.js';
 import { addressGroup } from '../auth/throttle.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
+import { memo } from '../jsonapi/memo.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
 import type { Registry } from '../jsonapi/query/parse.js';
@@ -152,8 +153,7 @@ export class EventHub {
     }
     const current = state;
     const { conversationId } = listener;
-    const set = conversationId === undefined ? current.listeners : (current.byConversation.get(conversationId) ?? new Set());
-    if (conversationId !== undefined) current.byConversation.set(conversationId, set);
+    const set = conversationId === undefined ? current.listeners : memo(current.byConversation, conversationId, () => new Set());
     set.add(listener);
     current.size++;
     const remove = () => {
@@ -236,7 +236,7 @@ export class EventHub {
 const message = (row: EventRow, json: string) => `id: ${row.id}\nevent: ${row.type}\ndata: ${json}\n\n`;
 const messages = new WeakMap<EventRow, Buffer>();
 /** A row's message as every member stream shows it, encoded once for all of them (rows are shared). */
-const messageBytes = (row: EventRow) => messages.get(row) ?? messages.set(row, Buffer.from(message(row, row.json))).get(row)!;
+const messageBytes = (row: EventRow) => memo(messages, row, () => Buffer.from(message(row, row.json)));
 
 /** The resource type of an event type (`ConversationItem.created` -> `ConversationItem`). */
 const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
@@ -248,17 +248,16 @@ const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
  */
 const columnsByRow = new WeakMap<EventRow, Record<string, unknown>>();
 function columnsOf(row: EventRow, resource: ResourceDef): Record<string, unknown> {
-  let columns = columnsByRow.get(row);
-  if (columns) return columns;
-  const event = JSON.parse(row.json) as { data: { id: string; attributes?: Record<string, unknown> } };
-  columns = { id: event.data.id, organisation_id: row.organisation_id };
-  for (const [name, def] of Object.entries(resource.attributes)) {
-    if (def.expression || def.writeOnly || def.revealedOnCreate) continue;
-    const value = event.data.attributes?.[name];
-    if (value !== undefined) columns[columnOf(name, def)] = value;
-  }
-  columnsByRow.set(row, columns);
-  return columns;
+  return memo(columnsByRow, row, () => {
+    const event = JSON.parse(row.json) as { data: { id: string; attributes?: Record<string, unknown> } };
+    const columns: Record<string, unknown> = { id: event.data.id, organisation_id: row.organisation_id };
+    for (const [name, def] of Object.entries(resource.attributes)) {
+      if (def.expression || def.writeOnly || def.revealedOnCreate) continue;
+      const value = event.data.attributes?.[name];
+      if (value !== undefined) columns[columnOf(name, def)] = value;
+    }
+    return columns;
+  });
 }
 
 /** The conversation a row belongs to for visitors (`Scope.visitorConversationColumn`), if its type has one. */
@@ -449,10 +448,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         const visitors = new Map<string, OpenStream[]>();
         for (const stream of open) {
           const group = stream.issuer === undefined ? members : visitors;
-          const key = stream.issuer ?? stream.token;
-          const list = group.get(key);
-          if (list) list.push(stream);
-          else group.set(key, [stream]);
+          memo(group, stream.issuer ?? stream.token, () => []).push(stream);
         }
         if (visitors.size > 0) {
           const standing = await standingPublishableKeys(options.database.db, visitors.keys());
