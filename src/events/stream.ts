@@ -10,6 +10,7 @@
  * open stream never blocks writes; a client that reads too slowly is disconnected (it resumes with
  * Last-Event-ID), never buffered without bound.
  */
+import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CompiledQuery, sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
@@ -120,7 +121,7 @@ export class EventHub {
     }
     this.sweep ??= setInterval(() => this.catchUpAll(), SWEEP_MS).unref();
     let state = this.organisations.get(organisationId);
-    let fresh = false;
+    const fresh = !state;
     if (!state) {
       const created: OrganisationState = {
         cursor: undefined,
@@ -136,21 +137,15 @@ export class EventHub {
       created.ready = lastEventId(this.database.db, organisationId).then((id) => {
         created.cursor = id;
       });
-      fresh = true;
+      // A snapshot that failed is not kept: the next stream takes it again.
+      created.ready.catch(() => this.organisations.get(organisationId) === created && this.organisations.delete(organisationId));
       this.organisations.set(organisationId, created);
       state = created;
-      try {
-        await created.ready;
-      } catch (error) {
-        this.organisations.delete(organisationId);
-        throw error;
-      }
-    } else {
-      await state.ready;
-      // The last stream of the organisation may have left while this one waited (its unsubscribe found the
-      // state empty and dropped it): a listener added to the dropped state would never be offered a row.
-      if (this.organisations.get(organisationId) !== state) return this.subscribe(organisationId, listener);
     }
+    await state.ready;
+    // The last stream of the organisation may have left while this one waited (its unsubscribe found the
+    // state empty and dropped it): a listener added to the dropped state would never be offered a row.
+    if (this.organisations.get(organisationId) !== state) return this.subscribe(organisationId, listener);
     const current = state;
     const { conversationId } = listener;
     const set = conversationId === undefined ? current.listeners : memo(current.byConversation, conversationId, () => new Set());
@@ -745,10 +740,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
 }
 
 /** Resolves true once the socket has drained (or closed), false when `ms` pass first. */
-function drained(
-  raw: NodeJS.WritableStream & { once: NodeJS.EventEmitter['once']; off: NodeJS.EventEmitter['off'] },
-  ms: number,
-): Promise<boolean> {
+function drained(raw: ServerResponse, ms: number): Promise<boolean> {
   return new Promise((resolve) => {
     const done = (value: boolean) => {
       clearTimeout(timer);
