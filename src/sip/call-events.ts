@@ -228,13 +228,10 @@ export class CallEvents {
 
   /** Applies events in order; consecutive events of one call are applied (and written) together. */
   async applyAll(events: CallEvent[]): Promise<void> {
-    let i = 0;
-    while (i < events.length) {
+    for (let i = 0, j = 0; i < events.length; i = j) {
       const key = keyOf(events[i]);
-      let j = i + 1;
       while (j < events.length && keyOf(events[j]) === key) j++;
       await this.serialised(key, events.slice(i, j));
-      i = j;
     }
   }
 
@@ -248,9 +245,7 @@ export class CallEvents {
   async applyMany(groups: CallEvent[][]): Promise<void> {
     const list = groups.filter((g) => g.length > 0);
     if (list.length === 0) return;
-    for (const group of list) {
-      if (group.some((e) => keyOf(e) !== keyOf(group[0]))) throw new Error('applyMany: a group holds events of several calls');
-    }
+    if (list.some((g) => g.some((e) => keyOf(e) !== keyOf(g[0])))) throw new Error('applyMany: a group holds events of several calls');
     const keys = list.map((g) => keyOf(g[0]));
     if (new Set(keys).size !== keys.length) throw new Error('applyMany: a call appears in two groups');
     // Calls being applied in this process already (applyAll): those wait their turn as before, the rest go together.
@@ -647,9 +642,7 @@ export class CallEvents {
         leftLegs.map((leg) => ({ id: leg.id!, values: { left_at: leg.left_at } })),
       );
       // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
-      const closing = list.filter(
-        (s) => !s.create && s.closeConversation && s.stored?.conversation_id && s.stored.conversation_status === 'active',
-      );
+      const closing = list.filter((s) => !s.create && s.closeConversation && s.stored?.conversation_status === 'active');
       await records.updateMany(
         actor,
         'Conversation',
