@@ -79,16 +79,10 @@ export class CallEventQueue {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
-    if (this.options.listen) {
-      this.unlisten = await this.options.listen(
-        CALL_EVENT_CHANNEL,
-        () => this.wake(),
-        () => this.wake(),
-      );
-    }
-    this.timer = setInterval(() => this.wake(), this.pollMs);
-    this.timer.unref();
-    this.wake();
+    const wake = () => this.wake();
+    if (this.options.listen) this.unlisten = await this.options.listen(CALL_EVENT_CHANNEL, wake, wake);
+    this.timer = setInterval(wake, this.pollMs).unref();
+    wake();
   }
 
   /** Stops consuming; rows already claimed are finished first. Queued rows stay for the next consumer. */
