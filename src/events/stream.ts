@@ -10,6 +10,7 @@
  * open stream never blocks writes; a client that reads too slowly is disconnected (it resumes with
  * Last-Event-ID), never buffered without bound.
  */
+import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CompiledQuery, sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
@@ -18,6 +19,7 @@ import { ApiError, errorObject, unauthenticated, type ErrorCode, type ErrorObjec
 import { CREDENTIALS_CHANNEL, SharedRead } from '../auth/credential-cache.js';
 import { addressGroup } from '../auth/throttle.js';
 import { memberCredentialStands, standingPublishableKeys, tokenExpiryMs, visitorIssuer } from '../auth/stream-credentials.js';
+import { memo } from '../jsonapi/memo.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Principal } from '../jsonapi/principal.js';
 import type { Registry } from '../jsonapi/query/parse.js';
@@ -119,7 +121,7 @@ export class EventHub {
     }
     this.sweep ??= setInterval(() => this.catchUpAll(), SWEEP_MS).unref();
     let state = this.organisations.get(organisationId);
-    let fresh = false;
+    const fresh = !state;
     if (!state) {
       const created: OrganisationState = {
         cursor: undefined,
@@ -135,25 +137,18 @@ export class EventHub {
       created.ready = lastEventId(this.database.db, organisationId).then((id) => {
         created.cursor = id;
       });
-      fresh = true;
+      // A snapshot that failed is not kept: the next stream takes it again.
+      created.ready.catch(() => this.organisations.get(organisationId) === created && this.organisations.delete(organisationId));
       this.organisations.set(organisationId, created);
       state = created;
-      try {
-        await created.ready;
-      } catch (error) {
-        this.organisations.delete(organisationId);
-        throw error;
-      }
-    } else {
-      await state.ready;
-      // The last stream of the organisation may have left while this one waited (its unsubscribe found the
-      // state empty and dropped it): a listener added to the dropped state would never be offered a row.
-      if (this.organisations.get(organisationId) !== state) return this.subscribe(organisationId, listener);
     }
+    await state.ready;
+    // The last stream of the organisation may have left while this one waited (its unsubscribe found the
+    // state empty and dropped it): a listener added to the dropped state would never be offered a row.
+    if (this.organisations.get(organisationId) !== state) return this.subscribe(organisationId, listener);
     const current = state;
     const { conversationId } = listener;
-    const set = conversationId === undefined ? current.listeners : (current.byConversation.get(conversationId) ?? new Set());
-    if (conversationId !== undefined) current.byConversation.set(conversationId, set);
+    const set = conversationId === undefined ? current.listeners : memo(current.byConversation, conversationId, () => new Set());
     set.add(listener);
     current.size++;
     const remove = () => {
@@ -236,7 +231,7 @@ export class EventHub {
 const message = (row: EventRow, json: string) => `id: ${row.id}\nevent: ${row.type}\ndata: ${json}\n\n`;
 const messages = new WeakMap<EventRow, Buffer>();
 /** A row's message as every member stream shows it, encoded once for all of them (rows are shared). */
-const messageBytes = (row: EventRow) => messages.get(row) ?? messages.set(row, Buffer.from(message(row, row.json))).get(row)!;
+const messageBytes = (row: EventRow) => memo(messages, row, () => Buffer.from(message(row, row.json)));
 
 /** The resource type of an event type (`ConversationItem.created` -> `ConversationItem`). */
 const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
@@ -248,17 +243,16 @@ const resourceTypeOf = (type: string) => type.slice(0, type.lastIndexOf('.'));
  */
 const columnsByRow = new WeakMap<EventRow, Record<string, unknown>>();
 function columnsOf(row: EventRow, resource: ResourceDef): Record<string, unknown> {
-  let columns = columnsByRow.get(row);
-  if (columns) return columns;
-  const event = JSON.parse(row.json) as { data: { id: string; attributes?: Record<string, unknown> } };
-  columns = { id: event.data.id, organisation_id: row.organisation_id };
-  for (const [name, def] of Object.entries(resource.attributes)) {
-    if (def.expression || def.writeOnly || def.revealedOnCreate) continue;
-    const value = event.data.attributes?.[name];
-    if (value !== undefined) columns[columnOf(name, def)] = value;
-  }
-  columnsByRow.set(row, columns);
-  return columns;
+  return memo(columnsByRow, row, () => {
+    const event = JSON.parse(row.json) as { data: { id: string; attributes?: Record<string, unknown> } };
+    const columns: Record<string, unknown> = { id: event.data.id, organisation_id: row.organisation_id };
+    for (const [name, def] of Object.entries(resource.attributes)) {
+      if (def.expression || def.writeOnly || def.revealedOnCreate) continue;
+      const value = event.data.attributes?.[name];
+      if (value !== undefined) columns[columnOf(name, def)] = value;
+    }
+    return columns;
+  });
 }
 
 /** The conversation a row belongs to for visitors (`Scope.visitorConversationColumn`), if its type has one. */
@@ -449,10 +443,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
         const visitors = new Map<string, OpenStream[]>();
         for (const stream of open) {
           const group = stream.issuer === undefined ? members : visitors;
-          const key = stream.issuer ?? stream.token;
-          const list = group.get(key);
-          if (list) list.push(stream);
-          else group.set(key, [stream]);
+          memo(group, stream.issuer ?? stream.token, () => []).push(stream);
         }
         if (visitors.size > 0) {
           const standing = await standingPublishableKeys(options.database.db, visitors.keys());
@@ -749,10 +740,7 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
 }
 
 /** Resolves true once the socket has drained (or closed), false when `ms` pass first. */
-function drained(
-  raw: NodeJS.WritableStream & { once: NodeJS.EventEmitter['once']; off: NodeJS.EventEmitter['off'] },
-  ms: number,
-): Promise<boolean> {
+function drained(raw: ServerResponse, ms: number): Promise<boolean> {
   return new Promise((resolve) => {
     const done = (value: boolean) => {
       clearTimeout(timer);

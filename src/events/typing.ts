@@ -113,9 +113,7 @@ export function registerTyping(app: FastifyInstance, options: { database: Databa
   /** sender key -> when its last signal went out (insertion order is age order: a repeat re-inserts). */
   const lastSent = new Map<string, number>();
 
-  app.addHook('preClose', async () => {
-    await hub.close();
-  });
+  app.addHook('preClose', () => hub.close());
 
   app.post('/api/conversations/:id/typing', { config: { allowVisitor: true } }, async (request: FastifyRequest, reply: FastifyReply) => {
     const principal = request.principal;

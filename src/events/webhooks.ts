@@ -85,16 +85,11 @@ export class WebhookWorker {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
-    this.timer = setInterval(() => this.wake(), this.config.webhookPollMs).unref();
+    const wake = () => this.wake();
+    this.timer = setInterval(wake, this.config.webhookPollMs).unref();
     // A new event may bring deliveries: look at once rather than at the next poll.
-    this.unlisten = await this.options.database
-      .listen(
-        EVENTS_CHANNEL,
-        () => this.wake(),
-        () => this.wake(),
-      )
-      .catch(() => undefined);
-    this.wake();
+    this.unlisten = await this.options.database.listen(EVENTS_CHANNEL, wake, wake).catch(() => undefined);
+    wake();
   }
 
   /**

@@ -142,12 +142,17 @@ export function failureStatus(code: number): 'busy' | 'no_answer' | 'canceled' |
 }
 
 /** A call's key: its organisation and SIP Call-ID. */
-const keyOf = (e: CallEvent) => `${e.organisation_id}/${e.call_id}`;
+const keyOf = (e: Pick<CallEvent, 'organisation_id' | 'call_id'>) => `${e.organisation_id}/${e.call_id}`;
 const RANK: Record<string, number> = { initiated: 0, ringing: 1, in_progress: 2 };
 const isTerminal = (status: string) => (TERMINAL_CALL_STATUSES as readonly string[]).includes(status);
 const later = (a: Date, b: Date | null) => (b && a < b ? b : a);
+/** A party's leg member: its SIP user, or `sip:<number>` for one without (a trunk's party). */
+const memberOf = (e: CallEvent, party: 'caller' | 'callee') =>
+  (party === 'caller' ? e.caller_sip_user_id : e.callee_sip_user_id) || `sip:${party === 'caller' ? e.from : e.to}`;
+/** The SIP user a Call names (`sip_username`): the caller of an outbound call, the callee of an inbound one. */
+const sipUserOf = (e: CallEvent) => (e.direction === 'outbound' ? e.caller_sip_user_id : e.callee_sip_user_id);
 /** What no event has changed yet in a call's state. */
-const unchanged = () => ({ patch: {}, closeConversation: false, busy: [] as string[], restore: [] as { sipUserId: string }[] });
+const unchanged = () => ({ patch: {}, closeConversation: false, busy: [] as string[], restore: [] as string[] });
 /** Whether the events left anything to write (a create, attributes, new legs or legs that left). */
 const changed = (state: CallState) =>
   Boolean(state.create) || Object.keys(state.patch).length > 0 || state.legs.some((l) => !l.id || l.changed);
@@ -177,9 +182,9 @@ interface SipUserRow {
  */
 interface CallState {
   organisationId: string;
-  /** Stored: its id and conversation; new: the values of its create. */
+  /** Stored: its id and conversation; new: the event its create is made of. */
   stored?: { id: string; conversation_id: string | null; conversation_status: string | null };
-  create?: { event: CallEvent };
+  create?: CallEvent;
   status: string;
   started_at: Date | null;
   answered_at: Date | null;
@@ -189,7 +194,7 @@ interface CallState {
   closeConversation: boolean;
   /** SIP users to set busy, then those whose status to restore, after the commit (operators only). */
   busy: string[];
-  restore: { sipUserId: string }[];
+  restore: string[];
 }
 
 /**
@@ -223,13 +228,10 @@ export class CallEvents {
 
   /** Applies events in order; consecutive events of one call are applied (and written) together. */
   async applyAll(events: CallEvent[]): Promise<void> {
-    let i = 0;
-    while (i < events.length) {
+    for (let i = 0, j = 0; i < events.length; i = j) {
       const key = keyOf(events[i]);
-      let j = i + 1;
       while (j < events.length && keyOf(events[j]) === key) j++;
       await this.serialised(key, events.slice(i, j));
-      i = j;
     }
   }
 
@@ -243,9 +245,7 @@ export class CallEvents {
   async applyMany(groups: CallEvent[][]): Promise<void> {
     const list = groups.filter((g) => g.length > 0);
     if (list.length === 0) return;
-    for (const group of list) {
-      if (group.some((e) => keyOf(e) !== keyOf(group[0]))) throw new Error('applyMany: a group holds events of several calls');
-    }
+    if (list.some((g) => g.some((e) => keyOf(e) !== keyOf(g[0])))) throw new Error('applyMany: a group holds events of several calls');
     const keys = list.map((g) => keyOf(g[0]));
     if (new Set(keys).size !== keys.length) throw new Error('applyMany: a call appears in two groups');
     // Calls being applied in this process already (applyAll): those wait their turn as before, the rest go together.
@@ -261,15 +261,13 @@ export class CallEvents {
     const together = applied.finally(() => {
       for (const group of free) this.notify(group);
     });
-    this.hold(
-      free.map((g) => keyOf(g[0])),
-      together,
-    );
+    this.hold(free, together);
     await Promise.all([together, ...busy.map((g) => this.applyAll(g))]);
   }
 
-  /** The calls of `keys` are being applied until `work` settles: applyAll of one of them waits for it. */
-  private hold(keys: string[], work: Promise<unknown>): void {
+  /** The calls of `groups` are being applied until `work` settles: applyAll of one of them waits for it. */
+  private hold(groups: CallEvent[][], work: Promise<unknown>): void {
+    const keys = groups.map((g) => keyOf(g[0]));
     for (const key of keys) this.queues.set(key, work);
     void work
       .finally(() => {
@@ -301,10 +299,7 @@ export class CallEvents {
         groups = (await claim(trx)).filter((g) => g.length > 0);
         if (groups.length === 0) return;
         if (groups.some((g) => this.queues.has(keyOf(g[0])))) throw new Error('a claimed call is being applied already');
-        this.hold(
-          groups.map((g) => keyOf(g[0])),
-          held,
-        );
+        this.hold(groups, held);
         states = await this.statesOf(groups, trx);
         users = await this.sipUsersOf(states, trx);
         await this.writeRecords(records, states, users);
@@ -325,13 +320,13 @@ export class CallEvents {
   /** The calls' states after their events (stored ones read in one statement), terminal ones left out. */
   private async statesOf(groups: CallEvent[][], db: Database = this.options.db): Promise<CallState[]> {
     const stored = await this.loadMany(
-      groups.map((g) => ({ organisationId: g[0].organisation_id, callUuid: g[0].call_id })),
+      groups.map((g) => g[0]),
       db,
     );
     const states: CallState[] = [];
     for (const group of groups) {
       const first = group[0];
-      const state = stored.get(`${first.organisation_id}/${first.call_id}`) ?? this.fresh(first);
+      const state = stored.get(keyOf(first)) ?? this.fresh(first);
       if (isTerminal(state.status)) continue;
       for (const event of group) this.step(state, event);
       states.push(state);
@@ -344,7 +339,7 @@ export class CallEvents {
       .catch(() => {})
       .then(() => this.applyCall(events))
       .finally(() => this.notify(events));
-    this.hold([key], next);
+    this.hold([events], next);
     return next;
   }
 
@@ -358,7 +353,7 @@ export class CallEvents {
 
   private async applyCall(events: CallEvent[], retried = false): Promise<void> {
     const first = events[0];
-    const state = (await this.load(first.organisation_id, { callUuid: first.call_id })) ?? this.fresh(first);
+    const state = (await this.load(first)) ?? this.fresh(first);
     if (isTerminal(state.status)) return;
     for (const event of events) this.step(state, event);
     try {
@@ -374,35 +369,29 @@ export class CallEvents {
   private fresh(event: CallEvent): CallState {
     return {
       organisationId: event.organisation_id,
-      create: { event },
+      create: event,
       status: 'initiated',
       started_at: event.at,
       answered_at: null,
-      legs: [{ member_uuid: event.caller_sip_user_id || `sip:${event.from}`, role: 'caller', joined_at: event.at, left_at: null }],
+      legs: [{ member_uuid: memberOf(event, 'caller'), role: 'caller', joined_at: event.at, left_at: null }],
       ...unchanged(),
     };
   }
 
-  /** The stored call (by Call-ID, or id) with its legs, in one statement; undefined when there is none. */
-  private async load(organisationId: string, by: { callUuid: string } | { id: string }): Promise<CallState | undefined> {
-    const key = 'id' in by ? `${organisationId}/id:${by.id}` : `${organisationId}/${by.callUuid}`;
-    return (await this.loadMany([{ organisationId, ...by }])).get(key);
+  /** The stored call with its legs, in one statement; undefined when there is none. */
+  private async load(call: Pick<CallEvent, 'organisation_id' | 'call_id'>): Promise<CallState | undefined> {
+    return (await this.loadMany([call])).get(keyOf(call));
   }
 
-  /**
-   * Stored calls with their legs, in one statement, keyed `<organisation>/<Call-ID>` (or `<organisation>/id:<id>`
-   * when asked by id); a call not stored is absent.
-   */
+  /** Stored calls with their legs, in one statement, by `keyOf`; a call not stored is absent. */
   private async loadMany(
-    wanted: { organisationId: string; callUuid?: string; id?: string }[],
+    calls: Pick<CallEvent, 'organisation_id' | 'call_id'>[],
     db: Database = this.options.db,
   ): Promise<Map<string, CallState>> {
-    const byUuid = wanted.filter((w) => !w.id);
-    const byId = wanted.filter((w) => w.id);
     const { rows } = await sql<{
       id: string;
       organisation_id: string;
-      call_uuid: string | null;
+      call_uuid: string;
       status: string;
       conversation_id: string | null;
       conversation_status: string | null;
@@ -417,17 +406,12 @@ export class CallEvents {
              coalesce((SELECT json_agg(json_build_object('id', p.id, 'member_uuid', p.member_uuid, 'role', p.role,
                  'joined_at', p.joined_at, 'left_at', p.left_at) ORDER BY p.joined_at, p.id)
                FROM call_participants p WHERE p.organisation_id = c.organisation_id AND p.call_id = c.id), '[]'::json) AS legs
-      FROM calls c
-      WHERE c.id IN (
-        SELECT c.id FROM unnest(${byUuid.map((w) => w.organisationId)}::uuid[], ${byUuid.map((w) => w.callUuid!)}::text[]) AS w(o, u)
-          JOIN calls c ON c.organisation_id = w.o AND c.call_uuid = w.u
-        UNION ALL
-        SELECT c.id FROM unnest(${byId.map((w) => w.organisationId)}::uuid[], ${byId.map((w) => w.id!)}::uuid[]) AS w(o, i)
-          JOIN calls c ON c.organisation_id = w.o AND c.id = w.i)`.execute(db);
+      FROM unnest(${calls.map((c) => c.organisation_id)}::uuid[], ${calls.map((c) => c.call_id)}::text[]) AS w(o, u)
+      JOIN calls c ON c.organisation_id = w.o AND c.call_uuid = w.u`.execute(db);
     const found = new Map<string, CallState>();
     for (const row of rows) {
       const legs = typeof row.legs === 'string' ? (JSON.parse(row.legs) as typeof row.legs) : row.legs;
-      const state: CallState = {
+      found.set(keyOf({ organisation_id: row.organisation_id, call_id: row.call_uuid }), {
         organisationId: row.organisation_id,
         stored: { id: row.id, conversation_id: row.conversation_id, conversation_status: row.conversation_status },
         status: row.status,
@@ -435,9 +419,7 @@ export class CallEvents {
         answered_at: row.answered_at,
         legs: legs.map((l) => ({ ...l, joined_at: new Date(l.joined_at), left_at: l.left_at ? new Date(l.left_at) : null })),
         ...unchanged(),
-      };
-      if (byUuid.length) found.set(`${row.organisation_id}/${row.call_uuid}`, state);
-      if (byId.some((w) => w.id === row.id)) found.set(`${row.organisation_id}/id:${row.id}`, { ...state });
+      });
     }
     return found;
   }
@@ -470,9 +452,7 @@ export class CallEvents {
       case 'ended':
         // The dialog of a party that transferred the call ended: that party left; the call goes on with the target.
         if (event.transferor && state.status === 'in_progress') {
-          const id = event.transferor === 'caller' ? event.caller_sip_user_id : event.callee_sip_user_id;
-          const member = id || `sip:${event.transferor === 'caller' ? event.from : event.to}`;
-          this.leave(state, event.transferor, member, event.at);
+          this.leave(state, event.transferor, memberOf(event, event.transferor), event.at);
           return;
         }
         // The consultation call of an attended transfer, replaced by the transferee's call to the target (which
@@ -500,7 +480,7 @@ export class CallEvents {
         state.answered_at ??= event.at;
         {
           // An operator the voice runtime handed the call to is already a leg (operatorJoined): not twice.
-          const member = event.callee_sip_user_id || `sip:${event.to}`;
+          const member = memberOf(event, 'callee');
           if (!state.legs.some((l) => l.left_at === null && l.member_uuid === member)) this.join(state, member, event.at);
         }
         if (event.callee_sip_user_id) state.busy.push(event.callee_sip_user_id);
@@ -538,7 +518,7 @@ export class CallEvents {
     state.answered_at = event.at;
     // An agent call is answered by the voice runtime: the agent is the other party.
     if (event.ai_agent_id) this.join(state, event.ai_agent_id, event.at, 'agent');
-    else this.join(state, event.callee_sip_user_id || `sip:${event.to}`, event.at);
+    else this.join(state, memberOf(event, 'callee'), event.at);
     for (const id of [event.caller_sip_user_id, event.callee_sip_user_id]) if (id) state.busy.push(id);
   }
 
@@ -546,10 +526,14 @@ export class CallEvents {
     // The callee of an agent call is the agent's leg (role `agent`).
     const open = state.legs.filter((l) => l.left_at === null && (l.role === role || (role === 'callee' && l.role === 'agent')));
     const leg = open.find((l) => l.member_uuid === member) ?? open[0];
-    if (!leg) return;
+    if (leg) this.close(state, leg, at);
+  }
+
+  /** A leg leaves at `at` (not before it joined); its SIP user's presence is restored after the commit (operators only). */
+  private close(state: CallState, leg: Leg, at: Date): void {
     leg.left_at = later(at, leg.joined_at);
     leg.changed = true;
-    if (UUID.test(leg.member_uuid)) state.restore.push({ sipUserId: leg.member_uuid });
+    if (UUID.test(leg.member_uuid)) state.restore.push(leg.member_uuid);
   }
 
   /** Ends a call: its status, end time, talk time, every leg's left_at, the conversation closed, presence restored. */
@@ -557,12 +541,7 @@ export class CallEvents {
     const ended = later(at, state.started_at);
     const talk = state.answered_at ? Math.max(0, Math.round((ended.getTime() - state.answered_at.getTime()) / 1000)) : 0;
     this.set(state, { status, ended_at: ended, duration_seconds: talk, ...extra });
-    for (const leg of state.legs) {
-      if (leg.left_at !== null) continue;
-      leg.left_at = later(ended, leg.joined_at);
-      leg.changed = true;
-      if (UUID.test(leg.member_uuid)) state.restore.push({ sipUserId: leg.member_uuid });
-    }
+    for (const leg of state.legs) if (leg.left_at === null) this.close(state, leg, ended);
     state.closeConversation = true;
   }
 
@@ -578,19 +557,13 @@ export class CallEvents {
     states: Pick<CallState, 'organisationId' | 'create' | 'busy' | 'restore'>[],
     db: Database = this.options.db,
   ): Promise<Map<string, SipUserRow>> {
-    const byOrganisation = new Map<string, Set<string>>();
-    for (const state of states) {
-      const wanted = byOrganisation.get(state.organisationId) ?? new Set<string>();
-      byOrganisation.set(state.organisationId, wanted);
-      const create = state.create?.event;
-      if (create) {
-        const id = create.direction === 'outbound' ? create.caller_sip_user_id : create.callee_sip_user_id;
-        if (id) wanted.add(id);
-      }
-      for (const id of state.busy) wanted.add(id);
-      for (const r of state.restore) wanted.add(r.sipUserId);
+    // Each (organisation, SIP user) once.
+    const wanted = new Map<string, readonly [string, string]>();
+    for (const { organisationId, create, busy, restore } of states) {
+      for (const id of [create ? sipUserOf(create) : '', ...busy, ...restore])
+        if (UUID.test(id)) wanted.set(`${organisationId}/${id}`, [organisationId, id]);
     }
-    const pairs = [...byOrganisation].flatMap(([org, ids]) => [...ids].filter((id) => UUID.test(id)).map((id) => [org, id] as const));
+    const pairs = [...wanted.values()];
     if (pairs.length === 0) return new Map();
     const { rows } = await sql<SipUserRow & { organisation_id: string }>`
       SELECT s.id, s.organisation_id, s.sip_username, s.user_id, o.status
@@ -610,7 +583,7 @@ export class CallEvents {
     for (const state of states.filter(changed)) memo(byOrganisation, state.organisationId, () => []).push(state);
     for (const [organisationId, list] of byOrganisation) {
       const actor = systemActor(organisationId, 'sip');
-      const creates = list.filter((state) => state.create);
+      const creates = list.filter((state): state is CallState & { create: CallEvent } => state.create !== undefined);
       const newLegs = list.map((state) => state.legs.filter((l) => !l.id));
       const conversations = await records.createMany(
         actor,
@@ -619,29 +592,25 @@ export class CallEvents {
           channel: 'voice',
           mode: 'voice',
           status: closeConversation ? 'closed' : 'active',
-          ...(create!.event.ai_agent_id ? { ai_agent_id: create!.event.ai_agent_id } : {}),
-          metadata: { sip: { call_id: create!.event.call_id, from: create!.event.from, to: create!.event.to } },
+          ...(create.ai_agent_id ? { ai_agent_id: create.ai_agent_id } : {}),
+          metadata: { sip: { call_id: create.call_id, from: create.from, to: create.to } },
         })),
       );
       const calls = await records.createMany(
         actor,
         'Call',
-        creates.map(({ create, patch }, i) => {
-          const event = create!.event;
-          const sipUserId = event.direction === 'outbound' ? event.caller_sip_user_id : event.callee_sip_user_id;
-          return {
-            direction: event.direction,
-            from_number: event.from || null,
-            to_number: event.to || null,
-            sip_username: users.get(sipUserId)?.sip_username ?? null,
-            status: 'initiated',
-            call_uuid: event.call_id,
-            call_source: event.source,
-            started_at: event.at,
-            conversation_id: conversations[i].id,
-            ...patch,
-          };
-        }),
+        creates.map(({ create: event, patch }, i) => ({
+          direction: event.direction,
+          from_number: event.from || null,
+          to_number: event.to || null,
+          sip_username: users.get(sipUserOf(event))?.sip_username ?? null,
+          status: 'initiated',
+          call_uuid: event.call_id,
+          call_source: event.source,
+          started_at: event.at,
+          conversation_id: conversations[i].id,
+          ...patch,
+        })),
       );
       for (const [i, state] of creates.entries()) {
         const conversation_status = state.closeConversation ? 'closed' : 'active';
@@ -673,9 +642,7 @@ export class CallEvents {
         leftLegs.map((leg) => ({ id: leg.id!, values: { left_at: leg.left_at } })),
       );
       // A conversation an agent handed off during the call (pending, or assigned to an operator) stays open for them.
-      const closing = list.filter(
-        (s) => !s.create && s.closeConversation && s.stored?.conversation_id && s.stored.conversation_status === 'active',
-      );
+      const closing = list.filter((s) => !s.create && s.closeConversation && s.stored?.conversation_status === 'active');
       await records.updateMany(
         actor,
         'Conversation',
@@ -688,14 +655,12 @@ export class CallEvents {
   private async afterCommit(state: CallState, users: Map<string, SipUserRow>): Promise<void> {
     const actor = systemActor(state.organisationId, 'sip');
     for (const id of new Set(state.busy)) await this.setBusy(actor, id, users);
-    for (const r of state.restore) {
-      if (users.get(r.sipUserId)?.user_id) await this.operatorRestore(actor, r.sipUserId, state.stored?.id);
-    }
+    for (const id of state.restore) if (users.get(id)?.user_id) await this.operatorRestore(actor, id, state.stored?.id);
   }
 
   /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
-  async end(call: { id: string; organisation_id: string }, status: string, at: Date): Promise<void> {
-    const state = await this.load(call.organisation_id, { id: call.id });
+  async end(call: { organisation_id: string; call_uuid: string }, status: string, at: Date): Promise<void> {
+    const state = await this.load({ organisation_id: call.organisation_id, call_id: call.call_uuid });
     if (!state || isTerminal(state.status)) return;
     this.finish(state, status, at);
     await this.write([state]);

@@ -5,19 +5,18 @@
  * call, transactions, leases, failures and wake-up are in docs/sip.md ("Call events: a durable queue").
  */
 import { sql } from 'kysely';
+import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { memo } from '../jsonapi/memo.js';
 import { type CallEvent, type CallEvents, parseCallEvent } from './call-events.js';
 
 export const CALL_EVENT_CHANNEL = 'sip_call_events';
 
-export type Listen = (channel: string, onNotify: (payload: string) => void, onResumed?: () => void) => Promise<() => Promise<void>>;
-
 export interface CallQueueOptions {
   db: Db;
   events: CallEvents;
   /** Subscribes to NOTIFY; without it the queue is only polled. */
-  listen?: Listen;
+  listen?: DatabaseHandle['listen'];
   /** How often the queue is looked at without a notification (ms). */
   pollMs?: number;
   /** Rows claimed at once. */
@@ -80,16 +79,10 @@ export class CallEventQueue {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
-    if (this.options.listen) {
-      this.unlisten = await this.options.listen(
-        CALL_EVENT_CHANNEL,
-        () => this.wake(),
-        () => this.wake(),
-      );
-    }
-    this.timer = setInterval(() => this.wake(), this.pollMs);
-    this.timer.unref();
-    this.wake();
+    const wake = () => this.wake();
+    if (this.options.listen) this.unlisten = await this.options.listen(CALL_EVENT_CHANNEL, wake, wake);
+    this.timer = setInterval(wake, this.pollMs).unref();
+    wake();
   }
 
   /** Stops consuming; rows already claimed are finished first. Queued rows stay for the next consumer. */
@@ -220,15 +213,15 @@ export class CallEventQueue {
   }
 
   private async applyBatch(rows: Row[]): Promise<number> {
-    const calls = new Map<string, Row[]>();
-    for (const row of rows) memo(calls, row.call_key, () => []).push(row);
-    const done: string[] = [];
-    // Each call's rows read and validated; a row that is not a valid event is kept out here.
-    const groups: Valid[][] = [];
-    for (const list of calls.values()) {
-      const valid = await this.parse(list);
-      if (valid.length) groups.push(valid);
+    // The rows as calls' events, in order; a row that is not a valid event is kept out here.
+    const calls = new Map<string, Valid[]>();
+    for (const row of rows) {
+      const parsed = this.parseRow(row);
+      if (parsed.event) memo(calls, row.call_key, () => []).push({ row, event: parsed.event });
+      else await this.keepOut(row, parsed.problems.join('; '));
     }
+    const groups = [...calls.values()];
+    const done: string[] = [];
     // Many calls together (docs/sip.md, "what a call costs"): one read of the calls, one of their SIP users and
     // one transaction per chunk. A chunk that fails (a row the records service refuses, the database gone) is
     // applied again call by call below, where the row at fault is kept out or retried alone.
@@ -257,17 +250,6 @@ export class CallEventQueue {
     await Promise.all(Array.from({ length: Math.min(this.concurrency, alone.length) }, worker));
     if (done.length) await sql`DELETE FROM sip_call_events WHERE id = ANY(${done}::bigint[])`.execute(this.db);
     return done.length;
-  }
-
-  /** A call's rows as events; those that are not valid events are kept out of the queue with the reason. */
-  private async parse(rows: Row[]): Promise<Valid[]> {
-    const valid: Valid[] = [];
-    for (const row of rows) {
-      const parsed = this.parseRow(row);
-      if (parsed.event) valid.push({ row, event: parsed.event });
-      else await this.keepOut(row, parsed.problems.join('; '));
-    }
-    return valid;
   }
 
   /**

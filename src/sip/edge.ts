@@ -13,7 +13,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/schema.js';
 import type { Records } from '../jsonapi/records.js';
 import { CallEvents } from './call-events.js';
-import { CallEventQueue, type Listen } from './call-queue.js';
+import { CallEventQueue, type CallQueueOptions } from './call-queue.js';
 import { mediaListenAddress, parseSipListen, renderKamailioConfig, type SipListen, type SipSettings } from './config.js';
 import { haveProgram, startKamailio, type KamailioProcess } from './kamailio.js';
 import { reconcileCalls } from './reconcile.js';
@@ -25,7 +25,7 @@ export interface SipEdgeOptions {
   db: Db;
   records: Records;
   /** NOTIFY subscriptions (the database handle's `listen`): the event queue is then consumed without delay. */
-  listen?: Listen;
+  listen?: CallQueueOptions['listen'];
   /** Where the rendered configuration and Kamailio's sockets go; a new temporary folder when absent. */
   runDir?: string;
   log?: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;

@@ -29,8 +29,8 @@ export async function reconcileCalls(db: Db, events: CallEvents, options: Reconc
   // cursor moves past those that could not be, so a failing call does not stop the others.
   let after: { updatedAt: Date; id: string } | undefined;
   for (;;) {
-    const { rows } = await sql<{ id: string; organisation_id: string; status: string; updated_at: Date }>`
-      SELECT c.id, c.organisation_id, c.status, c.updated_at
+    const { rows } = await sql<{ id: string; organisation_id: string; call_uuid: string; status: string; updated_at: Date }>`
+      SELECT c.id, c.organisation_id, c.call_uuid, c.status, c.updated_at
       FROM calls c
       WHERE c.call_source IN ('sip', 'trunk')
         AND ((c.status = 'in_progress' AND c.updated_at < ${options.answeredBefore})

@@ -167,10 +167,10 @@ export async function assertRtpRangeFree(address: string, min: number, max: numb
   return report;
 }
 
-/** A UDP port on `address` that is free now (the kernel's choice), for the ng control socket. */
-export async function freeLoopbackUdpPort(address = '127.0.0.1'): Promise<number> {
-  const socket = dgram.createSocket(address.includes(':') ? 'udp6' : 'udp4');
-  await new Promise<void>((resolve) => socket.bind(0, address, resolve));
+/** A UDP port on 127.0.0.1 that is free now (the kernel's choice), for the ng control socket. */
+async function freeLoopbackUdpPort(): Promise<number> {
+  const socket = dgram.createSocket('udp4');
+  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
   const { port } = socket.address();
   await new Promise<void>((resolve) => socket.close(() => resolve()));
   return port;
@@ -189,15 +189,12 @@ export interface RtpengineOptions {
   portMax: number;
   timeoutSeconds: number;
   logLevel: number;
-  /** ng control port on 127.0.0.1; a free one when absent. */
-  ngPort?: number;
   onLog?: (line: string) => void;
 }
 
 export interface RtpengineProcess extends Supervised {
   /** `udp:127.0.0.1:<port>`, as Kamailio's rtpengine module names it (`rtpengine_sock`). */
   ngSocket: string;
-  ngPort: number;
   /** Where RTP is bound (`address`, ports `min..max`) and the address SDP names. */
   media: { address: string; advertised: string; min: number; max: number };
   /** One ng command (`ping`, `query`, `list`, `statistics`...), with `command` filled in. */
@@ -231,7 +228,7 @@ export function rtpengineArguments(options: RtpengineOptions & { ngPort: number 
 }
 
 export async function startRtpengine(options: RtpengineOptions): Promise<RtpengineProcess> {
-  const ngPort = options.ngPort ?? (await freeLoopbackUdpPort());
+  const ngPort = await freeLoopbackUdpPort();
   const recent: string[] = [];
   const supervised = supervise(
     'parley-media-supervisor',
@@ -259,7 +256,6 @@ export async function startRtpengine(options: RtpengineOptions): Promise<Rtpengi
   return {
     ...supervised,
     ngSocket: `udp:127.0.0.1:${ngPort}`,
-    ngPort,
     media: {
       address: options.listenAddress,
       advertised: options.advertisedAddress ?? options.listenAddress,
