@@ -164,12 +164,8 @@ export interface ListenOptions {
   ownStatementsFirst?: boolean;
 }
 
-export interface OpenOptions {
-  /** Serve the embedded database to local commands on a socket in DATA_DIR while open (the server does). */
-  shareLocally?: boolean;
-}
-
-export async function openDatabase(config: Config, { shareLocally = false }: OpenOptions = {}): Promise<DatabaseHandle> {
+/** `shareLocally`: serve the embedded database to local commands on a socket in DATA_DIR while open (the server does). */
+export async function openDatabase(config: Config, { shareLocally = false } = {}): Promise<DatabaseHandle> {
   if (config.databaseUrl) {
     const pool = new pg.Pool({
       connectionString: config.databaseUrl,
