@@ -25,11 +25,14 @@ export function fail(error: unknown, json: boolean): never {
   process.exit(1);
 }
 
-/** A command's action: any error it throws is reported by `fail`. */
-export function action<T extends { json?: boolean }>(run: (options: T) => Promise<void>) {
+/**
+ * A command's action: `load` imports the command's module when the command runs and gives its work (its
+ * options' type with it); any error of either is reported by `fail`.
+ */
+export function action<T extends { json?: boolean }>(load: () => Promise<(options: T) => Promise<void>>) {
   return async (options: T) => {
     try {
-      await run(options);
+      await (await load())(options);
     } catch (error) {
       fail(error, options.json ?? false);
     }

@@ -10,9 +10,8 @@
  * took the server's RSS under load past its 300 MB target (docs/benchmarks.md, "Node's young generation").
  */
 import { Command, Option } from 'commander';
-import { ROLES, type Role } from '../jsonapi/principal.js';
+import { ROLES } from '../jsonapi/principal.js';
 import { action, fail } from './command.js';
-import { addSipCommands } from './sip.js';
 
 // Each command's work is in a module of its own (serve.ts, accounts.ts, agent.ts, webhook.ts, demo.ts,
 // sip-serve.ts), imported when the command runs: a process loads only what its command needs, and `--help` or
@@ -32,10 +31,7 @@ program
   .command('serve')
   .description('run the HTTP server (migrates first; seeds the demo organisation on a new embedded database)')
   .addOption(new Option('--json', 'print one JSON object (url, database, and the demo credentials on first start) before the logs'))
-  .action(async (o: { json?: boolean }) => {
-    const { serve } = await import('./serve.js').catch((error: unknown) => fail(error, !!o.json));
-    await serve(o);
-  });
+  .action(action(async () => (await import('./serve.js')).serve));
 
 program
   .command('worker')
@@ -49,19 +45,19 @@ program
   .command('migrate')
   .description('apply pending database migrations')
   .addOption(json())
-  .action(action(async (o: { json?: boolean }) => (await import('./accounts.js')).migrate(o)));
+  .action(action(async () => (await import('./accounts.js')).migrate));
 
 const org = program.command('org').description('organisations');
 org
   .command('create')
   .requiredOption('--name <name>')
   .addOption(json())
-  .action(action(async (o: { name: string; json?: boolean }) => (await import('./accounts.js')).orgCreate(o)));
+  .action(action(async () => (await import('./accounts.js')).orgCreate));
 org
   .command('list')
   .description('every organisation of this installation')
   .addOption(json())
-  .action(action(async (o: { json?: boolean }) => (await import('./accounts.js')).orgList(o)));
+  .action(action(async () => (await import('./accounts.js')).orgList));
 
 const user = program.command('user').description('users');
 user
@@ -69,7 +65,7 @@ user
   .description('the members of an organisation')
   .requiredOption('--org <id>')
   .addOption(json())
-  .action(action(async (o: { org: string; json?: boolean }) => (await import('./accounts.js')).userList(o)));
+  .action(action(async () => (await import('./accounts.js')).userList));
 user
   .command('create')
   .requiredOption('--org <id>')
@@ -78,18 +74,14 @@ user
   .requiredOption('--full-name <name>')
   .addOption(new Option('--role <role>').choices(ROLES as string[]).makeOptionMandatory())
   .addOption(json())
-  .action(
-    action(async (o: { org: string; email: string; password: string; fullName: string; role: Role; json?: boolean }) =>
-      (await import('./accounts.js')).userCreate(o),
-    ),
-  );
+  .action(action(async () => (await import('./accounts.js')).userCreate));
 user
   .command('revoke-tokens')
   .description('revoke every access token of a user')
   .requiredOption('--user <id>')
   .option('--org <id>')
   .addOption(json())
-  .action(action(async (o: { user: string; org?: string; json?: boolean }) => (await import('./accounts.js')).userRevokeTokens(o)));
+  .action(action(async () => (await import('./accounts.js')).userRevokeTokens));
 
 const key = program.command('key').description('API keys');
 key
@@ -100,23 +92,19 @@ key
   .requiredOption('--name <name>')
   .option('--expires-at <time>', 'RFC 3339 date-time')
   .addOption(json())
-  .action(
-    action(async (o: { org: string; user: string; type: 'publishable' | 'secret'; name: string; expiresAt?: string; json?: boolean }) =>
-      (await import('./accounts.js')).keyCreate(o),
-    ),
-  );
+  .action(action(async () => (await import('./accounts.js')).keyCreate));
 key
   .command('list')
   .description('the API keys of an organisation (never their tokens)')
   .requiredOption('--org <id>')
   .option('--user <id>', "only this user's keys")
   .addOption(json())
-  .action(action(async (o: { org: string; user?: string; json?: boolean }) => (await import('./accounts.js')).keyList(o)));
+  .action(action(async () => (await import('./accounts.js')).keyList));
 key
   .command('revoke')
   .requiredOption('--id <id>')
   .addOption(json())
-  .action(action(async (o: { id: string; json?: boolean }) => (await import('./accounts.js')).keyRevoke(o)));
+  .action(action(async () => (await import('./accounts.js')).keyRevoke));
 
 const agent = program.command('agent').description('AI agents');
 agent
@@ -125,7 +113,7 @@ agent
   .requiredOption('--conversation <id>')
   .option('--mock-tools <file.json>', "answers of the agent's declared tools by name (a JSON object): those tools are not called")
   .addOption(json())
-  .action(action(async (o: { conversation: string; mockTools?: string; json?: boolean }) => (await import('./agent.js')).agentRun(o)));
+  .action(action(async () => (await import('./agent.js')).agentRun));
 agent
   .command('test')
   .description(
@@ -135,13 +123,13 @@ agent
   .requiredOption('--file <suite.yaml>')
   .option('--junit <file>', 'also write the report as JUnit XML to this file')
   .addOption(json())
-  .action(action(async (o: { agent: string; file: string; junit?: string; json?: boolean }) => (await import('./agent.js')).agentTest(o)));
+  .action(action(async () => (await import('./agent.js')).agentTest));
 agent
   .command('create')
   .requiredOption('--org <id>')
   .requiredOption('--name <name>')
   .addOption(json())
-  .action(action(async (o: { org: string; name: string; json?: boolean }) => (await import('./agent.js')).agentCreate(o)));
+  .action(action(async () => (await import('./agent.js')).agentCreate));
 
 const webhook = program.command('webhook').description('webhook endpoints (docs/events.md)');
 webhook
@@ -151,23 +139,24 @@ webhook
   .option('--event-types <types>', 'comma-separated event types (e.g. ConversationItem.created); all when omitted')
   .option('--description <text>')
   .addOption(json())
-  .action(
-    action(async (o: { org: string; url: string; eventTypes?: string; description?: string; json?: boolean }) =>
-      (await import('./webhook.js')).webhookCreate(o),
-    ),
-  );
+  .action(action(async () => (await import('./webhook.js')).webhookCreate));
 webhook
   .command('list')
   .requiredOption('--org <id>')
   .addOption(json())
-  .action(action(async (o: { org: string; json?: boolean }) => (await import('./webhook.js')).webhookList(o)));
+  .action(action(async () => (await import('./webhook.js')).webhookList));
 
 program
   .command('demo')
   .description('seed a demo organisation and print how to sign in')
   .addOption(json())
-  .action(action(async (o: { json?: boolean }) => (await import('./demo.js')).demo(o)));
+  .action(action(async () => (await import('./demo.js')).demo));
 
-addSipCommands(program);
+program
+  .command('sip')
+  .description('the SIP edge (Kamailio; needs PostgreSQL)')
+  .command('serve')
+  .description('render the Kamailio configuration from SIP_LISTEN, SIP_DOMAIN and DATABASE_URL and run Kamailio in the foreground')
+  .action(action(async () => (await import('./sip-serve.js')).sipServe));
 
 await program.parseAsync(process.argv);

@@ -25,7 +25,6 @@ export async function serve(o: { json?: boolean }): Promise<void> {
   }
   stopOnSignal(async (signal) => {
     running.app.log.info({ signal }, 'shutting down: finishing in-flight requests');
-    // In-flight requests get this long; then whatever connections remain are cut.
     setTimeout(() => running.app.server.closeAllConnections(), SHUTDOWN_GRACE_MS).unref();
     await running.close();
   });

@@ -23,23 +23,15 @@ export const webhookCreate = (o: { org: string; url: string; eventTypes?: string
 
 export const webhookList = (o: { org: string; json?: boolean }) =>
   withDatabase(!!o.json, async (db) => {
-    const { rows } = await sql<{
-      id: string;
-      url: string;
-      event_types: string[];
-      enabled: boolean;
-      description: string | null;
-      consecutive_failures: number;
-      disabled_reason: string | null;
-      pending: number;
-      failed: number;
-      succeeded: number;
-    }>`
-      SELECT w.id, w.url, w.event_types, w.enabled, w.description, w.consecutive_failures, w.disabled_reason,
-        (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_endpoint_id = w.id AND d.status = 'pending') AS pending,
-        (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_endpoint_id = w.id AND d.status = 'failed') AS failed,
-        (SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_endpoint_id = w.id AND d.status = 'succeeded') AS succeeded
-      FROM webhook_endpoints w WHERE w.organisation_id = ${o.org} ORDER BY w.id`.execute(db);
+    const deliveries = (status: string) =>
+      sql<number>`(SELECT count(*)::int FROM webhook_deliveries d WHERE d.webhook_endpoint_id = w.id AND d.status = ${status})`;
+    const rows = await db
+      .selectFrom('webhook_endpoints as w')
+      .select(['w.id', 'w.url', 'w.event_types', 'w.enabled', 'w.description', 'w.consecutive_failures', 'w.disabled_reason'])
+      .select([deliveries('pending').as('pending'), deliveries('failed').as('failed'), deliveries('succeeded').as('succeeded')])
+      .where('w.organisation_id', '=', o.org)
+      .orderBy('w.id')
+      .execute();
     const lines = rows.map((w) => {
       const state = w.enabled ? 'enabled' : `DISABLED${w.disabled_reason ? ` (${w.disabled_reason})` : ''}`;
       const types = w.event_types.join(',') || '*';

@@ -108,14 +108,8 @@ function scheduleNotifications(db: Database, notifier: Notifier): void {
 }
 
 async function sendNotifications(db: Database, notifier: Notifier): Promise<void> {
-  const channels: string[] = [];
-  const payloads: string[] = [];
-  for (const [channel, waiting] of notifier.waiting) {
-    for (const payload of waiting) {
-      channels.push(channel);
-      payloads.push(payload);
-    }
-  }
+  const channels = [...notifier.waiting].flatMap(([channel, waiting]) => [...waiting].map(() => channel));
+  const payloads = [...notifier.waiting.values()].flatMap((waiting) => [...waiting]);
   notifier.waiting.clear();
   notifier.last = Date.now();
   await sql`SELECT pg_notify(c, p) FROM unnest(${channels}::text[], ${payloads}::text[]) AS n (c, p)`.execute(db).catch(() => {});
@@ -170,12 +164,8 @@ export interface ListenOptions {
   ownStatementsFirst?: boolean;
 }
 
-export interface OpenOptions {
-  /** Serve the embedded database to local commands on a socket in DATA_DIR while open (the server does). */
-  shareLocally?: boolean;
-}
-
-export async function openDatabase(config: Config, { shareLocally = false }: OpenOptions = {}): Promise<DatabaseHandle> {
+/** `shareLocally`: serve the embedded database to local commands on a socket in DATA_DIR while open (the server does). */
+export async function openDatabase(config: Config, { shareLocally = false } = {}): Promise<DatabaseHandle> {
   if (config.databaseUrl) {
     const pool = new pg.Pool({
       connectionString: config.databaseUrl,
@@ -362,6 +352,11 @@ abstract class OwnConnection {
 
   async close(): Promise<void> {
     this.closed = true;
+    await this.drop();
+  }
+
+  /** Ends the connection (a new one is opened when next needed, unless closed). */
+  protected async drop(): Promise<void> {
     const client = this.client;
     this.client = undefined;
     await client?.end().catch(() => {});
@@ -386,20 +381,15 @@ class Listener extends OwnConnection {
   ): Promise<() => Promise<void>> {
     checkChannel(channel);
     const subscription: Subscription = { onNotify, onResumed, onLost };
-    let subscribers = this.channels.get(channel);
-    if (!subscribers) {
-      subscribers = new Set();
-      this.channels.set(channel, subscribers);
-      subscribers.add(subscription);
-      const client = await this.connect();
-      await client.query(`LISTEN ${channel}`);
-    } else {
-      subscribers.add(subscription);
+    const subscribers = this.channels.get(channel);
+    if (subscribers) subscribers.add(subscription);
+    else {
+      this.channels.set(channel, new Set([subscription]));
+      await (await this.connect()).query(`LISTEN ${channel}`);
     }
     return async () => {
       const set = this.channels.get(channel);
-      set?.delete(subscription);
-      if (set && set.size === 0) {
+      if (set?.delete(subscription) && set.size === 0) {
         this.channels.delete(channel);
         await this.client?.query(`UNLISTEN ${channel}`).catch(() => {});
       }
@@ -417,8 +407,7 @@ class Listener extends OwnConnection {
 
   private lost(client: pg.Client): void {
     if (this.client !== client) return;
-    this.client = undefined;
-    client.end().catch(() => {});
+    void this.drop();
     for (const subscribers of this.channels.values()) for (const s of subscribers) s.onLost?.();
     if (!this.closed) this.scheduleReconnect();
   }
@@ -460,7 +449,7 @@ class AsideConnection extends OwnConnection {
       try {
         return (await (await this.connect()).query(text, values)).rows as R[];
       } catch {
-        this.drop();
+        void this.drop();
       }
     }
     return (await this.db.executeQuery<R>(CompiledQuery.raw(text, values))).rows;
@@ -468,14 +457,8 @@ class AsideConnection extends OwnConnection {
 
   protected prepare(client: pg.Client): void {
     client.on('error', () => {
-      if (this.client === client) this.drop();
+      if (this.client === client) void this.drop();
     });
-  }
-
-  private drop(): void {
-    const client = this.client;
-    this.client = undefined;
-    client?.end().catch(() => {});
   }
 }
 

@@ -87,16 +87,13 @@ export function preparedStatementsPool(pool: pg.Pool): PostgresPool {
         release: () => client.release(),
       },
     };
+    held.set(client, state);
     return state;
   };
   return {
     connect: async () => {
       const client = await pool.connect();
-      let state = held.get(client);
-      if (!state) {
-        state = hold(client);
-        held.set(client, state);
-      }
+      const state = held.get(client) ?? hold(client);
       state.chosen = false;
       return state.facade;
     },

@@ -417,9 +417,6 @@ export type Schema = { [Table in keyof typeof tables]: { [Name in keyof (typeof 
 /** The typed database for code outside the engine. */
 export type Db = Kysely<Schema>;
 
-/**
- * The engine queries tables named by resource definitions, so its schema type stays open. (Declared here,
- * not in connection.ts, so that the migrations need not import the connection that runs them.)
- */
+/** The engine's open database type (see above), declared here so that the migrations need not import the connection that runs them. */
 // biome-ignore lint/suspicious/noExplicitAny: the engine names tables at run time.
 export type Database = Kysely<any>;

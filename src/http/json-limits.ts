@@ -10,27 +10,21 @@
  */
 import { ApiError } from '../jsonapi/errors.js';
 
-export interface JsonShapeLimits {
-  /** Deepest nesting of objects and arrays. */
-  maxDepth: number;
-  /** Members of one object or items of one array. */
-  maxMembers: number;
-  /** Objects, arrays and members of the whole document. */
-  maxValues: number;
-}
-
 /**
- * The defaults: far above any document the resources accept (a conversation's `metadata`, 16 KiB of JSON,
+ * The limits: far above any document the resources accept (a conversation's `metadata`, 16 KiB of JSON,
  * holds at most about 2,700 members; a workflow, 100 steps), far below what 1 MiB of body can carry.
  */
-export const JSON_SHAPE_LIMITS: JsonShapeLimits = { maxDepth: 32, maxMembers: 4096, maxValues: 16_384 };
+export const JSON_SHAPE_LIMITS = {
+  /** Deepest nesting of objects and arrays. */
+  maxDepth: 32,
+  /** Members of one object or items of one array. */
+  maxMembers: 4096,
+  /** Objects, arrays and members of the whole document. */
+  maxValues: 16_384,
+};
 
 /** The first limit `text` passes, as the error to answer, or undefined; `scanned` is how far it read (tests). */
-export function jsonShapeProblem(
-  text: string,
-  limits: JsonShapeLimits = JSON_SHAPE_LIMITS,
-  scanned?: { chars: number },
-): ApiError | undefined {
+export function jsonShapeProblem(text: string, limits = JSON_SHAPE_LIMITS, scanned?: { chars: number }): ApiError | undefined {
   // Members of each open container, innermost last; its length is the depth.
   const open: number[] = [];
   let values = 0;

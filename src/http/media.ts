@@ -131,7 +131,7 @@ export function parseQueryString(text: string): Record<string, unknown> {
  * Request bodies: JSON:API's media type (415 with parameters other than ext/profile),
  * plain application/json as a convenience; anything else is a 415.
  */
-export function registerMedia(app: FastifyInstance, options: { publicUrl?: string } = {}): void {
+export function registerMedia(app: FastifyInstance, publicUrl: string | undefined): void {
   // `__proto__` and `constructor` are ordinary member names: JSON.parse defines them as own properties, which
   // never reach a prototype; the validators look names up with Object.hasOwn and copy values into fresh
   // objects only under declared names (test/conformance-review.test.ts).
@@ -149,18 +149,9 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(JSONAPI_MEDIA_TYPE, { parseAs: 'string' }, (request, body, done) => {
     const problem = unusable(request.headers['content-type'] ?? '');
-    if (problem) {
-      done(
-        ApiError.of(
-          'unsupported_media_type',
-          `${JSONAPI_MEDIA_TYPE} with ${problem}: only ext (of supported extensions) and profile are accepted.`,
-          { header: 'Content-Type' },
-        ),
-        undefined,
-      );
-      return;
-    }
-    parseJson(request, body as string, done);
+    if (!problem) return parseJson(request, body as string, done);
+    const detail = `${JSONAPI_MEDIA_TYPE} with ${problem}: only ext (of supported extensions) and profile are accepted.`;
+    done(ApiError.of('unsupported_media_type', detail, { header: 'Content-Type' }), undefined);
   });
   app.addContentTypeParser('application/json', { parseAs: 'string' }, parseJson);
 
@@ -168,7 +159,7 @@ export function registerMedia(app: FastifyInstance, options: { publicUrl?: strin
   app.addHook('onRequest', (request, _reply, done) => {
     try {
       const api = isApiPath(request);
-      checkHost(request, options.publicUrl, api);
+      checkHost(request, publicUrl, api);
       if (api) checkAccept(request);
     } catch (error) {
       return done(error as Error);

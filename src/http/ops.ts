@@ -3,7 +3,7 @@ import { isIP } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
-import { errorDocument, errorObject } from '../jsonapi/errors.js';
+import { errorDocument, errorObject, forbidden } from '../jsonapi/errors.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
 import type { Config } from '../config/index.js';
 import type { DatabaseHandle } from '../db/connection.js';
@@ -60,10 +60,7 @@ export async function registerOps(app: FastifyInstance, options: { database: Dat
   });
   app.get('/metrics', open, async (request, reply) => {
     if (!mayReadMetrics(request, options.config.metricsToken)) {
-      reply.code(403).header('Content-Type', 'application/vnd.api+json');
-      return errorDocument([
-        errorObject('forbidden', 'Metrics are served to this host (loopback) only, or with the METRICS_TOKEN bearer token.'),
-      ]);
+      throw forbidden('Metrics are served to this host (loopback) only, or with the METRICS_TOKEN bearer token.');
     }
     reply.header('Content-Type', registry.contentType);
     return registry.metrics();

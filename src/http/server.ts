@@ -46,7 +46,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   registerErrorHandling(app);
   routeEveryMethod(app);
   responseHeaders(app);
-  registerMedia(app, { publicUrl: config.publicUrl });
+  registerMedia(app, config.publicUrl);
   await registerCors(app, config);
   await registerOps(app, options);
   await app.register(authPlugin, options);
@@ -57,7 +57,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const registry = registerResources(app, resources, options);
   registerEventStream(app, { ...options, registry });
   await registerDocs(app, resources, config.publicUrl);
-  await registerWebAssets(app, undefined, { sipWsUrl: config.sipWsUrl });
+  await registerWebAssets(app, config.sipWsUrl);
   return app;
 }
 

@@ -32,12 +32,11 @@ function missing(reply: FastifyReply) {
     .send('The console has not been built: run `npm run build:web` (npm install runs it).\n');
 }
 
-export async function registerWebAssets(app: FastifyInstance, root = PUBLIC_DIR, options: { sipWsUrl?: string } = {}): Promise<void> {
-  const CONSOLE_HEADERS = consoleHeaders(options.sipWsUrl);
-  const built = () => existsSync(`${root}console/index.html`);
+export async function registerWebAssets(app: FastifyInstance, sipWsUrl: string | undefined): Promise<void> {
+  const CONSOLE_HEADERS = consoleHeaders(sipWsUrl);
   const config = { public: true };
   await app.register(fastifyStatic, {
-    root: `${root}console`,
+    root: `${PUBLIC_DIR}console`,
     prefix: '/console/',
     index: false,
     wildcard: true,
@@ -51,18 +50,17 @@ export async function registerWebAssets(app: FastifyInstance, root = PUBLIC_DIR,
       response.setHeader('Cache-Control', /[\\/]assets[\\/]/.test(file) ? 'public, max-age=31536000, immutable' : 'no-cache');
     },
   });
-  const page = async (_request: unknown, reply: FastifyReply) => {
-    if (!built()) return missing(reply);
-    return reply.headers({ ...CONSOLE_HEADERS, 'Cache-Control': 'no-cache' }).sendFile('index.html', `${root}console`);
-  };
   // The link printed by the command line is /console#key=...; the fragment never reaches the server.
-  app.get('/console', { config }, page);
+  app.get('/console', { config }, async (_request, reply) => {
+    if (!existsSync(`${PUBLIC_DIR}console/index.html`)) return missing(reply);
+    return reply.headers({ ...CONSOLE_HEADERS, 'Cache-Control': 'no-cache' }).sendFile('index.html', `${PUBLIC_DIR}console`);
+  });
   app.get('/widget.js', { config }, async (_request, reply) => {
-    if (!existsSync(`${root}widget.js`)) return missing(reply);
+    if (!existsSync(`${PUBLIC_DIR}widget.js`)) return missing(reply);
     // Embedded by other sites: readable from any origin, revalidated so that fixes reach them.
     return reply
       .headers({ 'Cache-Control': 'no-cache', 'Cross-Origin-Resource-Policy': 'cross-origin', 'X-Content-Type-Options': 'nosniff' })
       .type('text/javascript; charset=utf-8')
-      .sendFile('widget.js', root);
+      .sendFile('widget.js', PUBLIC_DIR);
   });
 }
