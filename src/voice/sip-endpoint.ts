@@ -446,17 +446,16 @@ export class SipEndpoint {
 
   private end(dialog: Dialog, by: 'caller' | 'agent' | 'timeout'): void {
     if (dialog.ended) return;
-    dialog.ended = true;
+    this.forget(dialog);
     dialog.retransmit?.();
     dialog.handle?.rtp.close();
     this.options.handler.ended(dialog.info.callId, by);
-    // Keep the dialog a while to answer retransmitted BYEs and INVITEs (32 s, timer J/H of 17.2).
-    setTimeout(() => this.dialogs.delete(dialog.info.callId), 32_000).unref();
   }
 
   private forget(dialog: Dialog): void {
     dialog.ended = true;
-    // The final response is kept for retransmitted INVITEs until the caller has surely given up.
+    // Kept a while to answer retransmitted BYEs and INVITEs (the final response again) until the caller has
+    // surely given up (32 s, timer J/H of 17.2).
     setTimeout(() => {
       if (this.dialogs.get(dialog.info.callId) === dialog) this.dialogs.delete(dialog.info.callId);
     }, 32_000).unref();
