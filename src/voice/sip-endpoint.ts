@@ -423,13 +423,8 @@ export class SipEndpoint {
         clearTimeout(deadline);
         dialog.referResponse = undefined;
         dialog.referNotify = undefined;
-        clearInterval(watch);
         resolve(status);
       };
-      // A caller that hangs up (or a dialog otherwise ended) while the transfer is under way.
-      const watch = setInterval(() => {
-        if (dialog.ended) done(487);
-      }, 100);
       dialog.referResponse = (status) => {
         if (answered) return;
         answered = true;
@@ -450,6 +445,8 @@ export class SipEndpoint {
     dialog.retransmit?.();
     dialog.handle?.rtp.close();
     this.options.handler.ended(dialog.info.callId, by);
+    // A transfer under way ends with the dialog (the caller hung up meanwhile).
+    dialog.referNotify?.(487);
   }
 
   private forget(dialog: Dialog): void {
