@@ -35,15 +35,6 @@ export interface CallTranscriberOptions {
   endpointMs: number;
   maxUtteranceMs: number;
   logger?: Logger;
-  /** How long to wait for the dialog's SIP tags in `sip_dialogs` (Kamailio writes it within a second). */
-  tagsTimeoutMs?: number;
-  /** How often forks of calls that ended without an event reaching here (reconciliation) are looked for. */
-  sweepIntervalMs?: number;
-  /**
-   * Recognitions run at once, across calls (the rest wait their turn): the local recogniser is a process per
-   * utterance, so by default one per core; a provider is a request, so 32.
-   */
-  maxRecognitions?: number;
   /**
    * Whether one more fork fits in VOICE_MAX_CALLS (`sip serve`: agent calls and forks share the runtime's capacity,
    * one fork counting as one call). A fork past it is declined: the call goes on untranscribed, never refused.
@@ -93,10 +84,14 @@ export class CallTranscriber {
   private closed = false;
   private recognising = 0;
   private readonly waiting: (() => void)[] = [];
+  /**
+   * Recognitions run at once, across calls (the rest wait their turn): the local recogniser is a process per
+   * utterance, so one per core; a provider is a request, so 32.
+   */
   private readonly maxRecognitions: number;
 
   constructor(private readonly o: CallTranscriberOptions) {
-    this.maxRecognitions = Math.max(1, o.maxRecognitions ?? (o.stt.name === 'pocketsphinx' ? availableParallelism() : 32));
+    this.maxRecognitions = o.stt.name === 'pocketsphinx' ? availableParallelism() : 32;
   }
 
   /** Recognises one utterance when a slot is free (maxRecognitions at once). */
@@ -114,7 +109,7 @@ export class CallTranscriber {
   }
 
   start(): void {
-    this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), this.o.sweepIntervalMs ?? 30_000).unref();
+    this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), 30_000).unref();
   }
 
   /** Stops every fork (their last utterances are still transcribed and written). */
@@ -234,7 +229,7 @@ export class CallTranscriber {
    * which it writes every second (db_mode 2): the row may come a moment after the answer's event.
    */
   private async dialogTags(callId: string): Promise<{ from: string; to: string } | undefined> {
-    const deadline = Date.now() + (this.o.tagsTimeoutMs ?? 5000);
+    const deadline = Date.now() + 5000;
     for (;;) {
       const row = await this.o.db
         .selectFrom('sip_dialogs')
