@@ -268,8 +268,7 @@ export class CallTranscriber {
     if (!negotiated) throw new Error(`no codec to receive the ${party.speaker}'s audio in: ${request.sdp}`);
     const { rtp, rtcp } = await bindRtp(this.o.address, { min: 0, max: 0, rtcp: true });
     const leg: Leg = {
-      speaker: party.speaker,
-      tag: party.tag,
+      ...party,
       forkTag,
       rtp,
       rtcp,
