@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
+import type { WriteValues } from '../jsonapi/typed-writes.js';
 import type { CallEvent } from '../sip/call-events.js';
 import type { Bencoded, NgAnswer } from '../sip/rtpengine.js';
 import { type CodecName, createCodec, FRAME_MS, FRAME_SAMPLES, type FrameCodec } from './codecs.js';
@@ -386,12 +387,18 @@ export class CallTranscriber {
       }
       // Noise, a cough: nothing recognised, no line.
       if (!result.text) return;
-      await this.write(fork, leg, callRowId, result.text, occurredAt, {
-        ...leg.metadata,
-        source: 'fork',
-        stt: this.o.stt.name,
-        duration_ms: Math.round((audio.length / 16000) * 1000),
-        ...(reason === 'silence' ? {} : { cut: reason }),
+      await this.write(fork, {
+        call_id: callRowId,
+        speaker: leg.speaker,
+        content: result.text.slice(0, 32 * 1024),
+        occurred_at: occurredAt,
+        metadata: {
+          ...leg.metadata,
+          source: 'fork',
+          stt: this.o.stt.name,
+          duration_ms: Math.round((audio.length / 16000) * 1000),
+          ...(reason === 'silence' ? {} : { cut: reason }),
+        },
       });
     });
     const chained = next.catch((error) =>
@@ -404,29 +411,18 @@ export class CallTranscriber {
   }
 
   /** One line, next in the call's `content_index` (an index another writer took meanwhile: the next one). */
-  private async write(
-    fork: Fork,
-    leg: Leg,
-    callRowId: string,
-    content: string,
-    occurredAt: Date,
-    metadata: Record<string, unknown>,
-  ): Promise<void> {
+  private async write(fork: Fork, line: WriteValues<'CallTranscript'> & { call_id: string }): Promise<void> {
     const actor = systemActor(fork.organisationId, 'sip');
     for (let attempt = 0; ; attempt++) {
       const { rows } = await sql<{ next: number }>`
-        SELECT coalesce(max(content_index) + 1, 0)::int AS next FROM call_transcripts WHERE call_id = ${callRowId}`.execute(this.o.db);
+        SELECT coalesce(max(content_index) + 1, 0)::int AS next FROM call_transcripts WHERE call_id = ${line.call_id}`.execute(this.o.db);
       try {
         await this.o.records.create(actor, 'CallTranscript', {
-          call_id: callRowId,
-          speaker: leg.speaker,
-          content: content.slice(0, 32 * 1024),
+          ...line,
           item_id: `fork_${randomUUID().replaceAll('-', '')}`,
           content_index: rows[0].next,
-          occurred_at: occurredAt,
-          metadata,
         });
-        this.o.logger?.debug({ callId: fork.dialogCallId, speaker: leg.speaker, content }, 'transcriber: line written');
+        this.o.logger?.debug({ callId: fork.dialogCallId, speaker: line.speaker, content: line.content }, 'transcriber: line written');
         return;
       } catch (error) {
         // The voice runtime (a transferred agent call) wrote that index first: the unique index says so.
