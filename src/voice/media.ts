@@ -64,7 +64,7 @@ type Played = { frames: number; firstAt?: number; interrupted: boolean };
 
 type ToWorker =
   | { op: 'open'; id: number; address: string; min: number; max: number; first?: number }
-  | { op: 'start'; id: number; address: string; port: number; pt: number; step: number; silence: Uint8Array; trace: boolean }
+  | { op: 'start'; id: number; remote: { address: string; port: number }; pt: number; step: number; silence: Uint8Array; trace: boolean }
   | { op: 'play'; id: number; n: number; frames: Uint8Array; frameBytes: number }
   | { op: 'flush' | 'close'; id: number };
 type FromWorker =
@@ -92,8 +92,7 @@ export class RtpStream {
 
   /** Starts the stream to `remote`: a frame every 20 ms, `silence` whenever no prompt is queued. */
   start(o: { remote: { address: string; port: number }; pt: number; step: number; silence: Uint8Array }): void {
-    const { address, port } = o.remote;
-    this.media.post({ op: 'start', id: this.id, address, port, pt: o.pt, step: o.step, silence: o.silence, trace: !!this.onSent });
+    this.media.post({ op: 'start', id: this.id, ...o, trace: !!this.onSent });
   }
 
   /**
@@ -255,7 +254,7 @@ function serve(): void {
     if (!s) return;
     if (m.op === 'start' && !s.member) {
       s.sender = new RtpSender(m.pt);
-      s.to = { address: m.address, port: m.port, step: m.step, silence: m.silence, trace: m.trace ? [] : undefined };
+      s.to = { ...m.remote, step: m.step, silence: m.silence, trace: m.trace ? [] : undefined };
       s.member = (due) => tick(m.id, s, due);
       grid.join(s.member);
     } else if (m.op === 'play') {
