@@ -281,11 +281,10 @@ export class VoiceSession {
     await this.waiting;
     this.waiting = undefined;
     const result = await this.play(pcm, marks);
-    const latency = latencyOf(marks);
     await this.o.sink.agentLine(
       reply.text,
       {
-        latency_ms: latency,
+        latency_ms: latencyOf(marks),
         spoken: !result.interrupted,
         spoken_ms: result.spokenMs,
         duration_ms: Math.round((pcm.length / 16000) * 1000),
