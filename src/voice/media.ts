@@ -8,9 +8,11 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import type { Socket } from 'node:dgram';
 import { bindRtp, RtpSender } from './rtp.js';
 
+const SPIN_MS = 2;
+
 /**
  * The frame grid (docs/voice.md, "Frames and pacing"): one timer for every stream, ticks due at `origin + k * period`
- * whatever the lateness of earlier ones, the last `spinMs` before each waited in `setImmediate` turns.
+ * whatever the lateness of earlier ones, the last SPIN_MS before each waited in `setImmediate` turns (polling).
  */
 export class FrameGrid {
   private readonly members = new Set<(due: number, now: number) => void>();
@@ -18,11 +20,7 @@ export class FrameGrid {
   private origin = 0;
   private k = 0;
 
-  constructor(
-    readonly periodMs = 20,
-    /** How long before a due time to stop sleeping and start polling (ms). */
-    private readonly spinMs = 2,
-  ) {}
+  constructor(readonly periodMs = 20) {}
 
   /** Joins the grid; returns the due time of the member's first tick (the grid's next one). */
   join(onTick: (due: number, now: number) => void): number {
@@ -48,7 +46,7 @@ export class FrameGrid {
     if (this.members.size === 0) return;
     const due = this.origin + this.k * this.periodMs;
     const wait = due - performance.now();
-    if (wait > this.spinMs) this.timer = setTimeout(() => this.schedule(), wait - this.spinMs);
+    if (wait > SPIN_MS) this.timer = setTimeout(() => this.schedule(), wait - SPIN_MS);
     else if (wait > 0) this.timer = setImmediate(() => this.schedule());
     else {
       this.k++;
