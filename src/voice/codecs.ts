@@ -277,8 +277,7 @@ export function createCodec(name: CodecName): FrameCodec {
     const dec = new G722Decoder();
     return { name, timestampStep: 160, encode: (pcm) => enc.encode(pcm), decode: (p) => dec.decode(p) };
   }
-  const encodeTable = name === 'PCMU' ? ULAW_ENCODE : ALAW_ENCODE;
-  const decodeTable = name === 'PCMU' ? ULAW_DECODE : ALAW_DECODE;
+  const [encodeTable, decodeTable] = name === 'PCMU' ? [ULAW_ENCODE, ULAW_DECODE] : [ALAW_ENCODE, ALAW_DECODE];
   const down = new Downsampler();
   const up = new Upsampler();
   return {

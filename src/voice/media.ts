@@ -8,9 +8,11 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import type { Socket } from 'node:dgram';
 import { bindRtp, RtpSender } from './rtp.js';
 
+const SPIN_MS = 2;
+
 /**
  * The frame grid (docs/voice.md, "Frames and pacing"): one timer for every stream, ticks due at `origin + k * period`
- * whatever the lateness of earlier ones, the last `spinMs` before each waited in `setImmediate` turns.
+ * whatever the lateness of earlier ones, the last SPIN_MS before each waited in `setImmediate` turns (polling).
  */
 export class FrameGrid {
   private readonly members = new Set<(due: number, now: number) => void>();
@@ -18,11 +20,7 @@ export class FrameGrid {
   private origin = 0;
   private k = 0;
 
-  constructor(
-    readonly periodMs = 20,
-    /** How long before a due time to stop sleeping and start polling (ms). */
-    private readonly spinMs = 2,
-  ) {}
+  constructor(readonly periodMs = 20) {}
 
   /** Joins the grid; returns the due time of the member's first tick (the grid's next one). */
   join(onTick: (due: number, now: number) => void): number {
@@ -48,7 +46,7 @@ export class FrameGrid {
     if (this.members.size === 0) return;
     const due = this.origin + this.k * this.periodMs;
     const wait = due - performance.now();
-    if (wait > this.spinMs) this.timer = setTimeout(() => this.schedule(), wait - this.spinMs);
+    if (wait > SPIN_MS) this.timer = setTimeout(() => this.schedule(), wait - SPIN_MS);
     else if (wait > 0) this.timer = setImmediate(() => this.schedule());
     else {
       this.k++;
@@ -64,7 +62,7 @@ type Played = { frames: number; firstAt?: number; interrupted: boolean };
 
 type ToWorker =
   | { op: 'open'; id: number; address: string; min: number; max: number; first?: number }
-  | { op: 'start'; id: number; address: string; port: number; pt: number; step: number; silence: Uint8Array; trace: boolean }
+  | { op: 'start'; id: number; remote: { address: string; port: number }; pt: number; step: number; silence: Uint8Array; trace: boolean }
   | { op: 'play'; id: number; n: number; frames: Uint8Array; frameBytes: number }
   | { op: 'flush' | 'close'; id: number };
 type FromWorker =
@@ -92,8 +90,7 @@ export class RtpStream {
 
   /** Starts the stream to `remote`: a frame every 20 ms, `silence` whenever no prompt is queued. */
   start(o: { remote: { address: string; port: number }; pt: number; step: number; silence: Uint8Array }): void {
-    const { address, port } = o.remote;
-    this.media.post({ op: 'start', id: this.id, address, port, pt: o.pt, step: o.step, silence: o.silence, trace: !!this.onSent });
+    this.media.post({ op: 'start', id: this.id, ...o, trace: !!this.onSent });
   }
 
   /**
@@ -255,7 +252,7 @@ function serve(): void {
     if (!s) return;
     if (m.op === 'start' && !s.member) {
       s.sender = new RtpSender(m.pt);
-      s.to = { address: m.address, port: m.port, step: m.step, silence: m.silence, trace: m.trace ? [] : undefined };
+      s.to = { ...m.remote, step: m.step, silence: m.silence, trace: m.trace ? [] : undefined };
       s.member = (due) => tick(m.id, s, due);
       grid.join(s.member);
     } else if (m.op === 'play') {

@@ -449,13 +449,11 @@ export class VoiceRuntime implements CallHandler {
       this.o.logger?.info({ callId: call.callId }, 'voice: handoff with no operator available');
       return NO_OPERATOR_TEXT;
     }
-    const done = await this.refer(call, operator.sip_username, operator.domain);
-    if (!done) return NO_OPERATOR_TEXT;
+    if (!(await this.refer(call, operator.sip_username, operator.domain))) return NO_OPERATOR_TEXT;
     // Behind the edge, the caller's new call to the operator is linked to this Call by the edge (route[INITIAL],
     // docs/sip.md "Transfers"): the operator joins it as the transfer's answered leg, and goes busy there; a call
     // that reached the runtime directly gets the operator's leg (role `operator`) here.
-    if (call.edge) return undefined;
-    await this.callEvents.operatorJoined(call.organisationId, (await call.stored!).callRowId, operator.id, new Date());
+    if (!call.edge) await this.callEvents.operatorJoined(call.organisationId, (await call.stored!).callRowId, operator.id, new Date());
     return undefined;
   }
 

@@ -117,16 +117,8 @@ export class VoiceSession {
    * caller speaking cuts it as any line (barge-in).
    */
   interject(text: string, metadata: Record<string, unknown>): void {
-    if (this.closed) return;
-    this.waiting = (this.waiting ?? Promise.resolve()).then(async () => {
-      if (this.closed) return;
-      try {
-        await this.say(text, metadata);
-      } catch (error) {
-        // Not said (the speech engine failed): the reply still comes; nothing else depends on this line.
-        this.o.onError?.(error);
-      }
-    });
+    // A line not said (the speech engine failed) is reported: the reply still comes; nothing else depends on it.
+    if (!this.closed) this.waiting = this.after(this.waiting ?? Promise.resolve(), () => this.say(text, metadata));
   }
 
   /** The call is over (either side): the stream stops; a reply being spoken is recorded as cut off. */
@@ -217,7 +209,12 @@ export class VoiceSession {
   // ------------------------------------------------------------ turns
 
   private enqueue(work: () => Promise<void>): void {
-    this.turnChain = this.turnChain.then(async () => {
+    this.turnChain = this.after(this.turnChain, work);
+  }
+
+  /** `work` once `previous` is done, unless the call is over by then; its failure is reported (onError). */
+  private after(previous: Promise<void>, work: () => Promise<void>): Promise<void> {
+    return previous.then(async () => {
       if (this.closed) return;
       try {
         await work();
@@ -281,11 +278,10 @@ export class VoiceSession {
     await this.waiting;
     this.waiting = undefined;
     const result = await this.play(pcm, marks);
-    const latency = latencyOf(marks);
     await this.o.sink.agentLine(
       reply.text,
       {
-        latency_ms: latency,
+        latency_ms: latencyOf(marks),
         spoken: !result.interrupted,
         spoken_ms: result.spokenMs,
         duration_ms: Math.round((pcm.length / 16000) * 1000),

@@ -79,9 +79,6 @@ interface Dialog {
   info: InviteInfo;
   localTag: string;
   remoteTarget: string;
-  /** The caller's From (our To in requests we send) and our To (our From). */
-  remoteParty: string;
-  localParty: string;
   localSeq: number;
   /** The route set: the INVITE's Record-Route values (12.1.1), in order, as Route headers of our requests. */
   routeSet: string[];
@@ -161,8 +158,7 @@ export class SipEndpoint {
       this.onResponse(msg);
       return;
     }
-    const callId = header(msg, 'call-id')!;
-    const dialog = this.dialogs.get(callId);
+    const dialog = this.dialogs.get(header(msg, 'call-id')!);
     switch (msg.method) {
       case 'INVITE':
         if (dialog && tagOf(header(msg, 'to'))) {
@@ -250,14 +246,11 @@ export class SipEndpoint {
       info,
       localTag: randomBytes(8).toString('hex'),
       remoteTarget: uriOf(header(msg, 'contact') ?? header(msg, 'from')!),
-      remoteParty: header(msg, 'from')!,
-      localParty: '',
       localSeq: Math.floor(Math.random() * 10000) + 1,
       routeSet: msg.headers.get('record-route') ?? [],
       confirmed: false,
       ended: false,
     };
-    dialog.localParty = `${info.to};tag=${dialog.localTag}`;
     this.dialogs.set(callId, dialog);
     this.reply(msg, remote, 100, 'Trying');
     const refuse = (status: number, reason: string, extra: Header[] = []) => {
@@ -367,8 +360,8 @@ export class SipEndpoint {
       ['Via', `SIP/2.0/UDP ${this.hostPort()};branch=z9hG4bK${randomBytes(8).toString('hex')};rport`],
       ['Max-Forwards', '70'],
       ...dialog.routeSet.map((route): Header => ['Route', route]),
-      ['From', dialog.localParty],
-      ['To', dialog.remoteParty],
+      ['From', `${dialog.info.to};tag=${dialog.localTag}`],
+      ['To', dialog.info.from],
       ['Call-ID', dialog.info.callId],
       ['CSeq', `${dialog.localSeq} ${method}`],
       ...extra,
@@ -430,13 +423,8 @@ export class SipEndpoint {
         clearTimeout(deadline);
         dialog.referResponse = undefined;
         dialog.referNotify = undefined;
-        clearInterval(watch);
         resolve(status);
       };
-      // A caller that hangs up (or a dialog otherwise ended) while the transfer is under way.
-      const watch = setInterval(() => {
-        if (dialog.ended) done(487);
-      }, 100);
       dialog.referResponse = (status) => {
         if (answered) return;
         answered = true;
@@ -453,17 +441,18 @@ export class SipEndpoint {
 
   private end(dialog: Dialog, by: 'caller' | 'agent' | 'timeout'): void {
     if (dialog.ended) return;
-    dialog.ended = true;
+    this.forget(dialog);
     dialog.retransmit?.();
     dialog.handle?.rtp.close();
     this.options.handler.ended(dialog.info.callId, by);
-    // Keep the dialog a while to answer retransmitted BYEs and INVITEs (32 s, timer J/H of 17.2).
-    setTimeout(() => this.dialogs.delete(dialog.info.callId), 32_000).unref();
+    // A transfer under way ends with the dialog (the caller hung up meanwhile).
+    dialog.referNotify?.(487);
   }
 
   private forget(dialog: Dialog): void {
     dialog.ended = true;
-    // The final response is kept for retransmitted INVITEs until the caller has surely given up.
+    // Kept a while to answer retransmitted BYEs and INVITEs (the final response again) until the caller has
+    // surely given up (32 s, timer J/H of 17.2).
     setTimeout(() => {
       if (this.dialogs.get(dialog.info.callId) === dialog) this.dialogs.delete(dialog.info.callId);
     }, 32_000).unref();

@@ -6,11 +6,10 @@
  */
 
 export interface SipMessage {
-  /** Request: method and URI; response: status and reason. */
+  /** Request: method and URI; response: status. */
   method?: string;
   uri?: string;
   status?: number;
-  reason?: string;
   /** Header values by lower-case long name; each occurrence (and each comma-separated Via) in order. */
   headers: Map<string, string[]>;
   body: string;
@@ -50,10 +49,8 @@ export function parseSip(data: Buffer | string): SipMessage {
   const msg: SipMessage = { headers: new Map(), body: '' };
   const response = /^SIP\/2\.0 (\d{3}) ?(.*)$/.exec(start);
   const request = /^([A-Z]+) (\S+) SIP\/2\.0$/.exec(start);
-  if (response) {
-    msg.status = Number(response[1]);
-    msg.reason = response[2];
-  } else if (request) {
+  if (response) msg.status = Number(response[1]);
+  else if (request) {
     msg.method = request[1];
     msg.uri = request[2];
   } else throw new SipParseError('bad start line');

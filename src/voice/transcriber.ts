@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import type { Db } from '../db/schema.js';
 import { systemActor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
+import type { WriteValues } from '../jsonapi/typed-writes.js';
 import type { CallEvent } from '../sip/call-events.js';
 import type { Bencoded, NgAnswer } from '../sip/rtpengine.js';
 import { type CodecName, createCodec, FRAME_MS, FRAME_SAMPLES, type FrameCodec } from './codecs.js';
@@ -35,15 +36,6 @@ export interface CallTranscriberOptions {
   endpointMs: number;
   maxUtteranceMs: number;
   logger?: Logger;
-  /** How long to wait for the dialog's SIP tags in `sip_dialogs` (Kamailio writes it within a second). */
-  tagsTimeoutMs?: number;
-  /** How often forks of calls that ended without an event reaching here (reconciliation) are looked for. */
-  sweepIntervalMs?: number;
-  /**
-   * Recognitions run at once, across calls (the rest wait their turn): the local recogniser is a process per
-   * utterance, so by default one per core; a provider is a request, so 32.
-   */
-  maxRecognitions?: number;
   /**
    * Whether one more fork fits in VOICE_MAX_CALLS (`sip serve`: agent calls and forks share the runtime's capacity,
    * one fork counting as one call). A fork past it is declined: the call goes on untranscribed, never refused.
@@ -93,10 +85,14 @@ export class CallTranscriber {
   private closed = false;
   private recognising = 0;
   private readonly waiting: (() => void)[] = [];
+  /**
+   * Recognitions run at once, across calls (the rest wait their turn): the local recogniser is a process per
+   * utterance, so one per core; a provider is a request, so 32.
+   */
   private readonly maxRecognitions: number;
 
   constructor(private readonly o: CallTranscriberOptions) {
-    this.maxRecognitions = Math.max(1, o.maxRecognitions ?? (o.stt.name === 'pocketsphinx' ? availableParallelism() : 32));
+    this.maxRecognitions = o.stt.name === 'pocketsphinx' ? availableParallelism() : 32;
   }
 
   /** Recognises one utterance when a slot is free (maxRecognitions at once). */
@@ -114,7 +110,7 @@ export class CallTranscriber {
   }
 
   start(): void {
-    this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), this.o.sweepIntervalMs ?? 30_000).unref();
+    this.sweepTimer = setInterval(() => void this.sweep().catch(() => {}), 30_000).unref();
   }
 
   /** Stops every fork (their last utterances are still transcribed and written). */
@@ -234,7 +230,7 @@ export class CallTranscriber {
    * which it writes every second (db_mode 2): the row may come a moment after the answer's event.
    */
   private async dialogTags(callId: string): Promise<{ from: string; to: string } | undefined> {
-    const deadline = Date.now() + (this.o.tagsTimeoutMs ?? 5000);
+    const deadline = Date.now() + 5000;
     for (;;) {
       const row = await this.o.db
         .selectFrom('sip_dialogs')
@@ -273,8 +269,7 @@ export class CallTranscriber {
     if (!negotiated) throw new Error(`no codec to receive the ${party.speaker}'s audio in: ${request.sdp}`);
     const { rtp, rtcp } = await bindRtp(this.o.address, { min: 0, max: 0, rtcp: true });
     const leg: Leg = {
-      speaker: party.speaker,
-      tag: party.tag,
+      ...party,
       forkTag,
       rtp,
       rtcp,
@@ -392,12 +387,18 @@ export class CallTranscriber {
       }
       // Noise, a cough: nothing recognised, no line.
       if (!result.text) return;
-      await this.write(fork, leg, callRowId, result.text, occurredAt, {
-        ...leg.metadata,
-        source: 'fork',
-        stt: this.o.stt.name,
-        duration_ms: Math.round((audio.length / 16000) * 1000),
-        ...(reason === 'silence' ? {} : { cut: reason }),
+      await this.write(fork, {
+        call_id: callRowId,
+        speaker: leg.speaker,
+        content: result.text.slice(0, 32 * 1024),
+        occurred_at: occurredAt,
+        metadata: {
+          ...leg.metadata,
+          source: 'fork',
+          stt: this.o.stt.name,
+          duration_ms: Math.round((audio.length / 16000) * 1000),
+          ...(reason === 'silence' ? {} : { cut: reason }),
+        },
       });
     });
     const chained = next.catch((error) =>
@@ -410,29 +411,18 @@ export class CallTranscriber {
   }
 
   /** One line, next in the call's `content_index` (an index another writer took meanwhile: the next one). */
-  private async write(
-    fork: Fork,
-    leg: Leg,
-    callRowId: string,
-    content: string,
-    occurredAt: Date,
-    metadata: Record<string, unknown>,
-  ): Promise<void> {
+  private async write(fork: Fork, line: WriteValues<'CallTranscript'> & { call_id: string }): Promise<void> {
     const actor = systemActor(fork.organisationId, 'sip');
     for (let attempt = 0; ; attempt++) {
       const { rows } = await sql<{ next: number }>`
-        SELECT coalesce(max(content_index) + 1, 0)::int AS next FROM call_transcripts WHERE call_id = ${callRowId}`.execute(this.o.db);
+        SELECT coalesce(max(content_index) + 1, 0)::int AS next FROM call_transcripts WHERE call_id = ${line.call_id}`.execute(this.o.db);
       try {
         await this.o.records.create(actor, 'CallTranscript', {
-          call_id: callRowId,
-          speaker: leg.speaker,
-          content: content.slice(0, 32 * 1024),
+          ...line,
           item_id: `fork_${randomUUID().replaceAll('-', '')}`,
           content_index: rows[0].next,
-          occurred_at: occurredAt,
-          metadata,
         });
-        this.o.logger?.debug({ callId: fork.dialogCallId, speaker: leg.speaker, content }, 'transcriber: line written');
+        this.o.logger?.debug({ callId: fork.dialogCallId, speaker: line.speaker, content: line.content }, 'transcriber: line written');
         return;
       } catch (error) {
         // The voice runtime (a transferred agent call) wrote that index first: the unique index says so.
