@@ -18,6 +18,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import { type DatabaseHandle, inTransaction } from '../db/connection.js';
 import type { Db, Schema } from '../db/schema.js';
+import { WorkLoop } from '../db/work-loop.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
@@ -142,14 +143,12 @@ export class AgentRuntime {
   /** Analyses of closed conversations (src/agents/analysis.ts), claimed by the same ticks as the turns. */
   private readonly analyst: Analyst;
   private readonly inFlight = new Set<string>();
-  private running = false;
-  private loop?: Promise<void>;
-  private wakeUp?: () => void;
-  private woken = false;
-  private lastTick = 0;
+  /**
+   * Ticks on each commit announced (at most every WAKE_GAP_MS), at once after a turn ends, every AGENT_POLL_MS,
+   * and again at once while a tick found work and there is room for more.
+   */
+  private readonly loop: WorkLoop;
   private lastAnalysisLook = 0;
-  private notifyTimer?: NodeJS.Timeout;
-  private unlisten?: Promise<(() => Promise<void>) | undefined>;
   /** In-process subscribers to committed turns (a voice runtime beside this one), by `onCommit`. */
   private readonly committed = new Set<(conversationId: string) => void>();
   /** Crashed (tests): stop renewing leases and never commit, as a killed process would. */
@@ -169,6 +168,17 @@ export class AgentRuntime {
       records: (trx) => this.records(trx),
       logger: () => this.logger,
     });
+    this.loop = new WorkLoop({
+      work: async () => (await this.tick()) > 0 && this.inFlight.size < options.config.agentConcurrency,
+      pollMs: options.config.agentPollMs,
+      gapMs: WAKE_GAP_MS,
+      listen: options.listen,
+      channel: EVENTS_CHANNEL,
+      onError: (error, during) =>
+        during === 'listen'
+          ? this.logger?.warn({ err: error }, 'agent runtime: cannot listen for commits; polling only')
+          : this.logger?.error({ err: error }, 'agent runtime: poll failed'),
+    });
   }
 
   private records(trx: Db): Records {
@@ -176,44 +186,12 @@ export class AgentRuntime {
   }
 
   start(): void {
-    if (this.running) return;
-    this.running = true;
-    this.loop = this.run();
-    const notified = () => this.notified();
-    this.unlisten = this.options.listen?.(EVENTS_CHANNEL, notified, notified).catch((error) => {
-      this.logger?.warn({ err: error }, 'agent runtime: cannot listen for commits; polling only');
-      return undefined;
-    });
-  }
-
-  /** A commit was announced: look for work, at most every WAKE_GAP_MS. */
-  private notified(): void {
-    if (!this.running || this.notifyTimer) return;
-    const wait = this.lastTick + WAKE_GAP_MS - Date.now();
-    if (wait <= 0) {
-      this.wake();
-      return;
-    }
-    this.notifyTimer = setTimeout(() => {
-      this.notifyTimer = undefined;
-      this.wake();
-    }, wait);
-  }
-
-  private async stopListening(): Promise<void> {
-    clearTimeout(this.notifyTimer);
-    this.notifyTimer = undefined;
-    const unlisten = await this.unlisten;
-    this.unlisten = undefined;
-    await unlisten?.().catch(() => {});
+    void this.loop.start();
   }
 
   /** Finishes the turns in flight, then stops. */
   async stop(): Promise<void> {
-    this.running = false;
-    this.wakeUp?.();
-    await this.stopListening();
-    await this.loop;
+    await this.loop.stop();
     while (this.inFlight.size > 0) await new Promise((r) => setTimeout(r, 10));
     await this.analyst.idle();
   }
@@ -221,9 +199,7 @@ export class AgentRuntime {
   /** As if the process were killed: nothing more is committed and leases are left to expire. */
   crash(): void {
     this.dead = true;
-    this.running = false;
-    this.wakeUp?.();
-    void this.stopListening();
+    void this.loop.stop();
   }
 
   /** Calls `listener` with the conversation's id after each commit of a turn (what TURN_CHANNEL announces). */
@@ -234,30 +210,7 @@ export class AgentRuntime {
 
   /** Look for work now instead of at the next poll. */
   wake(): void {
-    this.woken = true;
-    this.wakeUp?.();
-  }
-
-  private async run(): Promise<void> {
-    while (this.running) {
-      // A wake-up during the tick is kept for after it (none is lost between the tick and the wait).
-      this.woken = false;
-      this.lastTick = Date.now();
-      const found = await this.tick().catch((error) => {
-        this.logger?.error({ err: error }, 'agent runtime: poll failed');
-        return 0;
-      });
-      if (!this.running) break;
-      if (found > 0 && this.inFlight.size < this.options.config.agentConcurrency) continue;
-      if (this.woken) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, this.options.config.agentPollMs);
-        this.wakeUp = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    }
+    this.loop.wake(true);
   }
 
   /** One poll: offer queued handoffs, then claim conversations with work and run them in the background. */

@@ -11,6 +11,7 @@ import { sql } from 'kysely';
 import type { Config } from '../config/index.js';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
+import { WorkLoop } from '../db/work-loop.js';
 import { systemActor } from '../jsonapi/actor.js';
 import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import type { Records } from '../jsonapi/records.js';
@@ -67,64 +68,36 @@ export function postEvent(
 export class WebhookWorker {
   private readonly db: Db;
   private readonly config: Config['events'];
-  private running = false;
   private inFlight = 0;
-  private timer?: NodeJS.Timeout;
-  private unlisten?: () => Promise<void>;
-  private ticking = false;
-  private again = false;
-  private lastTick = 0;
-  private wakeTimer?: NodeJS.Timeout;
   private readonly attempts = new Set<Promise<void>>();
+  /** A new event may bring deliveries: looked for at once, not at the next poll, at most every WAKE_GAP_MS. */
+  private readonly loop: WorkLoop;
 
   constructor(private readonly options: WorkerOptions) {
     this.db = options.database.db;
     this.config = options.config.events;
-  }
-
-  async start(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
-    const wake = () => this.wake();
-    this.timer = setInterval(wake, this.config.webhookPollMs).unref();
-    // A new event may bring deliveries: look at once rather than at the next poll.
-    this.unlisten = await this.options.database.listen(EVENTS_CHANNEL, wake, wake).catch(() => undefined);
-    wake();
-  }
-
-  /**
-   * Looks for due deliveries now, or, within WAKE_GAP_MS of the last look, once that gap is over: under a
-   * stream of writes (a NOTIFY each) the worker looks at most every few milliseconds, not once per write.
-   */
-  wake(): void {
-    if (!this.running) return;
-    if (this.ticking || this.wakeTimer) {
-      this.again = true;
-      return;
-    }
-    const wait = this.lastTick + WAKE_GAP_MS - Date.now();
-    if (wait > 0) {
-      this.wakeTimer = setTimeout(() => {
-        this.wakeTimer = undefined;
-        this.wake();
-      }, wait);
-      return;
-    }
-    this.ticking = true;
-    this.again = false;
-    void this.tick().finally(() => {
-      this.ticking = false;
-      this.lastTick = Date.now();
-      if (this.again) {
-        this.again = false;
-        this.wake();
-      }
+    this.loop = new WorkLoop({
+      work: () => this.tick(),
+      pollMs: this.config.webhookPollMs,
+      gapMs: WAKE_GAP_MS,
+      listen: options.database.listen,
+      channel: EVENTS_CHANNEL,
+      onError: () => {},
     });
+  }
+
+  start(): Promise<void> {
+    return this.loop.start();
+  }
+
+  /** Looks for due deliveries (within WAKE_GAP_MS of the last look: once that gap is over). */
+  wake(): void {
+    this.loop.wake();
   }
 
   private async tick(): Promise<void> {
     try {
-      while (this.running) {
+      while (this.loop.started) {
         const room = this.config.webhookConcurrency - this.inFlight;
         if (room <= 0) return;
         const claimed = await this.claim(room);
@@ -268,10 +241,7 @@ export class WebhookWorker {
 
   /** Stops claiming; waits for the attempts in flight (each ends within the timeout). */
   async stop(): Promise<void> {
-    this.running = false;
-    clearInterval(this.timer);
-    clearTimeout(this.wakeTimer);
-    await this.unlisten?.().catch(() => {});
+    await this.loop.stop();
     await Promise.allSettled([...this.attempts]);
   }
 }

@@ -7,6 +7,7 @@
 import { sql } from 'kysely';
 import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
+import { WorkLoop } from '../db/work-loop.js';
 import { memo } from '../jsonapi/memo.js';
 import { type CallEvent, type CallEvents, parseCallEvent } from './call-events.js';
 
@@ -55,79 +56,39 @@ const message = (error: unknown) => (error instanceof Error ? error.message : St
 
 export class CallEventQueue {
   private readonly db: Db;
-  private readonly pollMs: number;
   private readonly batchSize: number;
   private readonly concurrency: number;
   private readonly log: NonNullable<CallQueueOptions['log']>;
-  private timer: NodeJS.Timeout | undefined;
-  private unlisten: (() => Promise<void>) | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
-  private gathering: NodeJS.Timeout | undefined;
-  private lastStart = 0;
-  private started = false;
+  /**
+   * Drains on each notification and poll, at most one per `GATHER_MS`: Kamailio writes a few events every 20 ms,
+   * each write a notification, and a drain per notification cost its claim, reads, BEGIN, COMMIT and delete for
+   * one or two calls' events; what arrives until the next is applied together.
+   */
+  private readonly loop: WorkLoop;
 
   constructor(private readonly options: CallQueueOptions) {
     this.db = options.db;
-    this.pollMs = options.pollMs ?? 1000;
     this.batchSize = options.batchSize ?? 400;
     this.concurrency = options.concurrency ?? 32;
     this.log = options.log ?? (() => {});
+    this.loop = new WorkLoop({
+      work: () => this.drain(),
+      pollMs: options.pollMs ?? 1000,
+      gapMs: GATHER_MS,
+      listen: options.listen,
+      channel: CALL_EVENT_CHANNEL,
+      onError: (error, during) => this.log('error', `call event queue: ${during === 'listen' ? 'cannot listen: ' : ''}${message(error)}`),
+    });
   }
 
   /** Starts consuming: every queued row now, then on each notification and poll. */
-  async start(): Promise<void> {
-    if (this.started) return;
-    this.started = true;
-    const wake = () => this.wake();
-    if (this.options.listen) this.unlisten = await this.options.listen(CALL_EVENT_CHANNEL, wake, wake);
-    this.timer = setInterval(wake, this.pollMs).unref();
-    wake();
+  start(): Promise<void> {
+    return this.loop.start();
   }
 
   /** Stops consuming; rows already claimed are finished first. Queued rows stay for the next consumer. */
-  async stop(): Promise<void> {
-    if (!this.started) return;
-    this.started = false;
-    clearInterval(this.timer);
-    clearTimeout(this.gathering);
-    this.gathering = undefined;
-    await this.unlisten?.().catch(() => {});
-    this.unlisten = undefined;
-    await this.running;
-  }
-
-  /**
-   * Runs a drain now unless one is running or about to, and at most one per `GATHER_MS`: Kamailio writes a few
-   * events every 20 ms, each write a notification, and a drain per notification cost its claim, reads, BEGIN,
-   * COMMIT and delete for one or two calls' events; what arrives until the next is applied together.
-   */
-  private wake(): void {
-    if (!this.started || this.gathering) return;
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    const wait = GATHER_MS - (Date.now() - this.lastStart);
-    if (wait > 0) {
-      this.gathering = setTimeout(() => {
-        this.gathering = undefined;
-        this.wake();
-      }, wait);
-      return;
-    }
-    this.lastStart = Date.now();
-    this.running = this.drain()
-      .then(
-        () => undefined,
-        (error: unknown) => this.log('error', `call event queue: ${message(error)}`),
-      )
-      .finally(() => {
-        this.running = undefined;
-        if (!this.again) return;
-        this.again = false;
-        this.wake();
-      });
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** Applies queued rows until none can be claimed; the number applied. */
