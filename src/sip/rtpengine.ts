@@ -3,83 +3,34 @@
  * runs in the foreground, userspace only (`--table=-1`: no kernel module, nothing to load as root), under the
  * same supervisor as Kamailio (src/sip/kamailio.ts, `supervise`): its own process group, killed when `sip serve`
  * goes, even by SIGKILL. Kamailio's rtpengine module talks to it over the ng control protocol (bencoded
- * dictionaries over UDP) on a loopback port chosen free at start; `sip serve` uses the same protocol to wait
- * until it is ready and to ask about sessions.
+ * dictionaries over UDP; the `bencode` package encodes and decodes) on a loopback port chosen free at start;
+ * `sip serve` uses the same protocol to wait until it is ready and to ask about sessions.
  */
 import crypto from 'node:crypto';
 import dgram from 'node:dgram';
 import path from 'node:path';
+import bencode from 'bencode';
 import { type Supervised, supervise, waitReady } from './kamailio.js';
 
-// Bencode (the ng protocol's encoding): integers, byte strings, lists, dictionaries with sorted keys.
-
+/** What the ng protocol carries (bencode): integers, byte strings (as UTF-8 text), lists, dictionaries. */
 export type Bencoded = number | string | Bencoded[] | { [key: string]: Bencoded };
-
-export function bencode(value: Bencoded): Buffer {
-  if (typeof value === 'number') {
-    if (!Number.isInteger(value)) throw new Error(`bencode takes integers only, got ${value}`);
-    return Buffer.from(`i${value}e`);
-  }
-  if (typeof value === 'string') {
-    const bytes = Buffer.from(value, 'utf8');
-    return Buffer.concat([Buffer.from(`${bytes.length}:`), bytes]);
-  }
-  if (Array.isArray(value)) return Buffer.concat([Buffer.from('l'), ...value.map(bencode), Buffer.from('e')]);
-  const keys = Object.keys(value).sort();
-  return Buffer.concat([Buffer.from('d'), ...keys.flatMap((k) => [bencode(k), bencode(value[k])]), Buffer.from('e')]);
-}
-
-/** Decodes one bencoded value; byte strings come back as UTF-8 text (SDP and the ng protocol's words are text). */
-export function bdecode(input: Buffer): Bencoded {
-  let at = 0;
-  const fail = (why: string): never => {
-    throw new Error(`malformed bencode at byte ${at}: ${why}`);
-  };
-  const item = (): Bencoded => {
-    const c = input[at];
-    if (c === undefined) return fail('unexpected end');
-    if (c === 0x69 /* i */) {
-      const end = input.indexOf(0x65, at);
-      if (end < 0) fail('unterminated integer');
-      const text = input.toString('latin1', at + 1, end);
-      if (!/^-?\d+$/.test(text)) fail(`bad integer "${text}"`);
-      at = end + 1;
-      return Number(text);
-    }
-    if (c === 0x6c /* l */) {
-      at++;
-      const list: Bencoded[] = [];
-      while (input[at] !== 0x65) list.push(item());
-      at++;
-      return list;
-    }
-    if (c === 0x64 /* d */) {
-      at++;
-      const dict: Record<string, Bencoded> = {};
-      while (input[at] !== 0x65) {
-        const key = item();
-        if (typeof key !== 'string') fail('dictionary key is not a string');
-        dict[key as string] = item();
-      }
-      at++;
-      return dict;
-    }
-    const colon = input.indexOf(0x3a, at);
-    if (colon < 0) return fail('bad string length');
-    const length = Number(input.toString('latin1', at, colon));
-    if (!Number.isInteger(length) || length < 0 || colon + 1 + length > input.length) fail('bad string length');
-    const text = input.toString('utf8', colon + 1, colon + 1 + length);
-    at = colon + 1 + length;
-    return text;
-  };
-  const value = item();
-  if (at !== input.length) fail('trailing bytes');
-  return value;
-}
 
 // The ng control protocol: `<cookie> <bencoded dictionary>` over UDP, answered with the same cookie.
 
 export type NgAnswer = Record<string, Bencoded>;
+
+/**
+ * Byte strings as UTF-8 text (SDP and the ng protocol's words are text): `decode`'s encoding argument throws on a
+ * dictionary. `decode` gives null for nothing at all, which is not a dictionary either.
+ */
+const utf8 = (value: unknown): Bencoded =>
+  value instanceof Uint8Array
+    ? Buffer.from(value).toString('utf8')
+    : Array.isArray(value)
+      ? value.map(utf8)
+      : value && typeof value === 'object'
+        ? Object.fromEntries(Object.entries(value).map(([key, v]) => [key, utf8(v)]))
+        : (value as Bencoded);
 
 /** One ng request to rtpengine at `host:port`; rejects on timeout or an undecodable answer. */
 export async function ngRequest(host: string, port: number, command: Record<string, Bencoded>, timeoutMs = 2000): Promise<NgAnswer> {
@@ -100,14 +51,14 @@ export async function ngRequest(host: string, port: number, command: Record<stri
         if (space < 0 || message.toString('latin1', 0, space) !== cookie) return;
         clearTimeout(timer);
         try {
-          const answer = bdecode(message.subarray(space + 1));
-          if (typeof answer !== 'object' || Array.isArray(answer)) throw new Error('the answer is not a dictionary');
+          const answer = utf8(bencode.decode(message.subarray(space + 1)));
+          if (!answer || typeof answer !== 'object' || Array.isArray(answer)) throw new Error('the answer is not a dictionary');
           resolve(answer);
         } catch (error) {
           reject(error);
         }
       });
-      socket.send(Buffer.concat([Buffer.from(`${cookie} `), bencode(command)]), port, host);
+      socket.send(Buffer.concat([Buffer.from(`${cookie} `), bencode.encode(command)]), port, host);
     });
   } finally {
     socket.close();

@@ -1,10 +1,11 @@
 /**
- * The media plane's settings, the ng protocol's encoding, the rtpengine parts of the Kamailio configuration, and
- * the WebRTC bridge's flags played against a real rtpengine: towards a browser an offer becomes DTLS-SRTP with
- * ICE and Opus, towards a phone a browser's offer becomes plain RTP/AVP with G.711. Needs rtpengine for the
- * last part (skipped, with the reason, without); no database.
+ * The media plane's settings, the ng protocol against a stand-in on a UDP port, the rtpengine parts of the
+ * Kamailio configuration, and the WebRTC bridge's flags played against a real rtpengine: towards a browser an
+ * offer becomes DTLS-SRTP with ICE and Opus, towards a phone a browser's offer becomes plain RTP/AVP with G.711.
+ * Needs rtpengine for the last part (skipped, with the reason, without); no database.
  */
 import { execFile } from 'node:child_process';
+import dgram from 'node:dgram';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -15,8 +16,7 @@ import { loadSipSettings, mediaListenAddress, renderKamailioConfig, TEMPLATE_PAT
 import { haveProgram } from '../../src/sip/kamailio.js';
 import {
   type Bencoded,
-  bdecode,
-  bencode,
+  ngRequest,
   probePortRange,
   rtpengineArguments,
   startRtpengine,
@@ -87,19 +87,44 @@ describe('media settings', () => {
   });
 });
 
-describe('bencode (the ng protocol)', () => {
-  it('round-trips dictionaries, lists, integers and UTF-8 strings, keys sorted', () => {
-    const value: Bencoded = { command: 'offer', flags: ['trust-address'], 'call-id': 'é@x', n: -3, nested: { b: [1, 'a'], a: '' } };
-    const encoded = bencode(value);
-    expect(encoded.toString('utf8')).toBe('d7:call-id4:é@x7:command5:offer5:flagsl13:trust-addresse1:ni-3e6:nestedd1:a0:1:bli1e1:aeee');
-    expect(bdecode(encoded)).toEqual(value);
+describe('the ng protocol (bencode through the `bencode` package)', () => {
+  /** A stand-in rtpengine on a loopback UDP port: what it received, and the answer it sends (the cookie echoed). */
+  async function fakeRtpengine(answer: (request: Buffer) => Buffer) {
+    const socket = dgram.createSocket('udp4');
+    const received: Buffer[] = [];
+    socket.on('message', (message, from) => {
+      const space = message.indexOf(0x20);
+      received.push(message.subarray(space + 1));
+      socket.send(Buffer.concat([message.subarray(0, space + 1), answer(message.subarray(space + 1))]), from.port, from.address);
+    });
+    await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
+    return { port: socket.address().port, received, close: () => socket.close() };
+  }
+
+  it('sends a command as a bencoded dictionary, keys sorted, and reads the answer with UTF-8 text', async () => {
+    const sdp = 'v=0\r\ns=é\r\n';
+    const rtpengine = await fakeRtpengine(() => Buffer.from(`d6:result2:ok3:sdp${Buffer.byteLength(sdp)}:${sdp}5:countli-3eee`));
+    try {
+      const command: Bencoded = { command: 'offer', flags: ['trust-address'], 'call-id': 'é@x', n: -3, nested: { b: [1, 'a'], a: '' } };
+      const answer = await ngRequest('127.0.0.1', rtpengine.port, command as Record<string, Bencoded>);
+      expect(rtpengine.received[0].toString('utf8')).toBe(
+        'd7:call-id4:é@x7:command5:offer5:flagsl13:trust-addresse1:ni-3e6:nestedd1:a0:1:bli1e1:aeee',
+      );
+      expect(answer).toEqual({ result: 'ok', sdp, count: [-3] });
+    } finally {
+      rtpengine.close();
+    }
   });
 
-  it('refuses malformed input', () => {
-    expect(() => bdecode(Buffer.from('d3:abc'))).toThrow(/malformed/);
-    expect(() => bdecode(Buffer.from('i12'))).toThrow(/malformed/);
-    expect(() => bdecode(Buffer.from('5:ab'))).toThrow(/malformed/);
-    expect(() => bdecode(Buffer.from('i1ei2e'))).toThrow(/trailing/);
+  it('refuses an answer that is not a dictionary or not bencode', async () => {
+    for (const body of ['l2:oke', '2:ok', '', 'd3:abc']) {
+      const rtpengine = await fakeRtpengine(() => Buffer.from(body));
+      try {
+        await expect(ngRequest('127.0.0.1', rtpengine.port, { command: 'ping' }, 1000)).rejects.toThrow();
+      } finally {
+        rtpengine.close();
+      }
+    }
   });
 });
 
