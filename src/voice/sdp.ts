@@ -1,8 +1,9 @@
 /**
  * SDP (RFC 4566) offer/answer (RFC 3264) for one audio stream: read the offer's connection address,
- * port and payload types, choose one codec (G.722 first: the recogniser's model is wideband; then
+ * port and payload types (the `sdp-transform` package parses it), choose one codec (G.722 first: the recogniser's model is wideband; then
  * PCMU, PCMA) plus telephone-event (RFC 4733) when offered, and write the answer.
  */
+import { parse } from 'sdp-transform';
 import type { CodecName } from './codecs.js';
 
 export interface SdpOffer {
@@ -23,49 +24,31 @@ const STATIC: Record<number, { name: string; rate: number }> = {
 
 export class SdpError extends Error {}
 
-/** Parses the first audio stream of an offer; throws SdpError for what cannot be answered. */
+/** Parses the first audio stream of an offer (sdp-transform reads the lines); throws SdpError for what cannot be answered. */
 export function parseOffer(body: string): SdpOffer {
-  const lines = body
-    .split(/\r?\n/)
-    .map((l) => l.trim())
-    .filter(Boolean);
-  let sessionAddress: string | undefined;
-  let sessionDirection: SdpOffer['direction'] | undefined;
-  let media: { port: number; pts: number[]; address?: string; direction?: SdpOffer['direction'] } | undefined;
-  const rtpmap = new Map<number, { name: string; rate: number }>();
-  let inAudio = false;
-  let seenMedia = false;
-  for (const line of lines) {
-    const type = line[0];
-    const value = line.slice(2);
-    if (line[1] !== '=') continue;
-    if (type === 'm') {
-      seenMedia = true;
-      const [kind, port, proto, ...pts] = value.split(/\s+/);
-      inAudio = kind === 'audio' && media === undefined && /^RTP\/AVP$/i.test(proto ?? '');
-      if (inAudio) media = { port: Number(port), pts: pts.map(Number).filter((n) => Number.isInteger(n) && n >= 0 && n < 128) };
-    } else if (type === 'c') {
-      const m = /^IN IP[46] ([^\s/]+)/.exec(value);
-      if (!m) continue;
-      if (!seenMedia) sessionAddress = m[1];
-      else if (inAudio && media) media.address = m[1];
-    } else if (type === 'a') {
-      const dir = /^(sendrecv|sendonly|recvonly|inactive)$/.exec(value)?.[1] as SdpOffer['direction'] | undefined;
-      const map = /^rtpmap:(\d+) ([^/\s]+)\/(\d+)/.exec(value);
-      if (dir && !seenMedia) sessionDirection = dir;
-      else if (dir && inAudio && media) media.direction = dir;
-      else if (map && inAudio) rtpmap.set(Number(map[1]), { name: map[2].toUpperCase(), rate: Number(map[3]) });
-    }
-  }
+  // Spaces around a line, and runs of them between the words of `m=`, are tolerated.
+  const sdp = parse(body.replace(/^[^\S\r\n]+|[^\S\r\n]+$/gm, '').replace(/^m=.*/gm, (m) => m.split(/\s+/).join(' ')));
+  const media = sdp.media.find((m) => m.type === 'audio' && /^RTP\/AVP$/i.test(m.protocol));
   if (!media) throw new SdpError('no RTP/AVP audio stream in the offer');
-  const address = media.address ?? sessionAddress;
+  // `c=IN IP4 address/ttl`: the address alone.
+  const address = String(media.connection?.ip || sdp.connection?.ip || '').split('/')[0];
   if (!address) throw new SdpError('no connection address in the offer');
   if (!Number.isInteger(media.port) || media.port < 0 || media.port > 65535) throw new SdpError('bad media port');
-  const formats = media.pts.flatMap((pt) => {
-    const f = rtpmap.get(pt) ?? STATIC[pt];
+  const digits = (v: unknown) => /^\d+$/.test(String(v));
+  const rtpmap = new Map(
+    media.rtp
+      .filter((r) => digits(r.payload) && digits(r.rate))
+      .map((r) => [Number(r.payload), { name: r.codec.toUpperCase(), rate: Number(r.rate) }]),
+  );
+  const pts = String(media.payloads ?? '')
+    .split(/\s+/)
+    .filter(Boolean)
+    .map(Number);
+  const formats = pts.flatMap((pt) => {
+    const f = Number.isInteger(pt) && pt >= 0 && pt < 128 ? (rtpmap.get(pt) ?? STATIC[pt]) : undefined;
     return f ? [{ pt, ...f }] : [];
   });
-  return { address, port: media.port, formats, direction: media.direction ?? sessionDirection ?? 'sendrecv' };
+  return { address, port: media.port, formats, direction: media.direction ?? sdp.direction ?? 'sendrecv' };
 }
 
 export interface Negotiated {
