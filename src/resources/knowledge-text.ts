@@ -1,10 +1,13 @@
+import { Tokenizer } from 'htmlparser2';
+
 /**
  * A knowledge document as plain text, and its chunks (docs/agents.md, "Knowledge").
  *
  * HTML and Markdown are reduced to their text before they are indexed, so that markup neither matches a
- * question nor fills the model's prompt. Both reducers are small and linear in the input (each `<` or line is
- * looked at a bounded number of times; a tag, comment or script left open drops the rest instead of being
- * searched for again), since documents come from members and reach a few hundred KiB.
+ * question nor fills the model's prompt. htmlparser2's tokenizer reads the HTML (and decodes its entities); the
+ * Markdown reducer is small. Both are linear in the input (each tag or line is looked at a bounded number of
+ * times; a tag, comment or script left open drops the rest instead of being searched for again), since
+ * documents come from members and reach a few hundred KiB.
  */
 
 /** A table written as space-separated `key:value` pairs. */
@@ -20,77 +23,54 @@ const BLOCK = new Set(
   ].flatMap((names) => names.split(' ')),
 );
 
-/** The named character references seen in ordinary prose; numeric ones are decoded in full. */
-const ENTITIES = pairs(
-  'amp:& lt:< gt:> quot:" apos:\' nbsp:\u00a0 ndash:– mdash:— hellip:… lsquo:‘ rsquo:’ ldquo:“ rdquo:” laquo:« raquo:»',
-  'copy:© reg:® trade:™ euro:€ pound:£ middot:· bull:• eacute:é egrave:è agrave:à uuml:ü ouml:ö auml:ä szlig:ß ccedil:ç',
-);
-
-export function decodeEntities(text: string): string {
-  return text.replace(/&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z]{2,8});/g, (whole, name: string) => {
-    if (name.startsWith('#')) {
-      const code = name[1] === 'x' || name[1] === 'X' ? Number.parseInt(name.slice(2), 16) : Number.parseInt(name.slice(1), 10);
-      // NUL, surrogates and values past Unicode are not characters (HTML maps them to U+FFFD); drop them.
-      if (code === 0 || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return '';
-      return String.fromCodePoint(code);
-    }
-    return ENTITIES.get(name) ?? whole;
-  });
-}
-
-/** HTML to text: tags removed (block elements become line breaks), scripts and styles dropped, entities decoded. */
+/**
+ * HTML to text: tags removed (block elements become line breaks), scripts and styles dropped, entities decoded.
+ * htmlparser2's tokenizer alone, not its parser: the parser keeps a stack of open elements that deeply nested or
+ * unmatched tags make quadratic; each tag here is looked at once.
+ */
 export function htmlToText(html: string): string {
-  const lower = html.toLowerCase();
   let out = '';
-  let i = 0;
-  while (i < html.length) {
-    const open = html.indexOf('<', i);
-    if (open === -1) {
-      out += html.slice(i);
-      break;
-    }
-    out += html.slice(i, open);
-    const next = html[open + 1] ?? '';
-    if (html.startsWith('<!--', open)) {
-      const end = html.indexOf('-->', open + 4);
-      if (end === -1) break;
-      i = end + 3;
-      continue;
-    }
-    // `<` not followed by a name, `/`, `!` or `?` is text (`a < b`).
-    if (!/[A-Za-z/!?]/.test(next)) {
-      out += '<';
-      i = open + 1;
-      continue;
-    }
-    const close = tagEnd(html, open + 1);
-    if (close === -1) break;
-    const name = /^\/?([A-Za-z][A-Za-z0-9-]*)/.exec(html.slice(open + 1, Math.min(close, open + 40)))?.[1]?.toLowerCase() ?? '';
-    i = close + 1;
-    if (next !== '/' && RAW_TEXT.has(name)) {
-      const end = lower.indexOf(`</${name}`, i);
-      if (end === -1) break;
-      const after = tagEnd(html, end + 2);
-      if (after === -1) break;
-      i = after + 1;
-      continue;
-    }
-    if (BLOCK.has(name)) out += '\n';
-  }
-  return tidy(decodeEntities(out));
-}
-
-/** The `>` ending a tag that starts at `from`, quotes in attribute values respected; -1 when none. */
-function tagEnd(html: string, from: number): number {
-  let quote = '';
-  for (let j = from; j < html.length; j++) {
-    const c = html[j];
-    if (quote) {
-      if (c === quote) quote = '';
-    } else if (c === '"' || c === "'") quote = c;
-    else if (c === '>') return j;
-  }
-  return -1;
+  let name = '';
+  // The element whose content is being dropped, up to its closing tag (or the end, when it has none).
+  let hidden = '';
+  const tag = (tagName: string, closing: boolean) => {
+    if (hidden) {
+      if (closing && tagName === hidden) hidden = '';
+    } else if (!closing && RAW_TEXT.has(tagName)) hidden = tagName;
+    else if (BLOCK.has(tagName)) out += '\n';
+  };
+  const opened = () => tag(name, false);
+  const ignore = () => {};
+  const tokenizer = new Tokenizer(
+    {},
+    {
+      ontext: (start, end) => {
+        if (!hidden) out += html.slice(start, end);
+      },
+      ontextentity: (codePoint) => {
+        // U+FFFD is what HTML makes of NUL, surrogates and values past Unicode: not characters; dropped.
+        if (!hidden && codePoint !== 0xfffd) out += String.fromCodePoint(codePoint);
+      },
+      onopentagname: (start, end) => {
+        name = html.slice(start, end).toLowerCase();
+      },
+      onopentagend: opened,
+      onselfclosingtag: opened,
+      onclosetag: (start, end) => tag(html.slice(start, end).toLowerCase(), true),
+      onattribdata: ignore,
+      onattribentity: ignore,
+      onattribend: ignore,
+      onattribname: ignore,
+      oncdata: ignore,
+      oncomment: ignore,
+      ondeclaration: ignore,
+      onprocessinginstruction: ignore,
+      onend: ignore,
+    },
+  );
+  tokenizer.write(html);
+  tokenizer.end();
+  return tidy(out);
 }
 
 /** Markdown to text: the markup of headings, quotes, lists, emphasis, code, links, images and tables removed. */
