@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Ajv, type ValidateFunction } from 'ajv';
+import { escapeUTF8 } from 'entities';
 import { LineCounter, parseDocument } from 'yaml';
 import type { Config } from '../config/index.js';
 import type { Db } from '../db/schema.js';
@@ -342,14 +343,8 @@ export function suiteTable(report: SuiteReport): string {
   return out.join('\n');
 }
 
-const xml = (text: string) =>
-  text
-    // Characters XML 1.0 cannot carry at all (section 2.2) are dropped.
-    .replace(/[^\t\n\r\x20-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, '')
-    .replaceAll('&', '&amp;')
-    .replaceAll('<', '&lt;')
-    .replaceAll('>', '&gt;')
-    .replaceAll('"', '&quot;');
+/** Text and attribute values escaped by `entities` (`&`, `<`, `>`, `"`, `'`); characters XML 1.0 cannot carry at all (section 2.2) dropped. */
+const xml = (text: string) => escapeUTF8(text.replace(/[^\t\n\r\x20-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, ''));
 
 /** The report as JUnit XML (the schema CI servers read: testsuites/testsuite/testcase/failure). */
 export function suiteJUnit(report: SuiteReport): string {
