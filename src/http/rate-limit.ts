@@ -5,6 +5,7 @@ import { createCounter } from '../auth/counters.js';
 import { isApiPath } from '../auth/plugin.js';
 import type { Config } from '../config/index.js';
 import { ApiError } from '../jsonapi/errors.js';
+import { memo } from '../jsonapi/memo.js';
 
 /**
  * The budget a request counts against: its credential; a publishable key's per client address (the key is
@@ -58,11 +59,8 @@ export async function registerRateLimit(app: FastifyInstance, config: Config, re
   // a visitor credential (anyone on a website with the chat widget) has its own smaller budget, all visitors
   // from one client address share one, and routes may set a budget per address (opening visitor sessions).
   const limiters = new Map<string, ReturnType<FastifyInstance['createRateLimit']>>();
-  const limiter = (name: string, max: number, timeWindow: number, key: (request: FastifyRequest) => string) => {
-    const found = limiters.get(name) ?? app.createRateLimit({ max, timeWindow, keyGenerator: key });
-    limiters.set(name, found);
-    return found;
-  };
+  const limiter = (name: string, max: number, timeWindow: number, key: (request: FastifyRequest) => string) =>
+    memo(limiters, name, () => app.createRateLimit({ max, timeWindow, keyGenerator: key }));
   const spend = async (check: ReturnType<FastifyInstance['createRateLimit']>, request: FastifyRequest, what: string) => {
     const limit = await check(request);
     if (limit.isAllowed || !limit.isExceeded) return;
