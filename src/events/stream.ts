@@ -275,15 +275,12 @@ class Visibility {
   ) {}
 
   private rule(resourceType: string) {
-    let rule = this.perType.get(resourceType);
-    if (rule === undefined) {
+    return memo(this.perType, resourceType, () => {
       const resource = this.registry.get(resourceType);
-      rule = resource?.access.read.includes(this.principal.role)
+      return resource?.access.read.includes(this.principal.role)
         ? { resource, rowCheck: resource.access.visible?.(this.principal, 't') !== undefined }
         : null;
-      this.perType.set(resourceType, rule);
-    }
-    return rule;
+    });
   }
 
   /** Undefined: decided without the record; else the record must be checked (`visibleRow`). */
