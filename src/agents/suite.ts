@@ -372,11 +372,7 @@ export function suiteJUnit(report: SuiteReport): string {
 }
 
 /** The agent as the runtime reads it, if it is the organisation's (published or not: suites test agents before they go live). */
-export async function loadAgent(
-  db: Db,
-  organisationId: string,
-  agentId: string,
-): Promise<(Agent & { organisation_id: string }) | undefined> {
+export async function loadAgent(db: Db, organisationId: string, agentId: string): Promise<SuiteOptions['agent'] | undefined> {
   if (!UUID_PATTERN.test(agentId)) return undefined;
   const row = await db
     .selectFrom('ai_agents')
@@ -384,7 +380,7 @@ export async function loadAgent(
     .where('id', '=', agentId)
     .where('organisation_id', '=', organisationId)
     .executeTakeFirst();
-  return row ? ({ ...row, workflow: (row.workflow ?? {}) as Agent['workflow'] } as Agent & { organisation_id: string }) : undefined;
+  return row ? ({ ...row, workflow: (row.workflow ?? {}) as Agent['workflow'] } as SuiteOptions['agent']) : undefined;
 }
 
 /**
