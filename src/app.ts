@@ -27,7 +27,7 @@ export async function createServices(database: DatabaseHandle, config: Config, r
   // The agent modules (and the model's client) load when a suite first runs: a command that only needs the
   // records service does not load them (src/cli/).
   services.agentTests = async (organisationId, agentId, suite) =>
-    (await import('./agents/suite.js')).agentTestsService(database.db, services, config)(organisationId, agentId, suite);
+    (await import('./agents/suite.js')).agentTestsService(database.db, services)(organisationId, agentId, suite);
   return services;
 }
 

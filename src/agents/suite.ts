@@ -8,7 +8,6 @@ import { randomUUID } from 'node:crypto';
 import { Ajv, type ValidateFunction } from 'ajv';
 import { escapeUTF8 } from 'entities';
 import { LineCounter, parseDocument } from 'yaml';
-import type { Config } from '../config/index.js';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject } from '../jsonapi/index.js';
 import { UUID_PATTERN } from '../jsonapi/validate.js';
@@ -387,7 +386,7 @@ export async function loadAgent(db: Db, organisationId: string, agentId: string)
  * `POST /api/ai_agents/test`: runs a suite given as JSON against one of the caller's agents (AppServices.agentTests).
  * An unknown agent or a bad suite is a 422 at its pointer.
  */
-export function agentTestsService(db: Db, services: AppServices, config: Config): NonNullable<AppServices['agentTests']> {
+export function agentTestsService(db: Db, services: AppServices): NonNullable<AppServices['agentTests']> {
   return async (organisationId, agentId, value) => {
     const agent = await loadAgent(db, organisationId, agentId);
     if (!agent) throw ApiError.of('invalid_attribute', 'No such AI agent.', { pointer: '/data/attributes/ai_agent_id' });
@@ -399,6 +398,6 @@ export function agentTestsService(db: Db, services: AppServices, config: Config)
           errorObject('invalid_attribute', `\`${at}\` ${message}.`, { pointer: `/data/attributes/${at.replaceAll('.', '/')}` }),
         ),
       );
-    return runSuite(value as Suite, { runtime: new AgentRuntime({ db, services, config }), agent });
+    return runSuite(value as Suite, { runtime: new AgentRuntime({ db, services, config: services.config }), agent });
   };
 }
