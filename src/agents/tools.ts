@@ -4,7 +4,6 @@
  * same address rules. A call reaches its tool only when its name is offered and its arguments are valid against
  * its `parameters`; a tool that failed is not called again in that turn (the model is told once).
  */
-import { randomUUID } from 'node:crypto';
 import { type Selectable, sql } from 'kysely';
 import type { FunctionDefinition } from 'openai/resources/shared';
 import type { ChatCompletionTool } from 'openai/resources/chat/completions';
@@ -215,7 +214,7 @@ export async function runToolCall(
   env: ToolEnvironment,
   failed: Set<string>,
   /** The request's `webhook-id`: the same for the same call when a turn is run again (receivers deduplicate by it). */
-  messageId: string = `tool_${randomUUID().replaceAll('-', '')}`,
+  messageId: string,
 ): Promise<ToolOutcome> {
   // Own properties only: a model naming `constructor` or `toString` gets "no tool", not Object.prototype's member.
   const builtIn = Object.hasOwn(BUILT_IN_TOOLS, call.name) ? BUILT_IN_TOOLS[call.name] : undefined;
