@@ -3,14 +3,8 @@ import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError, errorDocument, type ErrorCode } from '../jsonapi/errors.js';
 
-interface DatabaseError {
-  code?: string;
-  constraint?: string;
-  message?: string;
-}
-
 /** PostgreSQL and driver failures that mean "the database is not reachable right now". */
-function isUnavailable(error: DatabaseError): boolean {
+function isUnavailable(error: { code?: string; message?: string }): boolean {
   const code = error.code ?? '';
   return (
     ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', '57P01', '57P02', '57P03', '53300', '57014'].includes(code) ||
@@ -22,7 +16,7 @@ function isUnavailable(error: DatabaseError): boolean {
 /** Maps any thrown error to a JSON:API error; unknown ones become a 500 that leaks nothing. */
 function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
-  const fastify = error as FastifyError & DatabaseError;
+  const fastify = error as FastifyError;
   switch (fastify.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return ApiError.of('payload_too_large', 'The request body is larger than allowed.');
