@@ -807,10 +807,9 @@ export class AgentRuntime {
 /** Cuts text to at most `maxBytes` bytes of UTF-8, at a character boundary. */
 export function cutToBytes(text: string, maxBytes: number): string {
   if (Buffer.byteLength(text) <= maxBytes) return text;
-  let cut = Buffer.from(text).subarray(0, maxBytes).toString('utf8');
-  // A character split by the cut decodes as U+FFFD: drop it.
-  if (cut.endsWith('\uFFFD') && !text.startsWith(cut)) cut = cut.slice(0, -1);
-  return cut;
+  // encodeInto writes whole characters only; `read` is the part of the text that fit.
+  const { read } = new TextEncoder().encodeInto(text, new Uint8Array(maxBytes));
+  return text.slice(0, read);
 }
 
 /**
