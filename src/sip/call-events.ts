@@ -352,10 +352,8 @@ export class CallEvents {
   }
 
   private async applyCall(events: CallEvent[], retried = false): Promise<void> {
-    const first = events[0];
-    const state = (await this.load(first)) ?? this.fresh(first);
-    if (isTerminal(state.status)) return;
-    for (const event of events) this.step(state, event);
+    const [state] = await this.statesOf([events]);
+    if (!state) return;
     try {
       await this.write([state]);
     } catch (error) {
