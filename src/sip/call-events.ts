@@ -133,6 +133,15 @@ export function parseCallEvent(body: unknown): { event?: CallEvent; problems: st
   };
 }
 
+/** A call event as the queue's rows and the voice runtime's X-Parley-Call header carry it (JSON, base64), validated. */
+export function decodeCallEvent(base64: string): ReturnType<typeof parseCallEvent> {
+  try {
+    return parseCallEvent(JSON.parse(Buffer.from(base64, 'base64').toString('utf8')));
+  } catch {
+    return { problems: ['the body is not base64-encoded JSON'] };
+  }
+}
+
 /** The terminal status of a failed INVITE transaction, by its final response code. */
 export function failureStatus(code: number): 'busy' | 'no_answer' | 'canceled' | 'failed' {
   if (code === 486 || code === 600) return 'busy';

@@ -9,7 +9,7 @@ import type { DatabaseHandle } from '../db/connection.js';
 import type { Db } from '../db/schema.js';
 import { WorkLoop } from '../db/work-loop.js';
 import { memo } from '../jsonapi/memo.js';
-import { type CallEvent, type CallEvents, parseCallEvent } from './call-events.js';
+import { type CallEvent, type CallEvents, decodeCallEvent } from './call-events.js';
 
 export const CALL_EVENT_CHANNEL = 'sip_call_events';
 
@@ -120,19 +120,11 @@ export class CallEventQueue {
   private callsOf(rows: Row[]): CallEvent[][] {
     const calls = new Map<string, CallEvent[]>();
     for (const row of rows) {
-      const parsed = this.parseRow(row);
+      const parsed = decodeCallEvent(row.body);
       if (!parsed.event) throw new Error(`call event ${row.id} is not valid: ${parsed.problems.join('; ')}`);
       memo(calls, row.call_key, () => []).push(parsed.event);
     }
     return [...calls.values()];
-  }
-
-  private parseRow(row: Row): ReturnType<typeof parseCallEvent> {
-    try {
-      return parseCallEvent(JSON.parse(Buffer.from(row.body, 'base64').toString('utf8')));
-    } catch {
-      return { problems: ['the body is not base64-encoded JSON'] };
-    }
   }
 
   /** Rows waiting, not counting those kept out with an error. */
@@ -177,7 +169,7 @@ export class CallEventQueue {
     // The rows as calls' events, in order; a row that is not a valid event is kept out here.
     const calls = new Map<string, Valid[]>();
     for (const row of rows) {
-      const parsed = this.parseRow(row);
+      const parsed = decodeCallEvent(row.body);
       if (parsed.event) memo(calls, row.call_key, () => []).push({ row, event: parsed.event });
       else await this.keepOut(row, parsed.problems.join('; '));
     }

@@ -23,7 +23,7 @@ import { createRecords, type Records } from '../jsonapi/records.js';
 import { buildRegistry } from '../jsonapi/routes.js';
 import type { AppServices } from '../jsonapi/services.js';
 import { resources } from '../resources/index.js';
-import { type CallEvent, CallEvents, parseCallEvent } from '../sip/call-events.js';
+import { type CallEvent, CallEvents, decodeCallEvent } from '../sip/call-events.js';
 import { type Admission, type CallHandler, type DialogHandle, type InviteInfo, SipEndpoint } from './sip-endpoint.js';
 import { type CallSink, type Reply, VoiceSession } from './session.js';
 import { createStt, type SpeechToText } from './stt.js';
@@ -185,7 +185,7 @@ export class VoiceRuntime implements CallHandler {
     let edge: CallEvent | undefined;
     if (info.edgeCall !== undefined) {
       // The edge's account of the call (sip/kamailio.cfg, route[VOICE]): the same object as its call events.
-      edge = decodeEdgeCall(info.edgeCall);
+      edge = decodeCallEvent(info.edgeCall).event;
       if (!edge || edge.ai_agent_id !== agent.id || edge.organisation_id !== agent.organisation_id || edge.call_id !== info.callId)
         return { reject: 400, reason: 'Bad X-Parley-Call' };
     }
@@ -582,15 +582,6 @@ export class VoiceRuntime implements CallHandler {
     if (row.content !== null)
       return { text: row.content, hangup: hangup || transfer !== undefined, at, itemId: row.item_id ?? undefined, transfer };
     if (row.status === 'pending') return { text: HANDOFF_TEXT, hangup: true, at, transfer };
-    return undefined;
-  }
-}
-
-/** The edge's X-Parley-Call header: a call event (JSON, base64), validated as the event queue validates them. */
-function decodeEdgeCall(value: string): CallEvent | undefined {
-  try {
-    return parseCallEvent(JSON.parse(Buffer.from(value, 'base64').toString('utf8'))).event;
-  } catch {
     return undefined;
   }
 }
