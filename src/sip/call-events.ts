@@ -385,11 +385,6 @@ export class CallEvents {
     };
   }
 
-  /** The stored call with its legs, in one statement; undefined when there is none. */
-  private async load(call: Pick<CallEvent, 'organisation_id' | 'call_id'>): Promise<CallState | undefined> {
-    return (await this.loadMany([call])).get(keyOf(call));
-  }
-
   /** Stored calls with their legs, in one statement, by `keyOf`; a call not stored is absent. */
   private async loadMany(
     calls: Pick<CallEvent, 'organisation_id' | 'call_id'>[],
@@ -667,7 +662,8 @@ export class CallEvents {
 
   /** Ends a stored call (reconciliation) with `status` at `at`, as its end event would. */
   async end(call: { organisation_id: string; call_uuid: string }, status: string, at: Date): Promise<void> {
-    const state = await this.load({ organisation_id: call.organisation_id, call_id: call.call_uuid });
+    const key = { organisation_id: call.organisation_id, call_id: call.call_uuid };
+    const state = (await this.loadMany([key])).get(keyOf(key));
     if (!state || isTerminal(state.status)) return;
     this.finish(state, status, at);
     await this.write([state]);
