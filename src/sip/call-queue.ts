@@ -55,7 +55,6 @@ const GATHER_MS = 100;
 const message = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 export class CallEventQueue {
-  private readonly db: Db;
   private readonly batchSize: number;
   private readonly concurrency: number;
   private readonly log: NonNullable<CallQueueOptions['log']>;
@@ -67,7 +66,6 @@ export class CallEventQueue {
   private readonly loop: WorkLoop;
 
   constructor(private readonly options: CallQueueOptions) {
-    this.db = options.db;
     this.batchSize = options.batchSize ?? 400;
     this.concurrency = options.concurrency ?? 32;
     this.log = options.log ?? (() => {});
@@ -109,7 +107,7 @@ export class CallEventQueue {
         // leased way, where the one at fault is found.
         this.log('warn', `call events of a batch not applied in one transaction, now with leases: ${message(error)}`);
       }
-      const rows = await this.claim(this.db, 'lease');
+      const rows = await this.claim(this.options.db, 'lease');
       if (rows.length === 0) return applied;
       applied += await this.applyBatch(rows);
       if (rows.length < this.batchSize) return applied;
@@ -129,7 +127,7 @@ export class CallEventQueue {
 
   /** Rows waiting, not counting those kept out with an error. */
   async waiting(): Promise<number> {
-    const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM sip_call_events WHERE error IS NULL`.execute(this.db);
+    const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM sip_call_events WHERE error IS NULL`.execute(this.options.db);
     return rows[0].n;
   }
 
@@ -201,7 +199,7 @@ export class CallEventQueue {
       }
     };
     await Promise.all(Array.from({ length: Math.min(this.concurrency, alone.length) }, worker));
-    if (done.length) await sql`DELETE FROM sip_call_events WHERE id = ANY(${done}::bigint[])`.execute(this.db);
+    if (done.length) await sql`DELETE FROM sip_call_events WHERE id = ANY(${done}::bigint[])`.execute(this.options.db);
     return done.length;
   }
 
@@ -236,11 +234,11 @@ export class CallEventQueue {
         const delay = Math.min(60, 2 ** Math.min(row.attempts, 6) / 2);
         const later = valid.slice(i + 1).map((v) => v.row.id);
         await sql`UPDATE sip_call_events SET lease_until = now() + make_interval(secs => ${delay}) WHERE id = ${row.id}::bigint`
-          .execute(this.db)
+          .execute(this.options.db)
           .catch(() => {});
         if (later.length)
           await sql`UPDATE sip_call_events SET lease_until = NULL, attempts = attempts - 1 WHERE id = ANY(${later}::bigint[])`
-            .execute(this.db)
+            .execute(this.options.db)
             .catch(() => {});
         return;
       }
@@ -250,7 +248,7 @@ export class CallEventQueue {
   private async keepOut(row: Row, reason: string): Promise<void> {
     this.log('error', `call event ${row.id} kept out of the queue: ${reason}`, { id: row.id });
     await sql`UPDATE sip_call_events SET error = ${reason.slice(0, 1000)}, lease_until = NULL WHERE id = ${row.id}::bigint`.execute(
-      this.db,
+      this.options.db,
     );
   }
 }
