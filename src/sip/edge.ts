@@ -230,10 +230,8 @@ export async function startSipEdge(options: SipEdgeOptions) {
     };
   };
   const checks = () => Promise.all([reloadIfChanged(), endRevoked()]);
-  const reloadTimer = setInterval(guarded('gateway reload or ending revoked calls', checks), settings.reloadIntervalMs);
-  const reconcileTimer = setInterval(guarded('reconciliation', reconcile), settings.reconcileIntervalMs);
-  reloadTimer.unref();
-  reconcileTimer.unref();
+  const reloadTimer = setInterval(guarded('gateway reload or ending revoked calls', checks), settings.reloadIntervalMs).unref();
+  const reconcileTimer = setInterval(guarded('reconciliation', reconcile), settings.reconcileIntervalMs).unref();
 
   return {
     kamailio,
