@@ -79,9 +79,7 @@ export class WorkLoop {
       )
       .finally(() => {
         this.#running = undefined;
-        const again = this.#again;
-        this.#again = false;
-        if (again) this.wake(again === 'now');
+        if (this.#again) this.wake(this.#again === 'now');
       });
   }
 
