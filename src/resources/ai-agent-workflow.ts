@@ -171,8 +171,8 @@ const workflowValidator = (): ValidateFunction => (compiledWorkflow ??= ajv.comp
 
 /** The failing schema branches of `if/then` repeat their error as "must match then schema": only the specific ones are kept. */
 function problems(errors: AjvError[]): { pointer: string; detail: string }[] {
-  const seen = new Set<string>();
-  const out: { pointer: string; detail: string }[] = [];
+  // By pointer and detail: a repeat keeps its first place.
+  const out = new Map<string, { pointer: string; detail: string }>();
   for (const e of errors) {
     if (e.keyword === 'if') continue;
     let pointer = e.instancePath;
@@ -188,12 +188,9 @@ function problems(errors: AjvError[]): { pointer: string; detail: string }[] {
     } else if (e.keyword === 'format' && (e.params as { format: string }).format === 'regex') {
       detail = 'must be a valid regular expression';
     }
-    const key = `${pointer} ${detail}`;
-    if (seen.has(key)) continue;
-    seen.add(key);
-    out.push({ pointer, detail });
+    out.set(`${pointer} ${detail}`, { pointer, detail });
   }
-  return out;
+  return [...out.values()];
 }
 
 /** What the checks of a workflow depend on: `WEBHOOK_ALLOW_PRIVATE_URLS` lets tools use http and private addresses. */
