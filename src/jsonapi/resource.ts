@@ -266,7 +266,6 @@ export interface ResourceDef {
   extraEvents?: readonly string[];
   /** Event actions a visitor's stream never carries (`analysed`: it exists to announce a hidden attribute). */
   eventsHiddenFromVisitors?: readonly string[];
-  description?: string;
 }
 
 /**

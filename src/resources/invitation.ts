@@ -70,7 +70,7 @@ function acceptOnce(ctx: ActionContext): void {
 /**
  * An invitation to join the organisation with a role: made by owners and admins (an owner only by an owner),
  * accepted by the person it was sent to, withdrawn by DELETE. The token is shown once, in the create
- * response; accepting is `POST /api/users/accept_invitation` with it.
+ * response; accepting is `POST /api/users/accept_invitation` with it (docs/api.md, "Members and roles").
  */
 export default defineResource({
   type: 'Invitation',
@@ -110,5 +110,4 @@ export default defineResource({
   access: { read: ADMINS, create: ADMINS, delete: ADMINS },
   create: invite,
   beforeUpdate: acceptOnce,
-  description: 'Invitations to join the organisation (owners and admins). See docs/api.md, "Members and roles".',
 });

@@ -92,5 +92,4 @@ export default defineResource({
   operations: { list: true, get: true, create: true, delete: true },
   access: { read: EVERY_ROLE, create: ADMINS, delete: ADMINS },
   create: createDocument,
-  description: 'A document an AI agent answers from, chunked and indexed for full text search when it is created.',
 });

@@ -67,5 +67,4 @@ export default defineResource({
       run: recordAttempt,
     },
   },
-  description: 'A delivery of one event to one webhook endpoint, with its attempts.',
 });

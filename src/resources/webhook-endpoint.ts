@@ -116,5 +116,4 @@ export default defineResource({
   beforeUpdate: updateEndpoint,
   beforeDelete: removeDeliveries,
   create: createEndpoint,
-  description: "A webhook receiver: Standard Webhooks signed POSTs of the organisation's events.",
 });
