@@ -18,4 +18,4 @@ export { type Principal, type PrincipalRole, ROLES, type Role } from './principa
 export { systemActor } from './actor.js';
 export { rowScope } from './scope.js';
 export { insertRecord, insertRecordFrom } from './write.js';
-export { EVENT_ACTIONS } from './outbox.js';
+export { eventTypes } from './outbox.js';

@@ -1,6 +1,6 @@
 /** The OpenAPI 3.1 document, derived from the same resource definitions as the routes. */
 import { KINDS, operatorProblem, type Schema } from './kinds.js';
-import { EVENT_ACTIONS } from './outbox.js';
+import { eventTypes } from './outbox.js';
 import type { PrincipalRole } from './principal.js';
 import { filterableAttribute, includePaths, sortableNames } from './query/parse.js';
 import { MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_IN_VALUES, PAGE_LIMITS } from './query/parse.js';
@@ -376,10 +376,8 @@ function typingOperation(): Schema {
 }
 
 /** GET /api/events: server-sent events, not a JSON:API document (docs/events.md). */
-function eventStreamOperation(resources: ResourceDef[]): Schema {
-  const types = resources
-    .filter((r) => r.events !== false)
-    .flatMap((r) => [...EVENT_ACTIONS, ...(r.extraEvents ?? [])].map((a) => `${r.type}.${a}`));
+function eventStreamOperation(registry: Registry): Schema {
+  const types = [...eventTypes(registry)];
   return {
     operationId: 'streamEvents',
     summary: "Stream the organisation's events (server-sent events)",
@@ -610,7 +608,7 @@ export function buildOpenApi(resources: ResourceDef[], options: { serverUrl?: st
       };
     }
   }
-  if (resources.some((r) => r.events !== false)) at('/api/events').get = eventStreamOperation(resources);
+  if (resources.some((r) => r.events !== false)) at('/api/events').get = eventStreamOperation(registry);
   if (resources.some((r) => r.type === 'Conversation' && r.events !== false)) at('/api/conversations/{id}/typing').post = typingOperation();
 
   const responses = Object.fromEntries(

@@ -14,13 +14,27 @@
  */
 import { sql } from 'kysely';
 import { beforeCommit, notifyAfterCommit, type Database } from '../db/connection.js';
-import type { Row } from './resource.js';
+import { memo } from './memo.js';
+import type { Registry, Row } from './resource.js';
 
 /** The NOTIFY channel: payload `<organisation id>` (readers read the organisation's new rows). */
 export const EVENTS_CHANNEL = 'parley_events';
 
 export type EventAction = 'created' | 'updated' | 'deleted';
 export const EVENT_ACTIONS: readonly EventAction[] = ['created', 'updated', 'deleted'];
+
+const catalogues = new WeakMap<Registry, ReadonlySet<string>>();
+
+/**
+ * The event catalogue: `<ResourceType>.created|updated|deleted` for every type whose changes are events, and
+ * the further actions a type declares (`Conversation.analysed`; docs/events.md), in the registry's order.
+ */
+export function eventTypes(registry: Registry): ReadonlySet<string> {
+  return memo(catalogues, registry, () => {
+    const evented = [...registry.values()].filter((r) => r.events !== false);
+    return new Set(evented.flatMap((r) => [...EVENT_ACTIONS, ...(r.extraEvents ?? [])].map((a) => `${r.type}.${a}`)));
+  });
+}
 
 export interface PendingEvent {
   organisationId: string;
