@@ -95,9 +95,7 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
     }
 
     const operations = r.operations;
-    if ((operations.list || operations.get || operations.create || operations.update || operations.delete) && r.path === undefined) {
-      add('has operations but no path.');
-    }
+    if (Object.values(operations).some(Boolean) && r.path === undefined) add('has operations but no path.');
     if (operations.create && !r.access.create?.length) add('has a create operation but no role may create.');
     if (operations.update && !r.access.update?.length) add('has an update operation but no role may update.');
     if (operations.delete && !r.access.delete?.length) add('has a delete operation but no role may delete.');
