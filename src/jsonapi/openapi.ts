@@ -440,7 +440,7 @@ function actionOperation(resource: ResourceDef, name: string, action: CustomActi
     requestBody: requestBody(resource.type, action.input, kind),
     responses: {
       [String(action.status ?? 200)]: ok(action.status === 201 ? 'Created' : 'OK', ref(`${resource.type}Document`)),
-      ...errors([...(action.member ? [403, 404, 409, 415, 422] : [403, 409, 413, 415, 422, 429]), ...(action.errors ?? [])]),
+      ...errors(action.member ? [403, 404, 409, 415, 422] : [403, 409, 413, 415, 422, 429]),
     },
   };
 }

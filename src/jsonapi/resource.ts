@@ -294,8 +294,6 @@ export interface CustomAction {
   roles?: readonly PrincipalRole[];
   /** Status of a successful call (default 200; 201 when it creates a record). */
   status?: 200 | 201;
-  /** Error statuses the action may answer beyond the common ones (403, 409, 413, 415, 422, 429), for OpenAPI. */
-  errors?: readonly number[];
   /** A tighter request budget for this route, per client address (e.g. issuing visitor credentials). */
   rateLimitPerAddress?: (services: AppServices) => { max: number; timeWindowMs: number };
   /** Largest body this route reads, in bytes (default: `BODY_LIMIT_BYTES`); beyond, 413. */
