@@ -21,19 +21,17 @@ type Updated<C> = C extends ColumnType<unknown, unknown, infer U> ? U : C;
 type ColumnValue<K, N> = N extends keyof Columns<K> ? Updated<Columns<K>[N]> : undefined;
 type IsJson<V> = [NonNullable<Json>] extends [NonNullable<V>] ? true : false;
 
-/** A value a writer may pass: the column's type (a timestamp also as RFC 3339 text, JSON as any value). */
-type Input<V> = [V] extends [undefined] ? unknown : IsJson<V> extends true ? unknown : V extends Date ? Date | string : V;
-/** A value as the rendered record carries it: timestamps as RFC 3339 text. */
-type Output<V> = [V] extends [undefined] ? unknown : IsJson<V> extends true ? unknown : V extends Date ? string : V;
+/** A column's value as a writer passes it (`D`: a timestamp also as RFC 3339 text) or a rendering shows it; JSON as any value. */
+type Value<V, D> = [V] extends [undefined] ? unknown : IsJson<V> extends true ? unknown : V extends Date ? D : V;
 
 /** What a write of type `K` accepts: its declared attributes, each of its column's type. */
 export type WriteValues<K extends string> = K extends keyof ResourceTypes
-  ? { [N in AttributeNames<K>]?: Input<ColumnValue<K, N>> }
+  ? { [N in AttributeNames<K>]?: Value<ColumnValue<K, N>, Date | string> }
   : Record<string, unknown>;
 
 /** The record a write of type `K` returns when no `render` is given: the resource object as a GET renders it. */
 export type RecordOf<K extends string> = K extends keyof ResourceTypes
-  ? Record<string, unknown> & { id: string; type: K; attributes: { [N in AttributeNames<K>]: Output<ColumnValue<K, N>> } }
+  ? Record<string, unknown> & { id: string; type: K; attributes: { [N in AttributeNames<K>]: Value<ColumnValue<K, N>, string> } }
   : Record<string, unknown>;
 
 /** `T` when the caller names it (or its `render` does), else the typed resource object. */
