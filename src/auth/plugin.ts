@@ -1,15 +1,10 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { sql } from 'kysely';
-import type { DatabaseHandle } from '../db/connection.js';
 import { forbidden } from '../jsonapi/errors.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { EngineOptions } from '../jsonapi/routes.js';
 import { authenticate } from './authenticate.js';
 import { CREDENTIALS_CHANNEL, CredentialCache } from './credential-cache.js';
-
-interface AuthOptions extends AppServices {
-  database: DatabaseHandle;
-}
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -49,7 +44,7 @@ export const isApiPath = (request: FastifyRequest) => requestPath(request).start
  * that the request limiter (which runs in between) counts it against the client address.
  */
 export const authPlugin = fp(
-  async (app: FastifyInstance, options: AuthOptions) => {
+  async (app: FastifyInstance, options: EngineOptions) => {
     const cache = await credentialCache(app, options);
     app.addHook('onRequest', async (request: FastifyRequest) => {
       if (!isApiPath(request)) return;
@@ -75,7 +70,7 @@ export const authPlugin = fp(
  * database announces (migration 0009). Without a notification channel (a command sharing a server's
  * embedded database) there is no cache.
  */
-async function credentialCache(app: FastifyInstance, options: AuthOptions): Promise<CredentialCache | undefined> {
+async function credentialCache(app: FastifyInstance, options: EngineOptions): Promise<CredentialCache | undefined> {
   const ttlMs = options.config.credentialCacheMs;
   if (ttlMs <= 0) return undefined;
   const cache = new CredentialCache(ttlMs);
