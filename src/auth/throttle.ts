@@ -11,11 +11,6 @@ import type { Config } from '../config/index.js';
 import { ApiError } from '../jsonapi/errors.js';
 import type { WindowCounter } from './counters.js';
 
-export interface Reservation {
-  /** Gives the attempt back (it succeeded, or it failed for a reason other than the credentials). */
-  release(): Promise<void>;
-}
-
 /**
  * The network a client address counts for: an IPv6 address by its /64, the smallest prefix a site is given
  * (one subscriber's usual allocation, RFC 6177), so a host cannot pass a limit by changing the interface
@@ -67,9 +62,10 @@ export class LoginThrottle {
   }
 
   /** Counts the attempt against the e-mail (in this organisation) and the address; 429 past the limit on either. */
-  async reserve(organisationId: string, email: string, address: string): Promise<Reservation> {
+  async reserve(organisationId: string, email: string, address: string) {
     const keys = this.keys(organisationId, email, address);
     const results = await Promise.all(keys.map((key) => this.counter.add(key, this.windowMs, 1)));
+    /** Gives the attempt back (it succeeded, or it failed for a reason other than the credentials). */
     const release = async () => {
       await Promise.all(keys.map((key) => this.counter.add(key, this.windowMs, -1).catch(() => undefined)));
     };
