@@ -8,7 +8,7 @@ import type { Principal } from './principal.js';
 import { columnOf, type RelationshipDef, type ResourceDef, type Registry } from './resource.js';
 import { rowScope, mayPerform } from './scope.js';
 import { ApiError, errorObject } from './errors.js';
-import { identifier, renderResource, type Identifier, type IncludeLimits, type RenderContext, type Row } from './serialize.js';
+import { identifier, renderResource, type Identifier, type RenderContext, type Row } from './serialize.js';
 import { linkageColumn, selectList } from './select.js';
 import { memo } from './memo.js';
 
@@ -44,13 +44,6 @@ export async function fetchById(reader: Reader, resource: ResourceDef, id: strin
 const equalities = (node: FilterNode): boolean =>
   node.kind === 'and' ? node.children.every(equalities) : node.kind === 'condition' && node.operator === 'eq';
 
-interface ListResult {
-  rows: Row[];
-  /** Whether more rows exist beyond this page in the direction of travel. */
-  hasMore: boolean;
-  total?: number;
-}
-
 /**
  * The rows of `related` that a to-many relationship of the record `parentId` holds, as a condition on the
  * related table (aliased `t`): its inverse key, or membership of the join table.
@@ -67,12 +60,7 @@ export function relatedRowsOf(relationship: RelationshipDef, parentId: string): 
  * One page of a list: tenancy, role scope, filter, sort and offset or keyset paging; `within` narrows it to
  * one record's to-many relationship (`relatedRowsOf`), for the relationship's related link.
  */
-export async function listRows(
-  reader: Reader,
-  resource: ResourceDef,
-  query: ParsedQuery,
-  within?: RawBuilder<unknown>,
-): Promise<ListResult> {
+export async function listRows(reader: Reader, resource: ResourceDef, query: ParsedQuery, within?: RawBuilder<unknown>) {
   const { page, sort } = query;
   const backwards = page.before !== undefined;
   const cursor = page.after ?? page.before;
@@ -116,6 +104,7 @@ export async function listRows(
   const marked = plain && !filter ? genericPlan(statement) : prepared ? preparedPlan(statement) : statement;
   const { rows } = await marked.execute(reader.db);
 
+  // Whether more rows exist beyond this page in the direction of travel.
   const hasMore = rows.length > page.limit;
   if (hasMore) rows.pop();
   if (backwards) rows.reverse();
@@ -158,7 +147,7 @@ const keyOf = (type: string, id: unknown) => `${type}:${String(id)}`;
  * (never a truncated document, whose to-many linkage would silently be incomplete): the client reads the
  * relationship through its own paged list instead. Rows are fetched at most one past the record bound.
  */
-function includeBudget(limits: IncludeLimits | undefined) {
+function includeBudget(limits: RenderContext['includeLimits']) {
   let records = 0;
   let bytes = 0;
   const refuse = (what: string, limit: number) =>

@@ -18,12 +18,7 @@ export interface RenderContext {
   /** Values of `revealedOnCreate` attributes by record id: only in the response that creates the record. */
   revealed?: Map<string, Record<string, unknown>>;
   /** Bounds on what `include` may add to one response (records, and bytes of their JSON); none when absent. */
-  includeLimits?: IncludeLimits;
-}
-
-export interface IncludeLimits {
-  records: number;
-  bytes: number;
+  includeLimits?: { records: number; bytes: number };
 }
 
 export const identifier = (type: string, id: string): Identifier => ({ id, type, meta: {} });
