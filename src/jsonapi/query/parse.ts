@@ -22,11 +22,6 @@ export type { Registry };
 /** Page sizes and offsets, read by the parser and stated in the OpenAPI document. */
 export const PAGE_LIMITS = { defaultLimit: 25, maxLimit: 100, maxOffset: 10_000 } as const;
 
-export interface QueryOptions {
-  /** Verifies page[after] / page[before]; lists need it. */
-  cursors?: CursorCodec;
-}
-
 /** Bounds of a filter, read by the parser and stated in the OpenAPI document. */
 export const MAX_FILTER_DEPTH = 4;
 export const MAX_FILTER_CONDITIONS = 50;
@@ -54,12 +49,13 @@ class Problems {
   }
 }
 
+/** `cursors` verifies page[after] / page[before]; lists need it. */
 export function parseQuery(
   raw: Record<string, unknown>,
   resource: ResourceDef,
   registry: Registry,
   kind: 'list' | 'single' | 'delete',
-  { cursors }: QueryOptions = {},
+  { cursors }: { cursors?: CursorCodec } = {},
 ): ParsedQuery {
   const problems = new Problems();
   const allowed = kind === 'list' ? ['include', 'fields', 'filter', 'sort', 'page'] : kind === 'single' ? ['include', 'fields'] : [];
