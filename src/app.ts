@@ -10,7 +10,7 @@ import { migrate } from './db/migrate.js';
 import { isEmpty, seedDemo, type DemoResult } from './demo/demo.js';
 import { createRecords } from './jsonapi/records.js';
 import { buildRegistry } from './jsonapi/routes.js';
-import type { AppServices } from './jsonapi/services.js';
+import type { AppServices } from './jsonapi/index.js';
 import { resources } from './resources/index.js';
 
 export function connectRedis(url: string | undefined): Redis | undefined {

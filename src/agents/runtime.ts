@@ -24,7 +24,7 @@ import { EVENTS_CHANNEL } from '../jsonapi/outbox.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
 import type { Registry } from '../jsonapi/query/parse.js';
 import { buildRegistry } from '../jsonapi/routes.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import type { Workflow } from '../resources/ai-agent-workflow.js';
 import { CONTENT_MAX_BYTES } from '../resources/conversation-item.js';
 import { CONVERSATION_METADATA_MAX_BYTES } from '../resources/conversation.js';

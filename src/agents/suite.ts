@@ -11,7 +11,7 @@ import { LineCounter, parseDocument } from 'yaml';
 import type { Db } from '../db/schema.js';
 import { ApiError, errorObject } from '../jsonapi/index.js';
 import { UUID_PATTERN } from '../jsonapi/validate.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import { compileParameters } from '../resources/ai-agent-workflow.js';
 import { type Agent, AgentRuntime, type Conversation, type Item } from './runtime.js';
 import { compileRegExp } from './guardrails.js';

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/schema.js';
 import { unauthenticated } from '../jsonapi/errors.js';
 import type { Principal, Role } from '../jsonapi/principal.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import type { CredentialCache } from './credential-cache.js';
 import { tokenHash, verifyToken, type TokenClaims } from './tokens.js';
 

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { ApiError } from '../jsonapi/errors.js';
 import { memo } from '../jsonapi/memo.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import type { ActionContext, ActionResult } from '../jsonapi/resource.js';
 import { createCounter } from './counters.js';
 import { HashGate, verifyAgainstDummy, verifyPassword } from './passwords.js';

@@ -7,7 +7,7 @@ import { sql } from 'kysely';
 import { decodeJwt } from 'jose';
 import type { Db } from '../db/schema.js';
 import type { Principal } from '../jsonapi/principal.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import { authenticate } from './authenticate.js';
 
 /** When a verified bearer token expires (ms since the epoch); Infinity for a token without `exp` (an API key without expiry). */

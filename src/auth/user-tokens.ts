@@ -1,6 +1,6 @@
 import { uuidv7 } from 'uuidv7';
 import type { Db } from '../db/schema.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import { expiryIn, signToken } from './tokens.js';
 
 /** A user access token for one organisation, backed by a user_sessions row (for revocation). */

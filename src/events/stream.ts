@@ -26,9 +26,8 @@ import type { Registry } from '../jsonapi/query/parse.js';
 import { columnOf, type ResourceDef } from '../jsonapi/resource.js';
 import { forVisitors } from '../jsonapi/serialize.js';
 import { methodNotAllowed } from '../jsonapi/routes.js';
-import type { AppServices } from '../jsonapi/services.js';
+import { type AppServices, eventTypes } from '../jsonapi/index.js';
 import { UUID_PATTERN } from '../jsonapi/validate.js';
-import { eventTypes } from '../resources/event-types.js';
 import { registerTyping, TYPING_EVENT } from './typing.js';
 
 /** One outbox row, with its message text made once for every stream. */

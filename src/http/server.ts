@@ -13,7 +13,7 @@ import { registerEventStream } from '../events/stream.js';
 import { verifyResources } from '../jsonapi/verify.js';
 import { verifySchema } from '../jsonapi/verify-schema.js';
 import { schemaSql } from '../db/migrate.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import { resources } from '../resources/index.js';
 import { createLogger } from './logger.js';
 import { registerRateLimit } from './rate-limit.js';

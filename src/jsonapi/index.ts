@@ -6,6 +6,7 @@
 export {
   type ActionContext,
   type ActionResult,
+  type AppServices,
   type AttributeDef,
   attr,
   defineResource,

@@ -17,7 +17,7 @@ import { isPlainObject } from './kinds.js';
 import { inputSpec, UUID_PATTERN, validateBody, validateDocument, type WriteKind } from './validate.js';
 import { asPrincipal } from './actor.js';
 import { createRecords, type Records, type RenderWritten, writtenRow } from './records.js';
-import type { AppServices } from './services.js';
+import type { AppServices } from './resource.js';
 
 export interface EngineOptions extends AppServices {
   database: DatabaseHandle;

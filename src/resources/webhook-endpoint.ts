@@ -8,10 +8,10 @@ import {
   defineResource,
   errorObject,
   type ErrorObject,
+  eventTypes,
   insertRecord,
   rel,
 } from '../jsonapi/index.js';
-import { eventTypes } from './event-types.js';
 import { ADMINS } from './scopes.js';
 import { timestamps } from './timestamps.js';
 import { webhookUrlProblem } from './webhook-url.js';

@@ -21,7 +21,7 @@ import { systemActor } from '../jsonapi/actor.js';
 import { UUID_PATTERN } from '../jsonapi/kinds.js';
 import { createRecords, type Records } from '../jsonapi/records.js';
 import { buildRegistry } from '../jsonapi/routes.js';
-import type { AppServices } from '../jsonapi/services.js';
+import type { AppServices } from '../jsonapi/index.js';
 import { resources } from '../resources/index.js';
 import { type CallEvent, CallEvents, decodeCallEvent } from '../sip/call-events.js';
 import { type Admission, type CallHandler, type DialogHandle, type InviteInfo, SipEndpoint } from './sip-endpoint.js';

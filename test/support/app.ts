@@ -6,7 +6,7 @@ import { loadConfig, type Config } from '../../src/config/index.js';
 import { openDatabase, type Database, type DatabaseHandle } from '../../src/db/connection.js';
 import { migrate } from '../../src/db/migrate.js';
 import { buildServer } from '../../src/http/server.js';
-import type { AppServices } from '../../src/jsonapi/services.js';
+import type { AppServices } from '../../src/jsonapi/index.js';
 
 // Fast password hashing in tests; production keeps the default cost.
 process.env.PASSWORD_HASH_COST_LOG2 ??= '10';

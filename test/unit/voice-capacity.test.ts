@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/index.js';
 import type { Db } from '../../src/db/schema.js';
-import type { AppServices } from '../../src/jsonapi/services.js';
+import type { AppServices } from '../../src/jsonapi/index.js';
 import type { CallEvent } from '../../src/sip/call-events.js';
 import { VoiceRuntime } from '../../src/voice/runtime.js';
 import type { InviteInfo } from '../../src/voice/sip-endpoint.js';
