@@ -11,7 +11,7 @@
  */
 import { Command, Option } from 'commander';
 import { ROLES } from '../jsonapi/principal.js';
-import { action, fail } from './command.js';
+import { action } from './command.js';
 
 // Each command's work is in a module of its own (serve.ts, accounts.ts, agent.ts, webhook.ts, demo.ts,
 // sip-serve.ts), imported when the command runs: a process loads only what its command needs, and `--help` or
@@ -36,10 +36,7 @@ program
 program
   .command('worker')
   .description('run the agent runtime only (answers conversations; scale it apart from the API)')
-  .action(async () => {
-    const { worker } = await import('./serve.js').catch((error: unknown) => fail(error, false));
-    await worker();
-  });
+  .action(action(async () => (await import('./serve.js')).worker));
 
 program
   .command('migrate')

@@ -5,13 +5,13 @@ import { loadConfig } from '../config/index.js';
 import { openDatabase } from '../db/connection.js';
 import { migrate } from '../db/migrate.js';
 import { createLogger } from '../http/logger.js';
-import { fail, stopOnSignal } from './command.js';
+import { stopOnSignal } from './command.js';
 
 /** How long a stopping server waits for in-flight requests before cutting the connections left. */
 const SHUTDOWN_GRACE_MS = 10_000;
 
 export async function serve(o: { json?: boolean }): Promise<void> {
-  const running = await startApp(loadConfig()).catch((error: unknown) => fail(error, !!o.json));
+  const running = await startApp(loadConfig());
   running.app.log.info({ url: running.url, database: running.database.kind }, 'Parley is listening');
   if (o.json) {
     console.log(JSON.stringify({ url: running.url, database: running.database.kind, demo: running.demo ?? null }));
@@ -33,7 +33,7 @@ export async function serve(o: { json?: boolean }): Promise<void> {
 export async function worker(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger(config);
-  const database = await openDatabase(config).catch((error: unknown) => fail(error, false));
+  const database = await openDatabase(config);
   await migrate(database.db);
   const services = await createServices(database, config);
   const runtime = new AgentRuntime({ db: database.db, services, config, logger, listen: database.listen });
