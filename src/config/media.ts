@@ -4,8 +4,6 @@
  */
 import net from 'node:net';
 
-export type MediaSettings = ReturnType<typeof loadMediaSettings>;
-
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
