@@ -254,12 +254,11 @@ export class EventPruner {
     private readonly db: Db,
     private readonly retentionDays: number,
     private readonly logger?: Logger,
-    private readonly everyMs = 10 * 60_000,
   ) {}
 
   start(): void {
     void this.prune();
-    this.timer = setInterval(() => void this.prune(), this.everyMs).unref();
+    this.timer = setInterval(() => void this.prune(), 10 * 60_000).unref();
   }
 
   async prune(): Promise<number> {
