@@ -42,13 +42,7 @@ export async function knowledgeMode(db: Db, agentId: string, workflow: Workflow)
  * passage that answers it), and the chunks matching any are ranked by `ts_rank`. The GIN index on `tsv`
  * answers the match; the organisation bounds it as everywhere else.
  */
-export async function searchKnowledge(
-  db: Db,
-  organisationId: string,
-  agentId: string,
-  query: string,
-  limit = DEFAULT_RESULTS,
-): Promise<KnowledgeHit[]> {
+export async function searchKnowledge(db: Db, organisationId: string, agentId: string, query: string, limit = DEFAULT_RESULTS) {
   const text = query.replaceAll('\u0000', '').slice(0, QUERY_MAX_CHARS);
   if (text.trim() === '') return [];
   // Each lexeme quoted for tsquery input (quotes and backslashes doubled), so no character of the visitor's

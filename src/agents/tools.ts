@@ -249,12 +249,7 @@ export async function runToolCall(
  * `parley-conversation-id` and `parley-tool` say for whom), under the webhook address rules checked after the
  * name is resolved. The answer must be JSON (or empty) and at most `TOOL_RESPONSE_MAX_BYTES`.
  */
-export async function callDeclaredTool(
-  tool: WorkflowTool,
-  args: Record<string, unknown>,
-  env: ToolEnvironment,
-  messageId: string,
-): Promise<ToolOutcome> {
+export async function callDeclaredTool(tool: WorkflowTool, args: Record<string, unknown>, env: ToolEnvironment, messageId: string) {
   const secret = await toolSecret(env.db, env.conversation.organisation_id);
   const timeoutMs = Math.min(TOOL_TIMEOUT_MS.max, Math.max(TOOL_TIMEOUT_MS.min, tool.timeout_ms ?? TOOL_TIMEOUT_MS.default));
   const answer = await signedPost(tool.url, secret, messageId, JSON.stringify(args), {
