@@ -111,13 +111,11 @@ export class EventHub {
       (payload) => this.notified(payload),
       () => this.catchUpAll(),
     );
-    try {
-      await this.unlisten;
-    } catch (error) {
+    await this.unlisten.catch((error) => {
       // The next stream tries again.
       this.unlisten = undefined;
       throw error;
-    }
+    });
     this.sweep ??= setInterval(() => this.catchUpAll(), SWEEP_MS).unref();
     let state = this.organisations.get(organisationId);
     const fresh = !state;
