@@ -90,11 +90,6 @@ export class WebhookWorker {
     return this.loop.start();
   }
 
-  /** Looks for due deliveries (within WAKE_GAP_MS of the last look: once that gap is over). */
-  wake(): void {
-    this.loop.wake();
-  }
-
   private async tick(): Promise<void> {
     try {
       while (this.loop.started) {
@@ -115,7 +110,7 @@ export class WebhookWorker {
     void work.finally(() => {
       this.inFlight -= 1;
       this.attempts.delete(work);
-      this.wake();
+      this.loop.wake();
     });
   }
 
