@@ -67,9 +67,8 @@ function splitOutsideQuotes(value: string, separator: string): string[] {
   return parts;
 }
 
-/** The media type of a range or Content-Type value, without parameters, in lower case. */
-const mediaTypeOf = (value: string) => value.split(';')[0].trim().toLowerCase();
-const isJsonApi = (mediaRange: string) => mediaTypeOf(mediaRange) === JSONAPI_MEDIA_TYPE;
+/** Whether a media range or Content-Type value names JSON:API's media type (its parameters aside, in any case). */
+const isJsonApi = (value: string) => value.split(';')[0].trim().toLowerCase() === JSONAPI_MEDIA_TYPE;
 
 /**
  * 406 only when every JSON:API media range in Accept is unusable: it carries parameters other than ext and
