@@ -17,10 +17,9 @@ import { action } from './command.js';
 // sip-serve.ts), imported when the command runs: a process loads only what its command needs, and `--help` or
 // a usage error loads none of them.
 
-const jsonRequested = process.argv.includes('--json');
 const program = new Command('parley').description('Parley: conversations, AI agents, operators and SIP telephony');
 // With --json, usage errors too are one JSON object on stdout; otherwise commander's text and the help.
-if (jsonRequested) {
+if (process.argv.includes('--json')) {
   program.configureOutput({ writeErr: (text) => console.log(JSON.stringify({ error: text.replace(/^error: /, '').trim() })) });
 } else {
   program.showHelpAfterError();
