@@ -89,10 +89,6 @@ export async function startApp(config: Config) {
     services,
     url,
     demo,
-    /** The agent runtime, unless AGENT_RUNTIME=false (then a `worker` process answers). */
-    agents,
-    /** The webhook delivery worker, unless WEBHOOK_WORKER=false. */
-    webhooks,
     async close() {
       pruner.stop();
       await webhooks?.stop();
