@@ -397,7 +397,7 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  * credential ends (docs/events.md, "Ends"): at the token's `exp`, or once a credential change the database
  * announces leaves it no longer standing as it was when the stream opened.
  */
-export function registerEventStream(app: FastifyInstance, options: StreamOptions): EventHub {
+export function registerEventStream(app: FastifyInstance, options: StreamOptions): void {
   const { config } = options;
   const limits = config.events;
   const hub = new EventHub(
@@ -730,7 +730,6 @@ export function registerEventStream(app: FastifyInstance, options: StreamOptions
     return reply;
   });
   methodNotAllowed(app, '/api/events', ['GET']);
-  return hub;
 }
 
 /** Resolves true once the socket has drained (or closed), false when `ms` pass first. */
