@@ -58,10 +58,10 @@ export class Analyst {
 
   constructor(private readonly options: AnalystOptions) {}
 
-  /** Claims due analyses (as many as `room` allows) and runs them in the background; returns how many. */
-  async tick(room: number): Promise<number> {
+  /** Claims due analyses (as many as `room` allows) and runs them in the background. */
+  async tick(room: number): Promise<void> {
     const free = Math.min(room, this.options.config.agentConcurrency - this.running.size);
-    if (free <= 0) return 0;
+    if (free <= 0) return;
     const { rows } = await sql<Claimed>`
       UPDATE analysis_work SET lease_until = now() + ${LEASE_MS} * interval '1 millisecond', attempts = attempts + 1
       WHERE conversation_id IN (
@@ -76,7 +76,6 @@ export class Analyst {
         .finally(() => this.running.delete(work));
       this.running.add(work);
     }
-    return rows.length;
   }
 
   /** Waits for the analyses in flight. */
