@@ -26,8 +26,7 @@ export function columnValues(resource: ResourceDef, values: Record<string, unkno
   for (const [name, value] of Object.entries(values)) {
     const def = resource.attributes[name];
     if (!def || def.expression) continue;
-    const toColumn = KINDS[def.kind].toColumn;
-    columns[columnOf(name, def)] = toColumn ? toColumn(value) : value;
+    columns[columnOf(name, def)] = KINDS[def.kind].toColumn?.(value) ?? value;
   }
   return columns;
 }
