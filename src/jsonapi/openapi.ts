@@ -231,9 +231,7 @@ const MEMBER_SECURITY = [{ userToken: [] }, { secretKey: [] }];
 const rolesText = (roles: readonly PrincipalRole[] | undefined) =>
   roles && (roles.length < 3 || roles.includes('visitor')) ? `Roles: ${roles.join(', ')}.` : 'Roles: owner, admin, operator.';
 
-const jsonApi = (schema: Schema, example?: unknown) => ({
-  'application/vnd.api+json': example === undefined ? { schema } : { schema, example },
-});
+const jsonApi = (schema: Schema, example?: unknown) => ({ 'application/vnd.api+json': { schema, example } });
 
 const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 /** `^(a|b)(,(a|b))*$`: a comma-separated list of the given words. */
