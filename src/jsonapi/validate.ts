@@ -169,10 +169,7 @@ export function validateBody(body: unknown, expected: BodyExpectation): Record<s
  * reference it refuses (another organisation's record) on its attribute's pointer, and `relocate` moves such
  * errors to the relationship the client actually sent (`/data/relationships/organisation`).
  */
-export function validateDocument(
-  body: unknown,
-  expected: BodyExpectation,
-): { values: Record<string, unknown>; relocate: (error: unknown) => unknown } {
+export function validateDocument(body: unknown, expected: BodyExpectation) {
   const data = documentData(body, expected);
   const errors: ErrorObject[] = [];
   const linked = linkageValues(data, expected, errors);
@@ -201,7 +198,7 @@ export function validateDocument(
   for (const name of Object.keys(linked)) {
     if (!Object.hasOwn(attributes, name)) moved.set(pointer(name).pointer, `/data/relationships/${name.slice(0, -3)}`);
   }
-  return { values, relocate: (error) => relocatePointers(error, moved) };
+  return { values, relocate: (error: unknown) => relocatePointers(error, moved) };
 }
 
 /** The same error with each pointer in `moved` (or below it) replaced by its new place. */
