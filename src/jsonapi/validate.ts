@@ -246,11 +246,7 @@ function convertAttributes(
  * any writer): unknown names, invalid values and missing required ones are
  * reported together, each on its `/data/attributes/<name>` pointer.
  */
-export function validateAttributes(
-  input: Record<string, unknown>,
-  accepted: Record<string, AttributeDef>,
-  required: readonly string[],
-): Record<string, unknown> {
+export function validateAttributes(input: Record<string, unknown>, accepted: Record<string, AttributeDef>, required: readonly string[]) {
   const errors: ErrorObject[] = [];
   const values: Record<string, unknown> = {};
   const uncounted = convertAttributes(input, accepted, values, errors);
