@@ -49,12 +49,7 @@ function renderValue(def: AttributeDef, value: unknown): unknown {
  * One resource object. `toMany` holds the linkage of included to-many
  * relationships; the others render as links (or meta only when there is no URL).
  */
-export function renderResource(
-  resource: ResourceDef,
-  row: Row,
-  ctx: RenderContext,
-  toMany: Map<string, Identifier[]> = new Map(),
-): Record<string, unknown> {
+export function renderResource(resource: ResourceDef, row: Row, ctx: RenderContext, toMany: Map<string, Identifier[]> = new Map()) {
   const id = String(row.id);
   const wanted = ctx.fields.get(resource.type);
   const show = (name: string) => wanted === undefined || wanted.has(name);
