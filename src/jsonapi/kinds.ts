@@ -68,10 +68,7 @@ export interface KindDescriptor {
 export const isPlainObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
-function textProblem(
-  def: { minLength?: number; maxLength?: number; maxBytes?: number; pattern?: string },
-  value: string,
-): string | undefined {
+function textProblem(def: { minLength?: number; maxLength?: number; maxBytes?: number; pattern?: string }, value: string) {
   if (value.includes('\u0000')) return 'must not contain NUL characters';
   const length = [...value].length;
   if (def.minLength !== undefined && length < def.minLength) return `must have at least ${def.minLength} characters`;
