@@ -36,14 +36,8 @@ import {
 
 export type { Deleted, Records, RenderWritten, WriteOptions, Written } from './resource.js';
 
-interface RecordsOptions {
-  db: Database;
-  registry: Registry;
-  services: AppServices;
-}
-
 /** The service on `options.db`, or (inside the service) on one of its transactions. */
-export function createRecords(options: RecordsOptions, db = options.db): Records {
+export function createRecords(options: { db: Database; registry: Registry; services: AppServices }, db = options.db): Records {
   const { registry, services } = options;
 
   const resourceOf = (type: string): ResourceDef => {
