@@ -162,11 +162,7 @@ function parseFilter(value: unknown, resource: ResourceDef, problems: Problems):
     for (const [key, child] of Object.entries(node)) {
       const parameter = `${path}[${key}]`;
       if (key === 'and' || key === 'or') {
-        const items = Array.isArray(child)
-          ? child.map((item, i) => [String(i), item] as const)
-          : isPlainObject(child)
-            ? Object.entries(child)
-            : [];
+        const items = Array.isArray(child) || isPlainObject(child) ? Object.entries(child) : [];
         if (items.length === 0 || items.some(([index]) => !/^\d{1,3}$/.test(index))) {
           problems.add('invalid_filter', parameter, `\`${parameter}\` takes indexed filters, e.g. ${parameter}[0][status]=active.`);
           continue;
