@@ -217,13 +217,7 @@ function convertOperand(def: AttributeDef, operator: FilterOperator, operand: un
   }
   if (operator === 'in') {
     const items =
-      typeof operand === 'string'
-        ? operand.split(',')
-        : Array.isArray(operand)
-          ? operand
-          : isPlainObject(operand)
-            ? Object.values(operand)
-            : [];
+      typeof operand === 'string' ? operand.split(',') : Array.isArray(operand) || isPlainObject(operand) ? Object.values(operand) : [];
     if (items.length === 0 || items.length > MAX_IN_VALUES) return invalid(`\`in\` takes 1 to ${MAX_IN_VALUES} values.`);
     const values: unknown[] = [];
     for (const item of items) {
