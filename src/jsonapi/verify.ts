@@ -40,9 +40,7 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
     }
   }
   for (const r of resources) {
-    const add = (problem: string): void => {
-      problems.push(`${r.type}: ${problem}`);
-    };
+    const add = (problem: string) => problems.push(`${r.type}: ${problem}`);
     if (!IDENTIFIER.test(r.table)) add(`table \`${r.table}\` is not a plain SQL name.`);
     else if (schemaWords && !schemaWords.has(r.table)) add(`table \`${r.table}\` is not in the schema.`);
 
@@ -124,9 +122,7 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
 
 function attributeProblems(name: string, a: AttributeDef, types: ReadonlyMap<string, ResourceDef>): string[] {
   const problems: string[] = [];
-  const add = (problem: string): void => {
-    problems.push(`attribute \`${name}\` ${problem}`);
-  };
+  const add = (problem: string) => problems.push(`attribute \`${name}\` ${problem}`);
   if (name === 'id' || name === 'type') add('uses a name JSON:API reserves.');
   if (!IDENTIFIER.test(a.column ?? name)) add(`has column \`${a.column ?? name}\`, not a plain SQL name.`);
   if (a.sortable && sortBlocker(a)) add(`is sortable but cannot be sorted by (${sortBlocker(a)}).`);
