@@ -66,9 +66,7 @@ export class LoginThrottle {
     const keys = this.keys(organisationId, email, address);
     const results = await Promise.all(keys.map((key) => this.counter.add(key, this.windowMs, 1)));
     /** Gives the attempt back (it succeeded, or it failed for a reason other than the credentials). */
-    const release = async () => {
-      await Promise.all(keys.map((key) => this.counter.add(key, this.windowMs, -1).catch(() => undefined)));
-    };
+    const release = () => Promise.all(keys.map((key) => this.counter.add(key, this.windowMs, -1).catch(() => undefined)));
     const over = results.filter((r) => r.count > this.limit);
     if (over.length > 0) {
       // The refused attempt is not counted: only attempts whose password was checked use the budget.
