@@ -1,20 +1,15 @@
 /** Memory-hard password hashing with Node's scrypt; the stored string names its own parameters. */
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+import { promisify } from 'node:util';
 
 import { passwordHashCostLog2 as costLog2 } from '../config/index.js';
 
 const KEY_LENGTH = 32;
 
+const scryptAsync = promisify<string, Buffer, number, ScryptOptions, Buffer>(scrypt);
+
 function derive(password: string, salt: Buffer, options: ScryptOptions): Promise<Buffer> {
-  return new Promise((resolve, reject) =>
-    scrypt(
-      password.normalize('NFC'),
-      salt,
-      KEY_LENGTH,
-      { ...options, maxmem: 256 * options.N! * options.r! + 1024 * 1024 },
-      (error, key) => (error ? reject(error) : resolve(key)),
-    ),
-  );
+  return scryptAsync(password.normalize('NFC'), salt, KEY_LENGTH, { ...options, maxmem: 256 * options.N! * options.r! + 1024 * 1024 });
 }
 
 export async function hashPassword(password: string): Promise<string> {
