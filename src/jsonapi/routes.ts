@@ -29,11 +29,6 @@ export function buildRegistry(resources: ResourceDef[]): Registry {
   return new Map(resources.map((r) => [r.type, r]));
 }
 
-/** Absolute base for links: the configured public URL, else the request's own origin. */
-function baseUrl(request: FastifyRequest, options: EngineOptions): string {
-  return options.config.publicUrl ?? `${request.protocol}://${request.host}`;
-}
-
 export function registerResources(app: FastifyInstance, resources: ResourceDef[], options: EngineOptions): Registry {
   const registry = buildRegistry(resources);
   const db = options.database.db;
@@ -49,7 +44,8 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
     return { principal, reader, actor: asPrincipal(principal) };
   };
   const renderContext = (request: FastifyRequest, principal: Principal, query: ParsedQuery): RenderContext => ({
-    baseUrl: baseUrl(request, options),
+    // Absolute base for links: the configured public URL, else the request's own origin.
+    baseUrl: options.config.publicUrl ?? `${request.protocol}://${request.host}`,
     principal,
     registry,
     fields: query.fields,
@@ -134,15 +130,16 @@ export function registerResources(app: FastifyInstance, resources: ResourceDef[]
       const parent = await fetchById(reader, resource, id);
       if (!parent) throw notFound();
       requirePermission(related, principal, 'read');
-      const self = `${baseUrl(request, options)}/api/${resource.path}/${id}/${name}`;
       if (relationship.cardinality === 'many') {
         return listPage(request, reply, related, `/api/${resource.path}/${id}/${name}`, relatedRowsOf(relationship, id));
       }
       const query = parseQuery(request.query as Query, related, registry, 'single');
+      const ctx = renderContext(request, principal, query);
+      const self = `${ctx.baseUrl}/api/${resource.path}/${id}/${name}`;
       const relatedId = relationship.resolve ? relationship.resolve(principal) : parent[linkageColumn(name)];
       const row = relatedId ? await fetchById(reader, related, String(relatedId)) : undefined;
       if (!row) return document(null, [], {}, { self });
-      const { data, included } = await renderWithIncludes(reader, related, [row], query.include, renderContext(request, principal, query));
+      const { data, included } = await renderWithIncludes(reader, related, [row], query.include, ctx);
       return document(data[0], included, {}, { self });
     });
     methodNotAllowed(app, url, ['GET']);
