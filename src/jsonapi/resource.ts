@@ -202,8 +202,6 @@ export interface ResourceDef {
   table: string;
   attributes: Record<string, AttributeDef>;
   relationships: Record<string, RelationshipDef>;
-  /** Names accepted in fields[Type]; defaults to every readable attribute and relationship. */
-  fields?: readonly string[];
   /** Endpoints this type has. */
   operations: { list?: boolean; get?: boolean; create?: boolean; update?: boolean; delete?: boolean };
   access: AccessRules;
@@ -436,7 +434,7 @@ export function readableAttributes(r: ResourceDef): string[] {
   return Object.keys(r.attributes).filter((n) => !r.attributes[n].writeOnly);
 }
 
-/** Names accepted in fields[Type] for this resource (the seed's lists plus relationships). */
+/** Names accepted in fields[Type] for this resource: its readable attributes and relationships. */
 export function fieldNames(r: ResourceDef): string[] {
-  return [...(r.fields ?? ['id', ...readableAttributes(r), ...Object.keys(r.relationships)])];
+  return ['id', ...readableAttributes(r), ...Object.keys(r.relationships)];
 }

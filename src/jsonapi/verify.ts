@@ -4,7 +4,7 @@
  * 500 (or a silently ignored sort key) on the first request that touches it. Pure: no database.
  */
 import { KIND_OPTIONS, KINDS } from './kinds.js';
-import { fieldNames, readableAttributes, type AttributeDef, type ResourceDef } from './resource.js';
+import { fieldNames, type AttributeDef, type ResourceDef } from './resource.js';
 
 export interface VerifyOptions {
   /**
@@ -71,13 +71,7 @@ export function resourceProblems(resources: readonly ResourceDef[], { schemaSql 
       }
     }
 
-    if (r.fields) {
-      const known = new Set(['id', ...readableAttributes(r), ...Object.keys(r.relationships)]);
-      for (const field of r.fields)
-        if (!known.has(field)) add(`\`fields\` names \`${field}\`, which is no readable attribute or relationship.`);
-    }
     const fields = new Set(fieldNames(r));
-    if (new Set(r.fields ?? []).size !== (r.fields ?? []).length) add('`fields` names a field twice.');
 
     for (const name of r.defaultSort ?? []) {
       const a = Object.hasOwn(r.attributes, name) ? r.attributes[name] : undefined;

@@ -115,16 +115,6 @@ describe('resource declarations', () => {
     expect(resourceProblems([widget, owner])).toEqual([]);
   });
 
-  it('refuses fields lists naming unknown or unreadable fields', () => {
-    const [widget, owner] = fixture();
-    widget.attributes.secret = attr.string({ create: true, writeOnly: true });
-    widget.fields = ['id', 'name', 'secret', 'owner', 'wheels'];
-    expect(resourceProblems([widget, owner])).toEqual([
-      'Widget: `fields` names `secret`, which is no readable attribute or relationship.',
-      'Widget: `fields` names `wheels`, which is no readable attribute or relationship.',
-    ]);
-  });
-
   it('refuses unique constraints on unknown attributes or missing from the schema', () => {
     const [widget, owner] = fixture();
     widget.uniqueConstraints = { widgets_name_key: 'name', widgets_label_key: 'label' };
