@@ -8,8 +8,8 @@
  * local 408), canceled (CANCEL, 487), failed (any other final failure). A status never moves backwards
  * and a terminal one never changes, so late or repeated events are harmless.
  */
-import { sql } from 'kysely';
-import type { Database, Db } from '../db/schema.js';
+import { type Selectable, sql } from 'kysely';
+import type { Database, Db, Schema } from '../db/schema.js';
 import { systemActor, type Actor } from '../jsonapi/actor.js';
 import type { Records } from '../jsonapi/records.js';
 import { memo } from '../jsonapi/memo.js';
@@ -177,12 +177,7 @@ interface Leg {
 }
 
 /** The SIP users a call's events name: the Call's `sip_username`, and operator presence (`user_id`, status). */
-interface SipUserRow {
-  id: string;
-  sip_username: string;
-  user_id: string | null;
-  status: string | null;
-}
+type SipUserRow = Pick<Selectable<Schema['sip_users']>, 'id' | 'sip_username' | 'user_id'> & { status: string | null };
 
 /**
  * A call as its events leave it, kept in memory while a batch of its events is applied and written at the end
