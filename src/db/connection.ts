@@ -139,7 +139,17 @@ export interface DatabaseHandle {
     channel: string,
     onNotify: (payload: string) => void,
     onResumed?: () => void,
-    options?: ListenOptions,
+    options?: {
+      /** Called when the listening connection is lost (notifications are missed until `onResumed`). */
+      onLost?: () => void;
+      /**
+       * Also listen on every pooled connection, so that a notification raised by this process's own statement
+       * reaches `onNotify` before that statement's result does: PostgreSQL delivers a session's own notifications
+       * on its connection before it reports the commit ready. A notification may then arrive more than once.
+       * (PGlite is one connection: always so.)
+       */
+      ownStatementsFirst?: boolean;
+    },
   ): Promise<() => Promise<void>>;
   /**
    * PostgreSQL only: runs a short read on a connection of its own, outside the pool, for a statement that
@@ -150,18 +160,6 @@ export interface DatabaseHandle {
    */
   readAside?<R>(text: string, values?: unknown[]): Promise<R[]>;
   close(): Promise<void>;
-}
-
-export interface ListenOptions {
-  /** Called when the listening connection is lost (notifications are missed until `onResumed`). */
-  onLost?: () => void;
-  /**
-   * Also listen on every pooled connection, so that a notification raised by this process's own statement
-   * reaches `onNotify` before that statement's result does: PostgreSQL delivers a session's own notifications
-   * on its connection before it reports the commit ready. A notification may then arrive more than once.
-   * (PGlite is one connection: always so.)
-   */
-  ownStatementsFirst?: boolean;
 }
 
 /** `shareLocally`: serve the embedded database to local commands on a socket in DATA_DIR while open (the server does). */
