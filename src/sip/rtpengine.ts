@@ -68,14 +68,8 @@ export async function ngRequest(host: string, port: number, command: Record<stri
 // The RTP port range: rtpengine binds ports lazily, one pair per stream, so a range another process holds
 // only shows when calls fail. It is checked at start instead.
 
-export interface PortRangeReport {
-  total: number;
-  free: number;
-  taken: number[];
-}
-
 /** Binds (without SO_REUSEADDR) every UDP port of `min..max` on `address`, a few hundred at a time; what is free. */
-export async function probePortRange(address: string, min: number, max: number): Promise<PortRangeReport> {
+export async function probePortRange(address: string, min: number, max: number) {
   const taken: number[] = [];
   const type = address.includes(':') ? 'udp6' : 'udp4';
   const probe = (port: number) =>
@@ -104,7 +98,7 @@ export async function probePortRange(address: string, min: number, max: number):
  * Refuses to start on an RTP range that is taken: fewer than two free RTP/RTCP pairs (even port and the odd one
  * above it, RFC 3550 section 11) means no call could get media. A partly taken range is returned for a warning.
  */
-export async function assertRtpRangeFree(address: string, min: number, max: number): Promise<PortRangeReport> {
+export async function assertRtpRangeFree(address: string, min: number, max: number) {
   const report = await probePortRange(address, min, max);
   const taken = new Set(report.taken);
   let pairs = 0;
