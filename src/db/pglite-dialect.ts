@@ -152,11 +152,8 @@ class PGliteConnection implements DatabaseConnection {
 
   async rollback(): Promise<void> {
     this.#finish?.(false);
-    try {
-      await this.#closed?.catch(() => {});
-    } finally {
-      this.#reset();
-    }
+    await this.#closed?.catch(() => {});
+    this.#reset();
   }
 
   #reset(): void {
