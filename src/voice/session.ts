@@ -295,13 +295,8 @@ export class VoiceSession {
       const line = await reply.transfer();
       if (line && !this.closed) await this.say(line, { source: 'voice', prompt: 'transfer_failed' });
       await this.o.hangup();
-      return;
-    }
-    if (reply.hangup && !result.interrupted) {
-      await this.o.hangup();
-      return;
-    }
-    this.armSilence();
+    } else if (reply.hangup && !result.interrupted) await this.o.hangup();
+    else this.armSilence();
   }
 
   /** Speaks a line of the session's own (prompts, apologies), recorded as an agent line. */
