@@ -87,9 +87,7 @@ export function notifyAfterCommit(trx: Database, channel: string, payload: strin
 function queueNotification(db: Database, channel: string, payload: string): void {
   const notifier = notifiers.get(db) ?? { waiting: new Map(), last: 0 };
   notifiers.set(db, notifier);
-  const payloads = notifier.waiting.get(channel) ?? new Set();
-  notifier.waiting.set(channel, payloads);
-  payloads.add(payload);
+  notifier.waiting.set(channel, (notifier.waiting.get(channel) ?? new Set()).add(payload));
   scheduleNotifications(db, notifier);
 }
 
@@ -489,9 +487,8 @@ class PoolListener {
 
   listen(channel: string, onNotify: (payload: string) => void): () => void {
     checkChannel(channel);
-    const subscribers = this.channels.get(channel) ?? new Set();
+    const subscribers = (this.channels.get(channel) ?? new Set()).add(onNotify);
     this.channels.set(channel, subscribers);
-    subscribers.add(onNotify);
     // Connections keep listening after the last unsubscribe; nothing is delivered to anyone then.
     return () => subscribers.delete(onNotify);
   }
