@@ -378,8 +378,7 @@ export class CallTranscriber {
       (t) => ({ text: t.trim() }),
       (error: unknown) => ({ text: '', error: error instanceof Error ? error.message : String(error) }),
     );
-    const previous = this.writeChains.get(callRowId) ?? Promise.resolve();
-    const next = previous.then(async () => {
+    const next = (this.writeChains.get(callRowId) ?? Promise.resolve()).then(async () => {
       const result = await text;
       if ('error' in result) {
         this.o.logger?.warn({ callId: fork.dialogCallId, speaker: leg.speaker, error: result.error }, 'transcriber: speech-to-text failed');
