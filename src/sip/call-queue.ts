@@ -193,10 +193,7 @@ export class CallEventQueue {
     }
     let next = 0;
     const worker = async () => {
-      while (next < alone.length) {
-        const group = alone[next++];
-        await this.applyCall(group, done);
-      }
+      while (next < alone.length) await this.applyCall(alone[next++], done);
     };
     await Promise.all(Array.from({ length: Math.min(this.concurrency, alone.length) }, worker));
     if (done.length) await sql`DELETE FROM sip_call_events WHERE id = ANY(${done}::bigint[])`.execute(this.options.db);
