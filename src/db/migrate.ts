@@ -19,16 +19,13 @@ export const schemaSql = (): string => [...migrations.values()].join('\n');
 
 const provider: MigrationProvider = {
   async getMigrations() {
-    const result: Record<string, Migration> = {};
-    for (const [name, up] of migrations) {
-      result[name] = {
-        up: async (db) => {
-          // One statement at a time: the extended protocol (PGlite's) refuses several in one.
-          for (const statement of splitStatements(up)) await sql.raw(statement).execute(db);
-        },
-      };
-    }
-    return result;
+    const migration = (script: string): Migration => ({
+      up: async (db) => {
+        // One statement at a time: the extended protocol (PGlite's) refuses several in one.
+        for (const statement of splitStatements(script)) await sql.raw(statement).execute(db);
+      },
+    });
+    return Object.fromEntries([...migrations].map(([name, script]) => [name, migration(script)]));
   },
 };
 
