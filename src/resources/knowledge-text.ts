@@ -1,5 +1,3 @@
-import { Tokenizer } from 'htmlparser2';
-
 /**
  * A knowledge document as plain text, and its chunks (docs/agents.md, "Knowledge").
  *
@@ -9,6 +7,7 @@ import { Tokenizer } from 'htmlparser2';
  * times; a tag, comment or script left open drops the rest instead of being searched for again), since
  * documents come from members and reach a few hundred KiB.
  */
+import { Tokenizer } from 'htmlparser2';
 
 /** A table written as space-separated `key:value` pairs. */
 const pairs = (...lines: string[]) => new Map(lines.flatMap((line) => line.split(' ').map((pair) => pair.split(':') as [string, string])));

@@ -1,7 +1,7 @@
 /**
- * SDP (RFC 4566) offer/answer (RFC 3264) for one audio stream: read the offer's connection address,
- * port and payload types (the `sdp-transform` package parses it), choose one codec (G.722 first: the recogniser's model is wideband; then
- * PCMU, PCMA) plus telephone-event (RFC 4733) when offered, and write the answer.
+ * SDP (RFC 4566) offer/answer (RFC 3264) for one audio stream: read the offer's connection address, port and
+ * payload types (the `sdp-transform` package parses it), choose one codec (G.722 first: the recogniser's model
+ * is wideband; then PCMU, PCMA) plus telephone-event (RFC 4733) when offered, and write the answer.
  */
 import { parse } from 'sdp-transform';
 import type { CodecName } from './codecs.js';
