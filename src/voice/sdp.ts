@@ -38,7 +38,7 @@ export function parseOffer(body: string): SdpOffer {
   const rtpmap = new Map(
     media.rtp
       .filter((r) => digits(r.payload) && digits(r.rate))
-      .map((r) => [Number(r.payload), { name: r.codec.toUpperCase(), rate: Number(r.rate) }]),
+      .map((r) => [Number(r.payload), { name: String(r.codec).toUpperCase(), rate: Number(r.rate) }]),
   );
   const pts = String(media.payloads ?? '')
     .split(/\s+/)

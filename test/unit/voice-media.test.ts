@@ -354,6 +354,14 @@ describe('SDP offer/answer', () => {
     expect(negotiate(parseOffer(offer('18 3 111', 'a=rtpmap:111 opus/48000/2\r\n')))).toBeUndefined();
   });
 
+  it('reads an encoding name made of digits as a name, not a number (the parser gives those as numbers)', () => {
+    const o = parseOffer(offer('9 96', 'a=rtpmap:9 G722/8000\r\na=rtpmap:96 22/8000\r\n'));
+    expect(o.formats).toEqual([
+      { pt: 9, name: 'G722', rate: 8000 },
+      { pt: 96, name: '22', rate: 8000 },
+    ]);
+  });
+
   it('refuses offers it cannot answer: no audio stream, no address', () => {
     expect(() => parseOffer('v=0\r\nm=video 4000 RTP/AVP 96\r\nc=IN IP4 1.2.3.4\r\n')).toThrow(SdpError);
     expect(() => parseOffer('v=0\r\nm=audio 4000 RTP/AVP 0\r\n')).toThrow(SdpError);
